@@ -1,0 +1,134 @@
+/* host.c - the main thread of `luakiq run`.
+ *
+ * Design: the main thread owns one libevent event_base and never runs a job.
+ * It handles signals (evsignal: TERM/INT stop gracefully, a second INT exits at
+ * once, TTIN writes a thread dump), subscribes to the wake channel and routes
+ * each message (a shard prefix published by a push) to the one worker thread
+ * that owns that shard, and notices when worker threads finish (they call
+ * host_thread_done from their own thread, which activates an event: libevent
+ * is initialised with pthread support for that). Worker threads have every
+ * signal blocked (runner_start_all), so handlers only ever run here. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include "host.h"
+#include "log.h"
+#include "runner.h"
+#include "store.h"
+
+struct host_route { const char *prefix; int thread; };
+
+static struct {
+    struct event_base *base;
+    struct event *done_ev;
+    const struct host_plan *plan;
+    struct host_route *routes;
+    int nroutes;
+    int ints;
+} host;
+
+static int host_route_cmp(const void *a, const void *b) {
+    return strcmp(((const struct host_route *)a)->prefix, ((const struct host_route *)b)->prefix);
+}
+
+/* Wake channel message: a shard prefix; NULL after a (re)subscribe. */
+static void host_on_wake(const char *msg, size_t len, void *arg) {
+    (void)arg;
+    if (!msg) { runner_wake(-1, NULL); return; }
+    char buf[512];
+    if (len >= sizeof buf) return;
+    memcpy(buf, msg, len);
+    buf[len] = 0;
+    struct host_route key = {buf, 0};
+    struct host_route *r = bsearch(&key, host.routes, (size_t)host.nroutes, sizeof key, host_route_cmp);
+    if (r) runner_wake(r->thread, buf);
+}
+
+static void host_dump(void) {
+    const char *path = host.plan->dump_path;
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) { log_fmt(LOG_ERROR, "TTIN: cannot write %s", tmp); return; }
+    fprintf(f, "luakiq thread dump, pid %d\n\n", (int)getpid());
+    runner_dump(f);
+    fclose(f);
+    if (rename(tmp, path) != 0) { log_fmt(LOG_ERROR, "TTIN: cannot rename to %s", path); return; }
+    log_fmt(LOG_INFO, "TTIN: thread dump written to %s", path);
+}
+
+static void host_on_signal(evutil_socket_t sig, short what, void *arg) {
+    (void)what; (void)arg;
+    if (sig == SIGTTIN) { host_dump(); return; }
+    if (sig == SIGINT && host.ints++ > 0) {
+        log_fmt(LOG_WARN, "second INT: exiting now; in-flight jobs return on the next start");
+        _exit(130);
+    }
+    if (!runner_stopping()) {
+        log_fmt(LOG_INFO, "%s: stopping; running batches finish first", sig == SIGTERM ? "TERM" : "INT");
+        runner_request_stop();
+    }
+}
+
+/* Any thread: a worker thread has returned. */
+static void host_thread_done(void *arg) {
+    (void)arg;
+    event_active(host.done_ev, EV_READ, 0);
+}
+
+static void host_on_done(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what; (void)arg;
+    if (runner_finished() < runner_count()) {
+        /* One thread ended on its own (fatal error): stop the others too. */
+        if (!runner_stopping()) runner_request_stop();
+        return;
+    }
+    event_base_loopbreak(host.base);
+}
+
+int host_run(const struct host_plan *plan) {
+    char err[512];
+    int code = 1;
+    memset(&host, 0, sizeof host);
+    host.plan = plan;
+    evthread_use_pthreads();
+    host.base = event_base_new();
+    if (!host.base) { log_fmt(LOG_ERROR, "cannot create the event loop"); return 1; }
+    host.routes = calloc((size_t)plan->nroutes + 1, sizeof *host.routes);
+    for (int i = 0; i < plan->nroutes; i++)
+        host.routes[i] = (struct host_route){plan->route_prefix[i], plan->route_thread[i]};
+    host.nroutes = plan->nroutes;
+    qsort(host.routes, (size_t)host.nroutes, sizeof *host.routes, host_route_cmp);
+
+    int sigs[] = {SIGTERM, SIGINT, SIGTTIN};
+    struct event *sev[3];
+    for (int i = 0; i < 3; i++) {
+        sev[i] = evsignal_new(host.base, sigs[i], host_on_signal, NULL);
+        event_add(sev[i], NULL);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    host.done_ev = event_new(host.base, -1, 0, host_on_done, NULL);
+    struct store_sub *sub = NULL;
+    if (plan->wake_channel && plan->wake_channel[0]) {
+        sub = store_subscribe(host.base, plan->redis_url, plan->wake_channel, host_on_wake, NULL, err, sizeof err);
+        if (!sub) log_fmt(LOG_WARN, "no wake-up subscriber (%s): new jobs wait up to poll_interval", err);
+    }
+    if (runner_start_all(plan->nthreads, plan->boots, host_thread_done, NULL) < 0) {
+        log_fmt(LOG_ERROR, "cannot start %d worker threads", plan->nthreads);
+        runner_request_stop();
+    }
+    if (runner_count() > 0) event_base_dispatch(host.base);
+
+    code = runner_exit_code();
+    runner_join_all();
+    store_sub_free(sub);
+    for (int i = 0; i < 3; i++) event_free(sev[i]);
+    event_free(host.done_ev);
+    event_base_free(host.base);
+    free(host.routes);
+    return runner_fatal() ? (code ? code : 1) : code;
+}

@@ -1,0 +1,20 @@
+/* host.h - the main thread of `luakiq run`: event loop, signals, wake-ups. */
+#ifndef LUAKIQ_HOST_H
+#define LUAKIQ_HOST_H
+
+struct host_plan {
+    int nthreads;
+    const char *const *boots;     /* per thread, handed to its VM */
+    const char *redis_url;
+    const char *wake_channel;     /* "" disables the subscriber */
+    int nroutes;                  /* shard prefix -> thread that owns it */
+    const char *const *route_prefix;
+    const int *route_thread;
+    const char *dump_path;        /* TTIN dump file */
+};
+
+/* Runs the worker threads until they stop (TERM/INT, fatal error, or all of
+ * them returning). Blocks the calling (main) thread. Returns the exit code. */
+int host_run(const struct host_plan *plan);
+
+#endif

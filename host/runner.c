@@ -1,0 +1,225 @@
+/* runner.c - worker threads.
+ *
+ * Design: the main thread starts one pthread per splitter group and never
+ * touches their Lua VMs. Each worker thread builds its own VM (vm_thread_main),
+ * which loads the runtime, config and workers and runs the scheduler loop in
+ * Lua. Everything shared between threads lives in `struct runner` behind its
+ * own mutex: the wake-up mailbox (written by the main thread when a push makes
+ * a shard due, read by the worker in runner_wait) and the TTIN state (written
+ * by the worker, read by the main thread). Only bytes cross: strings are copied
+ * in and out under the lock. The stop flag and the fatal message are
+ * process-wide atomics/once-set values. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include "log.h"
+#include "runner.h"
+#include "vm.h"
+
+#define RUNNER_MAILBOX 64
+
+struct runner {
+    int index;
+    pthread_t tid;
+    char *boot;
+    void (*on_exit)(void *);
+    void *on_exit_arg;
+    int exit_code;
+    atomic_int finished;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *mail[RUNNER_MAILBOX];
+    int nmail;
+    int wake_all;
+
+    char state[16], worker[128], *ids;
+    int shard;
+    double since;
+};
+
+static struct runner **runners;
+static int nrunners;
+static atomic_int stopping;
+static _Thread_local struct runner *self;
+static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *fatal_msg;
+
+static double runner_now(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+static void *runner_main(void *arg) {
+    struct runner *r = arg;
+    char name[16];
+    self = r;
+    snprintf(name, sizeof name, "t%d", r->index);
+    log_set_thread_name(name);
+    r->exit_code = vm_thread_main(r->boot);
+    atomic_store(&r->finished, 1);
+    if (r->on_exit) r->on_exit(r->on_exit_arg);
+    return NULL;
+}
+
+int runner_start_all(int n, const char *const *boots, void (*on_exit)(void *), void *arg) {
+    sigset_t all, old;
+    sigfillset(&all);
+    runners = calloc((size_t)n, sizeof *runners);
+    if (!runners) return -1;
+    /* Block signals while creating threads so that they inherit a full mask:
+     * only the main thread's event loop handles signals. */
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (int i = 0; i < n; i++) {
+        struct runner *r = calloc(1, sizeof *r);
+        if (!r) break;
+        r->index = i;
+        r->boot = strdup(boots[i]);
+        r->on_exit = on_exit;
+        r->on_exit_arg = arg;
+        r->shard = -1;
+        strcpy(r->state, "starting");
+        r->since = runner_now();
+        pthread_mutex_init(&r->mu, NULL);
+        pthread_cond_init(&r->cv, NULL);
+        if (pthread_create(&r->tid, NULL, runner_main, r) != 0) {
+            free(r->boot);
+            free(r);
+            break;
+        }
+        runners[nrunners++] = r;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return nrunners == n ? 0 : -1;
+}
+
+int runner_count(void) { return nrunners; }
+
+int runner_finished(void) {
+    int n = 0;
+    for (int i = 0; i < nrunners; i++) n += atomic_load(&runners[i]->finished);
+    return n;
+}
+
+int runner_exit_code(void) {
+    int code = 0;
+    for (int i = 0; i < nrunners; i++)
+        if (runners[i]->exit_code > code) code = runners[i]->exit_code;
+    return code;
+}
+
+void runner_join_all(void) {
+    for (int i = 0; i < nrunners; i++) {
+        struct runner *r = runners[i];
+        pthread_join(r->tid, NULL);
+        for (int j = 0; j < r->nmail; j++) free(r->mail[j]);
+        free(r->boot);
+        free(r->ids);
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+        free(r);
+    }
+    free(runners);
+    runners = NULL;
+    nrunners = 0;
+}
+
+void runner_request_stop(void) {
+    atomic_store(&stopping, 1);
+    runner_wake(-1, NULL);
+}
+
+int runner_stopping(void) { return atomic_load(&stopping); }
+
+void runner_wake(int index, const char *msg) {
+    for (int i = 0; i < nrunners; i++) {
+        if (index >= 0 && i != index) continue;
+        struct runner *r = runners[i];
+        pthread_mutex_lock(&r->mu);
+        if (!msg || r->nmail == RUNNER_MAILBOX) r->wake_all = 1;
+        else {
+            int dup = 0;
+            for (int j = 0; j < r->nmail && !dup; j++) dup = strcmp(r->mail[j], msg) == 0;
+            char *m = dup ? NULL : strdup(msg);
+            if (m) r->mail[r->nmail++] = m;
+            else if (!dup) r->wake_all = 1;
+        }
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+int runner_wait(struct runner *r, double timeout_s, char ***msgs, int *all) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (!(timeout_s >= 0)) timeout_s = 0;
+    double whole = floor(timeout_s);
+    until.tv_sec += (time_t)whole;
+    until.tv_nsec += (long)((timeout_s - whole) * 1e9);
+    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    pthread_mutex_lock(&r->mu);
+    while (!r->nmail && !r->wake_all && !atomic_load(&stopping))
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT) break;
+    int n = r->nmail;
+    *msgs = NULL;
+    if (n) {
+        *msgs = malloc(sizeof **msgs * (size_t)n);
+        if (*msgs) memcpy(*msgs, r->mail, sizeof **msgs * (size_t)n);
+        else { for (int j = 0; j < n; j++) free(r->mail[j]); n = 0; r->wake_all = 1; }
+    }
+    *all = r->wake_all;
+    r->nmail = 0;
+    r->wake_all = 0;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+struct runner *runner_self(void) { return self; }
+int runner_index(const struct runner *r) { return r->index; }
+
+void runner_set_fatal(const char *msg) {
+    pthread_mutex_lock(&fatal_mu);
+    if (!fatal_msg) fatal_msg = strdup(msg ? msg : "fatal error");
+    pthread_mutex_unlock(&fatal_mu);
+    runner_request_stop();
+}
+
+const char *runner_fatal(void) {
+    pthread_mutex_lock(&fatal_mu);
+    const char *m = fatal_msg;
+    pthread_mutex_unlock(&fatal_mu);
+    return m;
+}
+
+void runner_set_state(struct runner *r, const char *state, const char *worker, int shard, const char *ids) {
+    char *copy = ids ? strdup(ids) : NULL;
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->state, sizeof r->state, "%s", state);
+    snprintf(r->worker, sizeof r->worker, "%s", worker ? worker : "");
+    r->shard = shard;
+    free(r->ids);
+    r->ids = copy;
+    r->since = runner_now();
+    pthread_mutex_unlock(&r->mu);
+}
+
+void runner_dump(FILE *f) {
+    double now = runner_now();
+    for (int i = 0; i < nrunners; i++) {
+        struct runner *r = runners[i];
+        pthread_mutex_lock(&r->mu);
+        fprintf(f, "== thread t%d ==\nstate: %s\n", r->index, r->state);
+        if (r->worker[0]) fprintf(f, "worker: %s\nshard: %d\n", r->worker, r->shard);
+        if (r->ids) fprintf(f, "ids: %s\n", r->ids);
+        fprintf(f, "since: %.3f (%.3f s ago)\n\n", r->since, now - r->since);
+        pthread_mutex_unlock(&r->mu);
+    }
+}

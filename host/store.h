@@ -1,0 +1,67 @@
+/* store.h - Redis access: one synchronous connection per thread, the embedded
+ * queue scripts (EVALSHA, reloaded on NOSCRIPT), pipelines, and the wake-up
+ * subscriber on the main thread's event loop. The only module that includes
+ * hiredis; callers see opaque replies through accessors. */
+#ifndef LUAKIQ_STORE_H
+#define LUAKIQ_STORE_H
+#include <stddef.h>
+
+struct event_base;
+typedef struct store store;
+typedef struct store_reply store_reply;
+
+enum store_type { STORE_STRING, STORE_ARRAY, STORE_INTEGER, STORE_NIL, STORE_STATUS, STORE_ERROR };
+
+/* A parsed REDIS_URL: redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N]. */
+struct store_url {
+    char host[256];
+    int port;
+    char path[512];      /* unix socket path, when set */
+    char password[256];
+    int db;
+};
+int store_parse_url(const char *url, struct store_url *out, char *err, size_t errlen);
+
+/* Connects (AUTH, SELECT); NULL and a one-line reason in err on failure.
+ * timeout_s bounds connect and every command. The store belongs to the caller's thread. */
+store *store_open(const char *url, double timeout_s, char *err, size_t errlen);
+void store_close(store *s);
+/* Drops the connection and connects again; 0 on success. */
+int store_reconnect(store *s, char *err, size_t errlen);
+int store_broken(const store *s); /* 1 after an I/O error, until a reconnect */
+
+/* One command of a pipeline. For a script: name is the embedded script's name
+ * ("fetch") and argv holds numkeys keys then the arguments. */
+struct store_cmd {
+    const char *script; /* NULL for a plain command */
+    int numkeys;
+    int argc;
+    const char **argv;
+    const size_t *lens;
+};
+/* Sends cmds in one round trip and reads n replies into out (caller frees each
+ * with store_reply_free). A script that got NOSCRIPT is loaded and sent again
+ * (NOSCRIPT means it did not run). Returns 0, or -1 on an I/O error with err set
+ * (then no reply is returned and the connection is marked broken). */
+int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **out, char *err, size_t errlen);
+
+void store_reply_free(store_reply *r);
+int store_reply_type(const store_reply *r);
+const char *store_reply_str(const store_reply *r, size_t *len); /* string, status, error */
+long long store_reply_int(const store_reply *r);
+size_t store_reply_count(const store_reply *r);
+const store_reply *store_reply_elem(const store_reply *r, size_t i);
+
+/* Source of an embedded (or, with LUAKIQ_SCRIPTS set, on-disk) Redis script;
+ * NULL when unknown. The returned string is owned by the store module. */
+const char *store_script_source(const char *name, size_t *len);
+
+/* Main thread only: subscribes to channel on the event loop, calling cb for
+ * every message, and reconnects every second while Redis is away. */
+typedef void (*store_message_cb)(const char *msg, size_t len, void *arg);
+struct store_sub;
+struct store_sub *store_subscribe(struct event_base *base, const char *url, const char *channel,
+                                  store_message_cb cb, void *arg, char *err, size_t errlen);
+void store_sub_free(struct store_sub *sub);
+
+#endif

@@ -1,0 +1,234 @@
+-- luakiq.admin: the operator's side of a queue: stats, listings and admin
+-- actions. Used by the CLI and the HTTP API (same functions, same output), in
+-- whatever VM they run in. Per-queue numbers are sums over shards; every shard
+-- is asked in one pipeline.
+local core = require "luakiq.core"
+local keys = require "luakiq.keys"
+local errors = require "luakiq.errors"
+local client = require "luakiq.client"
+
+local M = {}
+
+local PAGE = 1000
+
+local function worker_of(cfg, name)
+  local w = cfg.by_name[name]
+  if not w then errors.notfound("unknown worker '" .. tostring(name) .. "'") end
+  return w
+end
+M.worker_of = worker_of
+
+local function prefixes(cfg, w)
+  local list = {}
+  for s = 0, w.shards_count - 1 do list[s + 1] = keys.prefix(cfg.namespace, w.queue_name, s) end
+  return list
+end
+
+local function check(r, what)
+  if type(r) == "table" and r.err then error("redis: " .. what .. ": " .. r.err, 0) end
+  return r
+end
+
+-- Per-worker numbers: fresh, retries, length, morgue_length, lag, processed,
+-- failed, busy. One pipeline over every shard of every worker.
+function M.worker_stats(conn, cfg)
+  local cmds, owners = {}, {}
+  for _, w in ipairs(cfg.workers) do
+    for _, p in ipairs(prefixes(cfg, w)) do
+      cmds[#cmds + 1] = { script = "stats", p }
+      owners[#owners + 1] = w.name
+    end
+  end
+  local replies = #cmds > 0 and conn:pipeline(cmds) or {}
+  local now, by = core.now(), {}
+  for _, w in ipairs(cfg.workers) do
+    by[w.name] = { fresh = 0, retries = 0, length = 0, morgue_length = 0, lag = 0,
+                   processed = 0, failed = 0, busy = 0 }
+  end
+  for i, r in ipairs(replies) do
+    check(r, "stats")
+    local s = by[owners[i]]
+    s.fresh = s.fresh + tonumber(r[1])
+    s.retries = s.retries + tonumber(r[2])
+    s.morgue_length = s.morgue_length + tonumber(r[3])
+    local head = tonumber(r[4])
+    if head and now - head > s.lag then s.lag = now - head end
+    s.processed = s.processed + (tonumber(r[5]) or 0)
+    s.failed = s.failed + (tonumber(r[6]) or 0)
+    s.busy = s.busy + tonumber(r[7])
+  end
+  for _, s in pairs(by) do s.length = s.fresh + s.retries end
+  return by
+end
+
+-- Lowkiq's /api/v1/stats shape.
+function M.stats(conn, cfg)
+  local by = M.worker_stats(conn, cfg)
+  local out = { total = { length = 0, morgue_length = 0, lag = 0 }, by_worker = {} }
+  for name, s in pairs(by) do
+    out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag }
+    out.total.length = out.total.length + s.length
+    out.total.morgue_length = out.total.morgue_length + s.morgue_length
+    if s.lag > out.total.lag then out.total.lag = s.lag end
+  end
+  return out
+end
+
+-- Decodes one flat jobs.lua/busy.lua record list into tables.
+-- kind "queue": id, perform_in, retry_count, error, n, payload, score...
+-- kind "morgue": id, updated_at, error, n, payload, score...
+local function load_records(cfg, r, kind, start)
+  local out, i = {}, start
+  local n = tonumber(r[i - 1])
+  for _ = 1, n do
+    local rec = { id = r[i] }
+    if kind == "morgue" then
+      rec.updated_at = tonumber(r[i + 1])
+      i = i + 2
+    else
+      rec.perform_in, rec.retry_count = tonumber(r[i + 1]), tonumber(r[i + 2])
+      i = i + 3
+    end
+    local err = r[i]
+    if err ~= "" then
+      local ok, e = pcall(cfg.load_error, err)
+      rec.error = ok and e or err
+    end
+    local np = tonumber(r[i + 1])
+    i = i + 2
+    rec.payloads = {}
+    for k = 1, np do
+      local ok, v = pcall(cfg.load_payload, r[i])
+      rec.payloads[k] = { ok and v or r[i], tonumber(r[i + 1]) }
+      i = i + 2
+    end
+    out[#out + 1] = rec
+  end
+  return out
+end
+
+local sort_field = { id = "id", perform_in = "perform_in", retry_count = "retry_count", updated_at = "updated_at" }
+
+-- Listing across shards: what "queue"|"morgue", order, dir "asc"|"desc",
+-- min/max in Redis range syntax, limit (<= 1000), offset. Each shard returns
+-- up to offset+limit records; they are merged and the page cut out.
+function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offset)
+  local w = worker_of(cfg, worker_name)
+  limit = math.min(limit or 100, PAGE)
+  offset = offset or 0
+  local field = sort_field[order] or errors.input("unknown order '" .. tostring(order) .. "'")
+  local cmds = {}
+  for i, p in ipairs(prefixes(cfg, w)) do
+    cmds[i] = { script = "jobs", p, what, order, dir, min, max, 0, offset + limit }
+  end
+  local all = {}
+  for _, r in ipairs(conn:pipeline(cmds)) do
+    check(r, "jobs")
+    for _, rec in ipairs(load_records(cfg, r, what, 2)) do all[#all + 1] = rec end
+  end
+  table.sort(all, function(a, b)
+    local x, y = a[field], b[field]
+    if x == y then x, y = a.id, b.id end
+    if dir == "desc" then return x > y end
+    return x < y
+  end)
+  local page = {}
+  for i = offset + 1, math.min(#all, offset + limit) do page[#page + 1] = all[i] end
+  return page
+end
+
+-- Jobs in flight, over every shard.
+function M.busy(conn, cfg, worker_name)
+  local w = worker_of(cfg, worker_name)
+  local cmds = {}
+  for i, p in ipairs(prefixes(cfg, w)) do cmds[i] = { script = "busy", p } end
+  local all = {}
+  for _, r in ipairs(conn:pipeline(cmds)) do
+    check(r, "busy")
+    for _, rec in ipairs(load_records(cfg, r, "queue", 2)) do all[#all + 1] = rec end
+  end
+  return all
+end
+
+-- Runs a paged per-shard action until it reports nothing left, or once per
+-- shard for explicit ids. make(prefix, ids_or_nil) builds the call. Returns the
+-- total of the first reply field.
+local function per_shard(conn, cfg, w, ids, make)
+  local total = 0
+  if ids then
+    local groups, order = {}, {}
+    for i, id in ipairs(ids) do
+      id = client.id_string(id, "id " .. i)
+      local s = keys.shard(id, w.shards_count)
+      if not groups[s] then groups[s] = {} order[#order + 1] = s end
+      table.insert(groups[s], id)
+    end
+    local cmds = {}
+    for i, s in ipairs(order) do cmds[i] = make(keys.prefix(cfg.namespace, w.queue_name, s), groups[s]) end
+    for _, r in ipairs(#cmds > 0 and conn:pipeline(cmds) or {}) do
+      total = total + tonumber(type(check(r, "action")) == "table" and r[1] or r)
+    end
+    return total
+  end
+  for _, p in ipairs(prefixes(cfg, w)) do
+    while true do
+      local r = check(conn:pipeline({ make(p, nil) })[1], "action")
+      local n = tonumber(type(r) == "table" and r[1] or r)
+      total = total + n
+      if n == 0 or type(r) ~= "table" or tonumber(r[2]) == 0 then break end
+    end
+  end
+  return total
+end
+
+local function with_ids(cmd, ids)
+  if ids then for _, id in ipairs(ids) do cmd[#cmd + 1] = id end end
+  return cmd
+end
+
+-- Each action returns {done = count}. ids nil means all.
+function M.morgue_requeue(conn, cfg, worker_name, ids)
+  local w, now = worker_of(cfg, worker_name), core.now()
+  local ch = keys.wake_channel(cfg.namespace)
+  return { requeued = per_shard(conn, cfg, w, ids, function(p, list)
+    return with_ids({ script = "morgue_requeue", p, ch, now, PAGE }, list)
+  end) }
+end
+
+function M.morgue_delete(conn, cfg, worker_name, ids)
+  local w = worker_of(cfg, worker_name)
+  return { deleted = per_shard(conn, cfg, w, ids, function(p, list)
+    return with_ids({ script = "morgue_delete", p, PAGE }, list)
+  end) }
+end
+
+function M.delete_queued(conn, cfg, worker_name, ids)
+  local w = worker_of(cfg, worker_name)
+  return { deleted = per_shard(conn, cfg, w, ids, function(p, list)
+    return with_ids({ script = "delete", p }, list)
+  end) }
+end
+
+function M.perform_all_now(conn, cfg, worker_name)
+  local w, now = worker_of(cfg, worker_name), core.now()
+  local ch = keys.wake_channel(cfg.namespace)
+  return { changed = per_shard(conn, cfg, w, nil, function(p)
+    return { script = "perform_now", p, ch, now, PAGE }
+  end) }
+end
+
+function M.kill_failed(conn, cfg, worker_name)
+  local w, now = worker_of(cfg, worker_name), core.now()
+  return { killed = per_shard(conn, cfg, w, nil, function(p)
+    return { script = "kill_failed", p, now, PAGE }
+  end) }
+end
+
+function M.delete_failed(conn, cfg, worker_name)
+  local w = worker_of(cfg, worker_name)
+  return { deleted = per_shard(conn, cfg, w, nil, function(p)
+    return { script = "delete_failed", p, PAGE }
+  end) }
+end
+
+return M

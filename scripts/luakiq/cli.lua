@@ -1,0 +1,346 @@
+-- luakiq.cli: the command line (docs/cli in README and docs/operations.md).
+-- Runs on the main thread's VM. Exit codes: 0 ok, 1 runtime failure (Redis
+-- away, a fatal error), 2 bad usage or bad input, always with one line on stderr.
+local core = require "luakiq.core"
+local errors = require "luakiq.errors"
+local json = require "luakiq.json"
+local keys = require "luakiq.keys"
+local runtime = require "luakiq.runtime"
+
+local M = {}
+
+local USAGE = [[
+usage: luakiq COMMAND ...
+
+  run DIR [--redis URL] [--threads N] [--web ADDR:PORT] [--log-format text|json] [--log-level L]
+                                       process jobs with the workers of DIR
+  enqueue DIR WORKER [FILE]            enqueue JSON lines or a JSON array of
+                                       {id, payload?, score?, perform_in?} (stdin without FILE)
+  stats DIR                            queue numbers as JSON (same as GET /api/v1/stats)
+  plan DIR [--threads N]               which thread processes which shards
+  morgue DIR WORKER list|requeue|delete [ID...] [--all]
+                                       the dead jobs of a worker
+  jobs DIR WORKER queue|morgue|busy [--order F] [--desc] [--min X] [--max X] [--limit N] [--offset N]
+                                       list jobs as JSON lines
+  admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...
+                                       bulk actions on queued jobs
+  lua FILE [ARG...]                    run a Lua file inside the host runtime
+
+REDIS_URL (default redis://127.0.0.1:6379/0) or --redis selects Redis.
+`luakiq COMMAND --help` shows the help of one command.
+]]
+
+local HELP = {
+  run = [[usage: luakiq run DIR [--redis URL] [--threads N] [--web ADDR:PORT] [--log-format text|json] [--log-level debug|info|warn|error]
+Loads DIR/config.lua and DIR/workers/*.lua, splits the shards of every worker
+over threads_per_node threads and processes jobs until TERM or INT (a second
+INT exits at once). TTIN writes a thread dump.]],
+  enqueue = [[usage: luakiq enqueue DIR WORKER [FILE] [--redis URL]
+Reads JSON lines, or one JSON array, of jobs {"id":..., "payload":..., "score":..., "perform_in":...}
+from FILE or stdin. Everything is checked first: on any bad job nothing is
+enqueued and the exit code is 2. Prints how many jobs were enqueued.]],
+  stats = [[usage: luakiq stats DIR [--redis URL]
+Prints {"total":{"length","morgue_length","lag"},"by_worker":{NAME:{...}}} (JSON).]],
+  plan = [[usage: luakiq plan DIR [--threads N]
+Prints the splitter's result, one line per thread: "t0: A0, B0, B3, D1".]],
+  morgue = [[usage: luakiq morgue DIR WORKER list|requeue|delete [ID...] [--all] [--redis URL]
+list prints JSON lines {"id","updated_at","payloads":[[payload,score],...],"error"};
+requeue and delete act on the given ids, or on every dead job with --all.]],
+  jobs = [[usage: luakiq jobs DIR WORKER queue|morgue|busy [--order id|perform_in|retry_count|updated_at] [--desc]
+                   [--min X] [--max X] [--limit N] [--offset N] [--redis URL]
+Lists jobs as JSON lines. Ranges use Redis syntax: ids "-", "+", "[x", "(x"; numbers "-inf", "+inf", "(n".]],
+  admin = [[usage: luakiq admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID... [--redis URL]
+perform-now: every queued job becomes due now; kill-failed: queued jobs that
+failed at least once go to the morgue; delete-failed: they are deleted;
+delete: the given queued ids are deleted. Prints what was done as JSON.]],
+  lua = [[usage: luakiq lua FILE [ARG...]
+Runs FILE in the host's Lua runtime (LuaJIT, the luakiq modules); `arg` holds the arguments.]],
+}
+
+-- A usage error: one line, exit 2.
+local function usage(msg) errors.input(msg) end
+
+-- Splits argv into positionals and --options. flags: option -> takes a value.
+local function parse(argv, from, flags)
+  local pos, opt = {}, {}
+  local i = from
+  while argv[i] do
+    local a = argv[i]
+    if a == "--help" or a == "-h" then opt.help = true
+    elseif a:sub(1, 2) == "--" then
+      local name, val = a:match("^%-%-([^=]+)=(.*)$")
+      name = name or a:sub(3)
+      if flags[name] == nil then usage("unknown option --" .. name) end
+      if flags[name] then
+        if not val then
+          i = i + 1
+          val = argv[i]
+          if val == nil then usage("--" .. name .. " needs a value") end
+        end
+        opt[name] = val
+      else
+        opt[name] = true
+      end
+    else
+      pos[#pos + 1] = a
+    end
+    i = i + 1
+  end
+  return pos, opt
+end
+
+local function overrides(opt)
+  local o = {}
+  if opt.redis then o.redis = opt.redis end
+  if opt.threads then
+    local n = tonumber(opt.threads)
+    if not n or n < 1 or n ~= math.floor(n) then usage("--threads must be a positive integer") end
+    o.threads_per_node = n
+  end
+  if opt.web then o.web = opt.web end
+  return o
+end
+
+-- Loads the script directory, connects, and returns cfg, conn.
+local function open(dir, opt, need_redis)
+  if not dir then usage("missing DIR") end
+  local cfg = runtime.load(dir, overrides(opt))
+  if not need_redis then return cfg end
+  local conn, err = runtime.connect(cfg, 0)
+  if not conn then error(err, 0) end
+  return cfg, conn
+end
+
+local function print_json(v) io.stdout:write(json.encode(v), "\n") end
+
+-- The splitter's groups for cfg: arrays of {worker=, shard=}.
+local function plan(cfg)
+  local groups = cfg.splitter(runtime.handlers(cfg), cfg.threads_per_node)
+  if type(groups) ~= "table" then usage("splitter must return an array of groups") end
+  return groups
+end
+
+local commands = {}
+
+function commands.plan(argv)
+  local pos, opt = parse(argv, 2, { threads = true, redis = true })
+  local cfg = open(pos[1], opt, false)
+  for i, g in ipairs(plan(cfg)) do
+    local names = {}
+    for j, h in ipairs(g) do names[j] = h.worker .. h.shard end
+    io.stdout:write("t", i - 1, ": ", table.concat(names, ", "), "\n")
+  end
+  return 0
+end
+
+function commands.stats(argv)
+  local pos, opt = parse(argv, 2, { redis = true })
+  local cfg, conn = open(pos[1], opt, true)
+  print_json(require("luakiq.admin").stats(conn, cfg))
+  return 0
+end
+
+-- Reads jobs: one JSON array, or JSON lines (blank lines skipped).
+local function read_jobs(text)
+  if text:match("^%s*%[") then
+    local ok, v = pcall(json.decode, text)
+    if not ok then usage("invalid JSON array: " .. tostring(v)) end
+    return v
+  end
+  local jobs, n = {}, 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    if line:match("%S") then
+      local ok, v = pcall(json.decode, line)
+      if not ok then usage("line " .. n .. ": invalid JSON: " .. tostring(v)) end
+      jobs[#jobs + 1] = v
+    end
+  end
+  return jobs
+end
+
+function commands.enqueue(argv)
+  local pos, opt = parse(argv, 2, { redis = true })
+  if not pos[2] then usage("usage: luakiq enqueue DIR WORKER [FILE]") end
+  local cfg = open(pos[1], opt, false)
+  if not cfg.by_name[pos[2]] then errors.notfound("unknown worker '" .. pos[2] .. "'") end
+  local text
+  if pos[3] and pos[3] ~= "-" then
+    local f, err = io.open(pos[3], "rb")
+    if not f then usage("cannot read " .. err) end
+    text = f:read("*a")
+    f:close()
+  else
+    text = io.stdin:read("*a") or ""
+  end
+  local jobs = read_jobs(text)
+  local conn, err = runtime.connect(cfg, 0)
+  if not conn then error(err, 0) end
+  local n = require("luakiq.client").push(conn, cfg, pos[2], jobs)
+  io.stdout:write("enqueued ", n, " jobs\n")
+  return 0
+end
+
+function commands.morgue(argv)
+  local pos, opt = parse(argv, 2, { redis = true, all = false })
+  local dir, worker, action = pos[1], pos[2], pos[3]
+  if not action then usage("usage: luakiq morgue DIR WORKER list|requeue|delete [ID...] [--all]") end
+  local ids = {}
+  for i = 4, #pos do ids[#ids + 1] = pos[i] end
+  local cfg, conn = open(dir, opt, true)
+  local admin = require "luakiq.admin"
+  admin.worker_of(cfg, worker)
+  if action == "list" then
+    if #ids > 0 then
+      for _, id in ipairs(ids) do
+        for _, rec in ipairs(admin.list(conn, cfg, worker, "morgue", "id", "asc", "[" .. id, "[" .. id, 1, 0)) do
+          print_json(rec)
+        end
+      end
+    else
+      local offset = 0
+      repeat
+        local page = admin.list(conn, cfg, worker, "morgue", "id", "asc", "-", "+", 1000, offset)
+        for _, rec in ipairs(page) do print_json(rec) end
+        offset = offset + #page
+      until #page < 1000
+    end
+    return 0
+  end
+  if action ~= "requeue" and action ~= "delete" then usage("unknown morgue action '" .. action .. "'") end
+  if #ids == 0 and not opt.all then usage("give ids or --all") end
+  if #ids > 0 and opt.all then usage("give ids or --all, not both") end
+  local fn = action == "requeue" and admin.morgue_requeue or admin.morgue_delete
+  print_json(fn(conn, cfg, worker, #ids > 0 and ids or nil))
+  return 0
+end
+
+function commands.jobs(argv)
+  local pos, opt = parse(argv, 2, { redis = true, order = true, desc = false, min = true, max = true,
+                                    limit = true, offset = true })
+  local dir, worker, what = pos[1], pos[2], pos[3]
+  if what ~= "queue" and what ~= "morgue" and what ~= "busy" then usage("say queue, morgue or busy") end
+  local cfg, conn = open(dir, opt, true)
+  local admin = require "luakiq.admin"
+  local list
+  if what == "busy" then
+    list = admin.busy(conn, cfg, worker)
+  else
+    local order = opt.order or (what == "queue" and "perform_in" or "updated_at")
+    local lex = order == "id"
+    list = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or "asc",
+      opt.min or (lex and "-" or "-inf"), opt.max or (lex and "+" or "+inf"),
+      tonumber(opt.limit) or 100, tonumber(opt.offset) or 0)
+  end
+  for _, rec in ipairs(list) do print_json(rec) end
+  return 0
+end
+
+function commands.admin(argv)
+  local pos, opt = parse(argv, 2, { redis = true })
+  local dir, worker, action = pos[1], pos[2], pos[3]
+  local cfg, conn = open(dir, opt, true)
+  local admin = require "luakiq.admin"
+  local ids = {}
+  for i = 4, #pos do ids[#ids + 1] = pos[i] end
+  if action == "perform-now" then print_json(admin.perform_all_now(conn, cfg, worker))
+  elseif action == "kill-failed" then print_json(admin.kill_failed(conn, cfg, worker))
+  elseif action == "delete-failed" then print_json(admin.delete_failed(conn, cfg, worker))
+  elseif action == "delete" then
+    if #ids == 0 then usage("delete needs ids") end
+    print_json(admin.delete_queued(conn, cfg, worker, ids))
+  else usage("unknown admin action '" .. tostring(action) .. "'") end
+  return 0
+end
+
+function commands.run(argv)
+  local pos, opt = parse(argv, 2, { redis = true, threads = true, web = true,
+                                    ["log-format"] = true, ["log-level"] = true })
+  local fmt = opt["log-format"] or "text"
+  if fmt ~= "text" and fmt ~= "json" then usage("--log-format must be text or json") end
+  core.log_setup { json = fmt == "json", level = opt["log-level"] }
+  local cfg = open(pos[1], opt, false)
+  local log = require "luakiq.log"
+  local groups = plan(cfg)
+  if #groups == 0 then usage("nothing to run: the splitter gave no shards to this node") end
+  local conn, err = runtime.connect(cfg, cfg.redis_retry or 30)
+  if not conn then error(err, 0) end
+  local ok, rerr = runtime.register(conn, cfg)
+  if not ok then usage(rerr) end
+  if cfg.on_server_init then cfg.on_server_init() end
+  local token = core.token()
+  local boots, routes = {}, {}
+  for i, g in ipairs(groups) do
+    local hs = {}
+    for j, h in ipairs(g) do
+      hs[j] = { worker = h.worker, shard = h.shard }
+      local w = cfg.by_name[h.worker]
+      routes[keys.prefix(cfg.namespace, w.queue_name, h.shard)] = i - 1
+    end
+    boots[i] = json.encode { dir = pos[1], overrides = overrides(opt), handlers = hs, token = token,
+                             log_json = fmt == "json", log_level = opt["log-level"] }
+  end
+  log.info(string.format("luakiq %s starting: %d threads, %d workers, Redis %s, pid %d",
+    require("luakiq").version, #groups, #cfg.workers, cfg.redis, core.getpid()))
+  local code = core.host_run {
+    boots = boots, routes = routes, redis = cfg.redis,
+    wake_channel = keys.wake_channel(cfg.namespace),
+    dump_path = cfg.dump_path or (os.getenv("TMPDIR") or "/tmp") .. "/luakiq_ttin_" .. core.getpid() .. ".txt",
+  }
+  local fatal = core.fatal_message()
+  if fatal then
+    log.error("fatal: " .. fatal:match("^[^\n]*"))
+    if cfg.last_words then
+      local okl, e = pcall(cfg.last_words, fatal)
+      if not okl then log.error("last_words failed: " .. tostring(e)) end
+    end
+    return code ~= 0 and code or 1
+  end
+  log.info("stopped")
+  return code
+end
+
+-- luakiq lua FILE [ARG...]: like the luajit command, inside the host runtime.
+function commands.lua(argv)
+  local file = argv[2]
+  if not file then usage("usage: luakiq lua FILE [ARG...]") end
+  local a = { [0] = file }
+  for i = 3, #argv do a[i - 2] = argv[i] end
+  _G.arg = a
+  local fn, err = loadfile(file)
+  if not fn then usage(err) end
+  local ok, e = xpcall(function() return fn(unpack(a)) end, function(e)
+    if type(e) == "string" then return debug.traceback(e, 2) end
+    return e
+  end)
+  if ok then return type(e) == "number" and e or 0 end
+  if e ~= nil then io.stderr:write("luakiq: ", tostring(e), "\n") end
+  return 1 -- busted reports failure by raising nil
+end
+
+function M.main(argv)
+  local cmd = argv[1]
+  if not cmd or cmd == "--help" or cmd == "-h" or cmd == "help" then
+    io.stdout:write(USAGE)
+    return cmd and 0 or 2
+  end
+  if cmd == "--version" then io.stdout:write("luakiq ", require("luakiq").version, "\n") return 0 end
+  local fn = commands[cmd]
+  if not fn then
+    io.stderr:write("luakiq: unknown command '", cmd, "' (see luakiq --help)\n")
+    return 2
+  end
+  if cmd ~= "lua" then
+    for i = 2, #argv do
+      if argv[i] == "--help" or argv[i] == "-h" then io.stdout:write(HELP[cmd], "\n") return 0 end
+    end
+  end
+  local ok, code = pcall(fn, argv)
+  if ok then return code end
+  local kind, msg = errors.describe(code)
+  io.stderr:write("luakiq: ", (msg:match("^[^\n]*")), "\n")
+  if kind == "input" or kind == "notfound" or kind == "config" then return 2 end
+  return 1
+end
+
+return M

@@ -1,0 +1,117 @@
+-- luakiq.client: enqueue (perform_async). Runs in any VM: a worker thread, the
+-- CLI, the HTTP handlers. The whole array is validated and dumped before any
+-- byte is sent, so bad input enqueues nothing; then jobs are grouped by shard
+-- and sent as one push.lua call per shard (in chunks), all in one pipeline.
+local core = require "luakiq.core"
+local keys = require "luakiq.keys"
+local errors = require "luakiq.errors"
+local middleware = require "luakiq.middleware"
+
+local M = {}
+
+local CHUNK = 1000 -- jobs per push.lua call: keeps each script run short
+local allowed = { id = true, payload = true, score = true, perform_in = true, retry_count = true }
+
+local function finite(x) return type(x) == "number" and x == x and x ~= math.huge and x ~= -math.huge end
+
+-- Returns the id as a string, or raises an input error.
+function M.id_string(id, where)
+  if type(id) == "string" then
+    if id == "" then errors.input(where .. ": id must not be empty") end
+    return id
+  elseif type(id) == "number" and finite(id) and id == math.floor(id) then
+    return string.format("%.0f", id)
+  end
+  errors.input(where .. ": id must be a non-empty string or an integer, got " ..
+    (id == nil and "none" or type(id) .. " " .. tostring(id)))
+end
+
+-- Checks one job and returns {id, perform_in, retry_count, score, payload_bytes}.
+local function prepare(cfg, worker, job, i, now)
+  local where = "job " .. i
+  if type(job) ~= "table" then errors.input(where .. ": must be an object") end
+  for k in pairs(job) do
+    if not allowed[k] then
+      errors.input(where .. ": unknown field '" .. tostring(k) .. "' (allowed: id, payload, score, perform_in, retry_count)")
+    end
+  end
+  local id = M.id_string(job.id, where)
+  local function num(name, default)
+    local v = job[name]
+    if v == nil then return default end
+    if not finite(v) then errors.input(where .. " (id " .. id .. "): " .. name .. " must be a finite number") end
+    return v
+  end
+  local perform_in, score = num("perform_in", now), num("score", now)
+  local retry_count = num("retry_count", -1)
+  if retry_count ~= math.floor(retry_count) or retry_count < -1 then
+    errors.input(where .. " (id " .. id .. "): retry_count must be an integer >= -1")
+  end
+  local payload = job.payload
+  if payload == nil then payload = "" end
+  local ok, bytes = pcall(cfg.dump_payload, payload)
+  if not ok then errors.input(where .. " (id " .. id .. "): cannot dump payload: " .. tostring(bytes)) end
+  if type(bytes) ~= "string" then errors.input(where .. " (id " .. id .. "): dump_payload must return a string") end
+  if #bytes > cfg.max_payload_bytes then
+    errors.input(string.format("%s (id %s): payload is %d bytes, over max_payload_bytes (%d)",
+      where, id, #bytes, cfg.max_payload_bytes))
+  end
+  return { id, perform_in, retry_count, score, bytes }
+end
+
+-- Validates and sends jobs of one worker; returns how many were enqueued.
+local function push_now(conn, cfg, worker, jobs)
+  if type(jobs) ~= "table" then errors.input("jobs must be an array") end
+  local n = #jobs
+  for k in pairs(jobs) do
+    if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then errors.input("jobs must be an array") end
+  end
+  local now = core.now()
+  local by_shard, order = {}, {}
+  for i = 1, n do
+    local p = prepare(cfg, worker, jobs[i], i, now)
+    local s = keys.shard(p[1], worker.shards_count)
+    local list = by_shard[s]
+    if not list then list = {} by_shard[s] = list order[#order + 1] = s end
+    list[#list + 1] = p
+  end
+  if n == 0 then return 0 end
+  local channel = keys.wake_channel(cfg.namespace)
+  local cmds = {}
+  for _, s in ipairs(order) do
+    local list, prefix = by_shard[s], keys.prefix(cfg.namespace, worker.queue_name, s)
+    for from = 1, #list, CHUNK do
+      local cmd = { script = "push", prefix, channel, now }
+      for j = from, math.min(from + CHUNK - 1, #list) do
+        local p = list[j]
+        cmd[#cmd + 1] = p[1]
+        cmd[#cmd + 1] = p[2]
+        cmd[#cmd + 1] = p[3]
+        cmd[#cmd + 1] = p[4]
+        cmd[#cmd + 1] = p[5]
+      end
+      cmds[#cmds + 1] = cmd
+    end
+  end
+  local replies = conn:pipeline(cmds)
+  for _, r in ipairs(replies) do
+    if type(r) == "table" and r.err then error("redis: push failed: " .. r.err, 0) end
+  end
+  return n
+end
+
+-- perform_async: runs the client middlewares (outermost first) around the push.
+-- A middleware gets (worker, jobs, next) and may change jobs before next().
+function M.push(conn, cfg, worker_name, jobs)
+  local worker = cfg.by_name[worker_name]
+  if not worker then errors.notfound("unknown worker '" .. tostring(worker_name) .. "'") end
+  local result
+  local run = middleware.chain(cfg.client_middlewares, function(w, js)
+    result = push_now(conn, cfg, w, js)
+    return result
+  end)
+  run(worker, jobs)
+  return result or 0
+end
+
+return M

@@ -1,0 +1,42 @@
+-- luakiq: the module every worker, config and middleware file can require.
+-- It is bound to the VM it is required in: `redis` is this thread's own
+-- connection, `perform_async` enqueues through it (docs/lua-api.md).
+local core = require "luakiq.core"
+local runtime = require "luakiq.runtime"
+
+local M = {
+  json = require "luakiq.json",
+  log = require "luakiq.log",
+  splitters = require "luakiq.splitters",
+  schedulers = require "luakiq.schedulers",
+  now = core.now,
+  version = "0.1.0",
+}
+
+local function conn()
+  local c = runtime.ctx.conn
+  if not c then error("luakiq: no Redis connection in this VM yet (not available while config loads)", 2) end
+  return c
+end
+
+-- perform_async(worker_name, jobs): enqueue into any worker of the script
+-- directory (client middlewares apply). Returns how many jobs were enqueued.
+function M.perform_async(worker, jobs)
+  return require("luakiq.client").push(conn(), runtime.ctx.cfg, worker, jobs)
+end
+
+-- luakiq.redis.call(...) raises on an error reply; pcall returns nil, err.
+M.redis = {
+  call = function(...) return conn():call(...) end,
+  pcall = function(...) return conn():pcall(...) end,
+}
+
+-- Stops the whole process: the current batch stays in flight (it comes back
+-- on the next start), last_words(msg) runs on the main thread, exit code 1.
+M.FATAL = setmetatable({}, { __tostring = function() return "luakiq.fatal" end })
+function M.fatal(msg)
+  core.fatal(tostring(msg))
+  error(M.FATAL, 0)
+end
+
+return M

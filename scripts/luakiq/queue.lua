@@ -1,0 +1,93 @@
+-- luakiq.queue: the worker side of the queue scripts (fetch.lua, fail.lua,
+-- release.lua): building their calls and reading their replies.
+-- A batch carries the id fetch.lua gave it; acks and failures name that id,
+-- so a call re-sent after a lost reply can never ack or fail another batch.
+local core = require "luakiq.core"
+local log = require "luakiq.log"
+
+local M = {}
+
+-- The fetch.lua call for handler h (t: the thread state with token, lease_ms,
+-- and h.batch, the id of h's batch in flight). ack: the batch in flight
+-- succeeded. limit 0 only acks/renews.
+function M.fetch_cmd(h, t, limit, ack)
+  return { script = "fetch", h.prefix, t.token, t.lease_ms, core.now(), limit,
+           ack and h.batch or "", limit > 0 and "1" or "0" }
+end
+
+-- Reads one fetch.lua reply. Returns {jobs = {...}, head = number|nil}, or nil
+-- when another holder has the shard's lease. Raises on an error reply.
+function M.parse_fetch(r, h, t)
+  if type(r) ~= "table" or r.err then
+    error("fetch failed on " .. h.prefix .. ": " .. tostring(r and r.err or r), 0)
+  end
+  if r[1] == "LEASE" then
+    if not t.refused[h.prefix] then
+      log.warn("shard is leased by another host; skipping it", { worker = h.worker, shard = h.shard })
+      t.refused[h.prefix] = true
+    end
+    h.batch = nil
+    return nil
+  end
+  if t.refused[h.prefix] then
+    log.info("shard lease acquired", { worker = h.worker, shard = h.shard })
+    t.refused[h.prefix] = nil
+  end
+  local batch, head, restored = r[2], r[3], tonumber(r[4])
+  if restored and restored > 0 then
+    log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
+  end
+  local n, i, jobs = tonumber(r[6]), 7, {}
+  for j = 1, n do
+    local job = { id = r[i], perform_in = tonumber(r[i + 1]), retry_count = tonumber(r[i + 2]),
+                  error = r[i + 3] ~= "" and r[i + 3] or nil, payloads = {} }
+    local np = tonumber(r[i + 4])
+    i = i + 5
+    for k = 1, np do
+      job.payloads[k] = { r[i], tonumber(r[i + 1]) }
+      i = i + 2
+    end
+    jobs[j] = job
+  end
+  h.batch = n > 0 and batch or nil
+  return { jobs = jobs, head = head ~= "" and tonumber(head) or nil }
+end
+
+function M.ids(jobs)
+  local ids = {}
+  for i, job in ipairs(jobs) do ids[i] = job.id end
+  return ids
+end
+
+-- The failure path as one fail.lua call. Returns the morgued payloads as
+-- {id=, payload=bytes, score=} tables.
+function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at)
+  local cmd = { script = "fail", h.prefix, t.token, t.lease_ms, now, h.batch or "", max_retry_count, err }
+  for i, job in ipairs(jobs) do
+    cmd[#cmd + 1] = job.id
+    cmd[#cmd + 1] = retry_at[i]
+  end
+  local r = conn:pipeline({ cmd })[1]
+  h.batch = nil
+  if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end
+  local morgued = {}
+  if r[1] ~= "OK" then
+    log.warn("lease lost before the failure was recorded; the next holder retries the batch",
+      { worker = h.worker, shard = h.shard })
+    return morgued
+  end
+  local n = tonumber(r[3]) or 0
+  for j = 0, n - 1 do
+    morgued[#morgued + 1] = { id = r[5 + 3 * j], payload = r[6 + 3 * j], score = tonumber(r[7 + 3 * j]) }
+  end
+  return morgued
+end
+
+-- Gives every shard lease of this thread back (graceful stop).
+function M.release(conn, handlers, token)
+  local cmds = {}
+  for i, h in ipairs(handlers) do cmds[i] = { script = "release", h.prefix, token } end
+  if #cmds > 0 then conn:pipeline(cmds) end
+end
+
+return M

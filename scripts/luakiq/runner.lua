@@ -1,0 +1,217 @@
+-- luakiq.runner: the loop of one worker thread (runs in that thread's own VM).
+--
+-- The thread owns a group of shards (from the splitter). Its scheduler picks
+-- the next shard; process() runs one batch of it:
+--   fetch.lua (acks the previous batch in the same call) -> load payloads ->
+--   server middlewares around perform -> on error, fail.lua (one atomic step).
+-- A successful batch is acked by the next Redis call this thread makes (the
+-- next fetch, or the flush before it waits), so the steady state costs one
+-- round trip per batch. Leases (docs/guarantees.md) fence every shard.
+local core = require "luakiq.core"
+local json = require "luakiq.json"
+local keys = require "luakiq.keys"
+local log = require "luakiq.log"
+local middleware = require "luakiq.middleware"
+local queue = require "luakiq.queue"
+local runtime = require "luakiq.runtime"
+local luakiq = require "luakiq"
+
+local M = {}
+
+local function traceback(e)
+  if type(e) == "string" then return debug.traceback(e, 2) end
+  return e
+end
+
+-- Builds the per-thread state and the scheduler context.
+local function setup(boot)
+  local cfg = runtime.load(boot.dir, boot.overrides)
+  local conn, err = runtime.connect(cfg, cfg.redis_retry or 30)
+  if not conn then error(err, 0) end
+  local t = {
+    cfg = cfg, conn = conn, token = boot.token,
+    lease_ms = math.floor(cfg.lease_ttl * 1000),
+    handlers = {}, by_prefix = {},
+    pending = nil,   -- handler whose last batch succeeded and awaits its ack
+    refused = {},    -- prefix -> true while another holder has the lease
+  }
+  for i, h in ipairs(boot.handlers) do
+    local w = cfg.by_name[h.worker]
+    local handler = {
+      worker = h.worker, shard = h.shard, def = w, index = i,
+      prefix = keys.prefix(cfg.namespace, w.queue_name, h.shard),
+      perform = middleware.chain(cfg.middlewares, function(worker, batch) return worker.perform(batch) end),
+    }
+    t.handlers[i] = handler
+    t.by_prefix[handler.prefix] = i
+  end
+  return t
+end
+
+-- Sends the pending ack (if any) alone; used before sleeping and at stop.
+local function flush(t)
+  local h = t.pending
+  if not h then return end
+  local r = t.conn:pipeline { queue.fetch_cmd(h, t, 0, true) }
+  t.pending = nil
+  queue.parse_fetch(r[1], h, t)
+end
+
+-- Fails a batch: retry_in per job, then fail.lua (morgue at max_retry_count).
+local function fail(t, h, jobs, err)
+  local cfg, w = t.cfg, h.def
+  local ok, msg = pcall(cfg.format_error, err)
+  if not ok or type(msg) ~= "string" then msg = tostring(err) end
+  local dumped = msg
+  ok, dumped = pcall(cfg.dump_error, msg)
+  if not ok or (dumped ~= nil and type(dumped) ~= "string") then dumped = msg end
+  local now = core.now()
+  local retry_at = {}
+  for i, job in ipairs(jobs) do
+    local count = job.retry_count + 1
+    local okr, delay = pcall(w.retry_in, count)
+    if not okr or type(delay) ~= "number" or delay ~= delay then
+      log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
+      delay = count ^ 4 + 15 + math.random(0, 29) * (count + 1)
+    end
+    retry_at[i] = now + delay
+  end
+  local morgued = queue.fail(t.conn, h, t, now, w.max_retry_count, dumped or "", jobs, retry_at)
+  log.warn("batch failed: " .. msg:match("^[^\n]*"), {
+    worker = w.name, shard = h.shard, ids = queue.ids(jobs), morgued = #morgued })
+  if #morgued > 0 and w.retries_exhausted then
+    for _, m in ipairs(morgued) do
+      m.error = msg
+      local okp, v = pcall(cfg.load_payload, m.payload)
+      m.payloads = { { okp and v or m.payload, m.score } }
+      m.payload, m.score = nil, nil
+    end
+    local okx, e = xpcall(w.retries_exhausted, traceback, morgued)
+    if not okx then
+      if e == luakiq.FATAL then error(e, 0) end
+      log.error("retries_exhausted failed: " .. tostring(e), { worker = w.name })
+    end
+  end
+end
+
+-- One batch of shard h. Returns ok (a batch ran and succeeded), head (the
+-- shard's earliest perform_in left, or nil).
+local function process(t, h)
+  local cmds = {}
+  local ack_same = t.pending == h
+  if t.pending and not ack_same then cmds[1] = queue.fetch_cmd(t.pending, t, 0, true) end
+  cmds[#cmds + 1] = queue.fetch_cmd(h, t, h.def.batch_size, ack_same)
+  local replies = t.conn:pipeline(cmds)
+  if #cmds == 2 then queue.parse_fetch(replies[1], t.pending, t) end
+  t.pending = nil
+  local res = queue.parse_fetch(replies[#replies], h, t)
+  if not res then return false, nil end -- lease held elsewhere
+  local jobs = res.jobs
+  if #jobs == 0 then return false, res.head end
+  local cfg, w = t.cfg, h.def
+  local ids = queue.ids(jobs)
+  core.set_state("performing", w.name, h.shard, table.concat(ids, ","))
+  local started = core.now()
+  local ok, err = xpcall(function()
+    local batch = {}
+    for _, job in ipairs(jobs) do
+      local list = {}
+      for i, p in ipairs(job.payloads) do list[i] = cfg.load_payload(p[1]) end
+      batch[job.id] = list
+    end
+    return h.perform(w, batch)
+  end, traceback)
+  core.set_state("fetching", w.name, h.shard)
+  if ok then
+    t.pending = h
+    log.debug("batch done", { worker = w.name, shard = h.shard, ids = ids, duration = core.now() - started })
+    return true, res.head
+  end
+  if err == luakiq.FATAL then error(err, 0) end
+  fail(t, h, jobs, err)
+  return false, nil -- fail.lua moved jobs: the head is unknown, re-probe
+end
+
+local function scheduler_ctx(t)
+  local ctx = {
+    handlers = t.handlers,
+    poll_interval = t.cfg.poll_interval,
+    now = core.now,
+  }
+  function ctx.process(h) return process(t, h) end
+  function ctx.heads()
+    local cmds = {}
+    for i, h in ipairs(t.handlers) do cmds[i] = { "ZRANGE", h.prefix .. "queue", 0, 0, "WITHSCORES" } end
+    local replies = t.conn:pipeline(cmds)
+    local heads = {}
+    for i, r in ipairs(replies) do
+      heads[i] = (type(r) == "table" and r[2]) and tonumber(r[2]) or false
+    end
+    return heads
+  end
+  function ctx.wait()
+    flush(t)
+    if core.stopping() then return {} end
+    core.set_state("idle")
+    collectgarbage("step")
+    local msgs, all = core.wait(t.cfg.poll_interval)
+    local woken = {}
+    if all then
+      for i = 1, #t.handlers do woken[i] = i end
+    else
+      for _, m in ipairs(msgs) do woken[#woken + 1] = t.by_prefix[m] end
+    end
+    return woken
+  end
+  return ctx
+end
+
+-- Entry point of a worker thread (called from C with the boot string).
+function M.main(boot_json)
+  local boot = json.decode(boot_json)
+  core.log_setup { json = boot.log_json, level = boot.log_level }
+  local t = setup(boot)
+  local step = t.cfg.scheduler(scheduler_ctx(t))
+  local names = {}
+  for i, h in ipairs(t.handlers) do names[i] = h.worker .. h.shard end
+  log.info("thread started: " .. table.concat(names, ", "))
+  core.set_state("idle")
+  local backoff = 0.1
+  while not core.stopping() do
+    local ok, err = xpcall(step, traceback)
+    if ok then
+      backoff = 0.1
+    elseif err == luakiq.FATAL then
+      break
+    else
+      -- A Redis failure (or a bug in a user scheduler): log, back off, reconnect.
+      -- A pending ack stays pending: fetch.lua re-acks by batch id, so nothing runs twice.
+      log.error(tostring(err):match("^[^\n]*") .. "; retrying in " .. backoff .. " s")
+      core.set_state("error")
+      core.wait(backoff)
+      backoff = math.min(backoff * 2, 5)
+      if t.conn:broken() then
+        local okc, e = t.conn:reconnect()
+        if okc then log.info("reconnected to Redis") else log.warn(e) end
+      end
+    end
+  end
+  -- Graceful stop: ack what ran, give the shards back at once.
+  if not core.fatal_message() or t.pending then
+    local deadline = core.now() + 5
+    repeat
+      local ok, err = pcall(function()
+        flush(t)
+        queue.release(t.conn, t.handlers, t.token)
+      end)
+      if ok then break end
+      log.warn("cannot ack/release at stop: " .. tostring(err))
+      core.sleep(0.2)
+      if t.conn:broken() then t.conn:reconnect() end
+    until core.now() > deadline
+  end
+  core.set_state("stopped")
+  return 0
+end
+
+return M

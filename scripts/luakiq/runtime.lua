@@ -1,0 +1,76 @@
+-- luakiq.runtime: what every VM does first. Loads the script directory
+-- (config + workers, validated), applies CLI overrides, connects to Redis,
+-- and binds the public `luakiq` module to this VM's connection and config.
+-- Each VM (main thread, every worker thread) runs this for itself.
+local core = require "luakiq.core"
+local config = require "luakiq.config"
+local keys = require "luakiq.keys"
+local log = require "luakiq.log"
+local errors = require "luakiq.errors"
+
+local M = {}
+
+-- The context of this VM: { cfg, conn }. Set once by M.setup.
+M.ctx = {}
+
+-- Loads DIR with overrides ({redis=, threads=, ...}); raises a one-line
+-- error naming the file and key on bad config (callers map it to exit 2).
+function M.load(dir, overrides)
+  local ok, cfg = pcall(config.load, dir, core.list_dir)
+  if not ok then errors.config(tostring(cfg)) end
+  if overrides then
+    local ok2, err = pcall(config.apply_overrides, cfg, overrides)
+    if not ok2 then errors.config(tostring(err)) end
+  end
+  cfg.by_name = cfg.by_name or {}
+  for _, w in ipairs(cfg.workers) do cfg.by_name[w.name] = w end
+  M.ctx.cfg = cfg
+  return cfg
+end
+
+-- Connects to cfg.redis. With retry_for > 0, keeps trying (backoff up to 2 s)
+-- for that many seconds before giving up. Returns conn or nil, err.
+function M.connect(cfg, retry_for)
+  local deadline = core.now() + (retry_for or 0)
+  local delay, warned = 0.05, false
+  while true do
+    local conn, err = core.connect(cfg.redis, cfg.redis_timeout or 10)
+    if conn then
+      if warned then log.info("connected to Redis at " .. cfg.redis) end
+      M.ctx.conn = conn
+      return conn
+    end
+    if core.now() >= deadline or core.stopping() then return nil, err end
+    if not warned then log.warn(err .. "; retrying") warned = true end
+    core.sleep(delay)
+    delay = math.min(delay * 2, 2)
+  end
+end
+
+-- Records each worker's shards_count in the queue registry; refuses a worker
+-- whose count differs from the stored one (its ids would land in other shards).
+function M.register(conn, cfg)
+  for _, w in ipairs(cfg.workers) do
+    local stored = conn:script("register", keys.registry(cfg.namespace), w.queue_name, w.shards_count)
+    if tonumber(stored) ~= w.shards_count then
+      return nil, string.format(
+        "%s: shards_count is %d but queue '%s' already has %s shards in Redis; " ..
+        "changing it would strand jobs (see docs/configuration.md, 'Changing shards_count')",
+        w.file or w.name, w.shards_count, w.queue_name, tostring(stored))
+    end
+  end
+  return true
+end
+
+-- The flat handler list, Lowkiq's order: workers in config order, shards 0..n-1.
+function M.handlers(cfg)
+  local list = {}
+  for _, w in ipairs(cfg.workers) do
+    for s = 0, w.shards_count - 1 do
+      list[#list + 1] = { worker = w.name, shard = s }
+    end
+  end
+  return list
+end
+
+return M
