@@ -1,0 +1,106 @@
+-- Helpers to run the real binary as a separate process (luakiq run, enqueue,
+-- ...) and to build script directories in temp dirs.
+local core = require "luakiq.core"
+
+local M = {}
+
+M.bin = os.getenv("LUAKIQ_BIN") or "build/luakiq"
+
+local function sh(cmd)
+  local ok = os.execute(cmd)
+  return ok == 0 or ok == true
+end
+M.sh = sh
+
+function M.quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+function M.tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(sh("mkdir -p " .. d))
+  return d
+end
+
+function M.write(path, text)
+  sh("mkdir -p " .. M.quote(path:match("^(.*)/[^/]*$")))
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+function M.read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- A script directory: files = {["config.lua"] = "...", ["workers/A.lua"] = "..."}.
+function M.scriptdir(files)
+  local d = M.tmpdir()
+  for name, text in pairs(files) do M.write(d .. "/" .. name, text) end
+  return d
+end
+
+-- Runs the binary to completion: returns exit code, stdout, stderr.
+function M.exec(args, stdin, env)
+  local d = M.tmpdir()
+  local cmd = (env or "") .. " " .. M.bin .. " " .. args .. " >" .. d .. "/out 2>" .. d .. "/err"
+  if stdin then
+    M.write(d .. "/in", stdin)
+    cmd = cmd .. " <" .. d .. "/in"
+  else
+    cmd = cmd .. " </dev/null"
+  end
+  local ok, _, code = os.execute(cmd .. "; echo $? >" .. d .. "/rc")
+  local rc = tonumber(M.read(d .. "/rc"))
+  local out, err = M.read(d .. "/out"), M.read(d .. "/err")
+  sh("rm -rf " .. d)
+  return rc, out, err
+end
+
+-- Starts `luakiq ARGS` in the background; returns a process handle.
+function M.spawn(args, env)
+  local d = M.tmpdir()
+  -- The inner sh records its pid and execs the binary (so the pid is luakiq's);
+  -- the outer subshell waits for it and records the exit code.
+  local inner = string.format("echo $$ >%s/pid; exec %s %s %s >%s/out 2>%s/err </dev/null",
+    d, env or "", M.bin, args, d, d)
+  assert(sh("( sh -c " .. M.quote(inner) .. "; echo $? >" .. d .. "/rc ) >/dev/null 2>&1 &"))
+  local p = setmetatable({ dir = d }, { __index = M.proc })
+  M.eventually(function() p.pid = tonumber(M.read(d .. "/pid")) return p.pid end, 5, "spawned pid")
+  return p
+end
+
+M.proc = {}
+function M.proc:alive() return sh("kill -0 " .. self.pid .. " 2>/dev/null") end
+function M.proc:signal(sig) return sh("kill -" .. sig .. " " .. self.pid .. " 2>/dev/null") end
+function M.proc:log() return (M.read(self.dir .. "/err") or "") .. (M.read(self.dir .. "/out") or "") end
+-- Waits up to timeout seconds for exit; returns the exit code or nil.
+function M.proc:wait(timeout)
+  local deadline = core.now() + (timeout or 10)
+  while core.now() < deadline do
+    local rc = tonumber(M.read(self.dir .. "/rc"))
+    if rc then return rc end
+    core.sleep(0.02)
+  end
+  return nil
+end
+function M.proc:kill()
+  if self:alive() then self:signal("KILL") end
+  self:wait(5)
+end
+
+-- Waits until fn() is truthy (polling), up to timeout seconds.
+function M.eventually(fn, timeout, what)
+  local deadline = core.now() + (timeout or 10)
+  while core.now() < deadline do
+    local v = fn()
+    if v then return v end
+    core.sleep(0.02)
+  end
+  error("timed out waiting for " .. (what or "condition"), 2)
+end
+
+return M

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Quick start: builds luakiq, starts a private redis-server (unless REDIS_URL is
+# set), enqueues sample order snapshots and runs the host on examples/orders for
+# a few seconds so you can watch jobs being processed. Usage:
+#   tools/run-example.sh [DIR] [SECONDS]     (defaults: examples/orders, 6)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/build.sh
+dir=${1:-examples/orders}
+secs=${2:-6}
+tmp=$(mktemp -d)
+cleanup() {
+  [ -n "${host_pid:-}" ] && kill "$host_pid" 2>/dev/null || true
+  [ -f "$tmp/redis.pid" ] && kill "$(cat "$tmp/redis.pid")" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+if [ -z "${REDIS_URL:-}" ]; then
+  port=$(build/luakiq lua <(echo 'print(require("luakiq.core").free_port())'))
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$tmp" --daemonize yes \
+    --pidfile "$tmp/redis.pid" --logfile "$tmp/redis.log" --save '' --appendonly no
+  export REDIS_URL="redis://127.0.0.1:$port/0"
+  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  echo "private redis-server on $REDIS_URL"
+fi
+# 20 orders x 5 snapshots each, plus one broken snapshot that will fail and retry.
+{
+  for v in 1 2 3 4 5; do
+    for id in $(seq 1 20); do
+      echo "{\"id\":\"order-$id\",\"score\":$v,\"payload\":{\"version\":$v,\"status\":\"v$v\"}}"
+    done
+  done
+  echo '{"id":"order-99","score":1,"payload":{"version":1,"status":"broken"}}'
+} | build/luakiq enqueue "$dir" Orders
+echo "before:"; build/luakiq stats "$dir"
+build/luakiq run "$dir" & host_pid=$!
+sleep "$secs"
+kill -TERM "$host_pid"; wait "$host_pid" || true; host_pid=
+echo "after:"; build/luakiq stats "$dir"
+echo "retrying (the broken order):"; build/luakiq jobs "$dir" Orders queue
