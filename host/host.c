@@ -29,6 +29,8 @@ static struct {
     struct host_route *routes;
     int nroutes;
     int ints;
+    struct event *renew_ev;
+    store *renew_store;           /* main thread's own connection, for renewals */
 } host;
 
 static int host_route_cmp(const void *a, const void *b) {
@@ -46,6 +48,39 @@ static void host_on_wake(const char *msg, size_t len, void *arg) {
     struct host_route key = {buf, 0};
     struct host_route *r = bsearch(&key, host.routes, (size_t)host.nroutes, sizeof key, host_route_cmp);
     if (r) runner_wake(r->thread, buf);
+}
+
+/* Renews the lease of one shard whose batch is still performing. */
+static void host_renew_one(const char *prefix, void *arg) {
+    (void)arg;
+    char ms[32], err[256];
+    snprintf(ms, sizeof ms, "%ld", host.plan->lease_ms);
+    const char *argv[] = {prefix, host.plan->lease_token, ms};
+    size_t lens[] = {strlen(prefix), strlen(host.plan->lease_token), strlen(ms)};
+    struct store_cmd cmd = {"renew", 1, 3, argv, lens};
+    store_reply *r = NULL;
+    if (store_pipeline(host.renew_store, 1, &cmd, &r, err, sizeof err) < 0) {
+        log_fmt(LOG_WARN, "lease renewal failed: %s", err);
+        return;
+    }
+    if (store_reply_type(r) == STORE_INTEGER && store_reply_int(r) == 0)
+        log_fmt(LOG_ERROR, "lease of %s lost while its batch runs: another host may take the shard over", prefix);
+    store_reply_free(r);
+}
+
+/* Timer, every renew_ms: a batch longer than the lease TTL keeps its shard.
+ * Idle shards need no renewal (their holder re-acquires on its next fetch). */
+static void host_on_renew(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what; (void)arg;
+    char err[256];
+    if (!host.renew_store || store_broken(host.renew_store)) {
+        if (host.renew_store && store_reconnect(host.renew_store, err, sizeof err) < 0) return;
+        if (!host.renew_store && !(host.renew_store = store_open(host.plan->redis_url, 5, err, sizeof err))) {
+            log_fmt(LOG_WARN, "lease renewal: %s", err);
+            return;
+        }
+    }
+    runner_each_performing(host_renew_one, NULL);
 }
 
 static void host_dump(void) {
@@ -117,6 +152,11 @@ int host_run(const struct host_plan *plan) {
         sub = store_subscribe(host.base, plan->redis_url, plan->wake_channel, host_on_wake, NULL, err, sizeof err);
         if (!sub) log_fmt(LOG_WARN, "no wake-up subscriber (%s): new jobs wait up to poll_interval", err);
     }
+    if (plan->lease_token && plan->lease_token[0] && plan->renew_ms > 0) {
+        struct timeval tv = {plan->renew_ms / 1000, (plan->renew_ms % 1000) * 1000};
+        host.renew_ev = event_new(host.base, -1, EV_PERSIST, host_on_renew, NULL);
+        event_add(host.renew_ev, &tv);
+    }
     if (runner_start_all(plan->nthreads, plan->boots, host_thread_done, NULL) < 0) {
         log_fmt(LOG_ERROR, "cannot start %d worker threads", plan->nthreads);
         runner_request_stop();
@@ -128,6 +168,8 @@ int host_run(const struct host_plan *plan) {
     store_sub_free(sub);
     for (int i = 0; i < 3; i++) event_free(sev[i]);
     event_free(host.done_ev);
+    if (host.renew_ev) event_free(host.renew_ev);
+    store_close(host.renew_store);
     event_base_free(host.base);
     free(host.routes);
     return runner_fatal() ? (code ? code : 1) : code;

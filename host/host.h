@@ -11,6 +11,8 @@ struct host_plan {
     const char *const *route_prefix;
     const int *route_thread;
     const char *dump_path;        /* TTIN dump file */
+    const char *lease_token;      /* this host's lease token */
+    long lease_ms, renew_ms;      /* lease TTL; how often busy threads' leases are renewed */
 };
 
 /* Runs the worker threads until they stop (TERM/INT, fatal error, or all of

@@ -40,7 +40,7 @@ struct runner {
     int nmail;
     int wake_all;
 
-    char state[16], worker[128], *ids;
+    char state[16], worker[128], prefix[512], *ids;
     int shard;
     double since;
 };
@@ -199,16 +199,30 @@ const char *runner_fatal(void) {
     return m;
 }
 
-void runner_set_state(struct runner *r, const char *state, const char *worker, int shard, const char *ids) {
+void runner_set_state(struct runner *r, const char *state, const char *worker, int shard, const char *ids,
+                      const char *prefix) {
     char *copy = ids ? strdup(ids) : NULL;
     pthread_mutex_lock(&r->mu);
     snprintf(r->state, sizeof r->state, "%s", state);
     snprintf(r->worker, sizeof r->worker, "%s", worker ? worker : "");
     r->shard = shard;
+    snprintf(r->prefix, sizeof r->prefix, "%s", prefix ? prefix : "");
     free(r->ids);
     r->ids = copy;
     r->since = runner_now();
     pthread_mutex_unlock(&r->mu);
+}
+
+void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg) {
+    char prefix[512];
+    for (int i = 0; i < nrunners; i++) {
+        struct runner *r = runners[i];
+        pthread_mutex_lock(&r->mu);
+        int busy = strcmp(r->state, "performing") == 0 && r->prefix[0];
+        memcpy(prefix, r->prefix, sizeof prefix);
+        pthread_mutex_unlock(&r->mu);
+        if (busy) fn(prefix, arg); /* called without the lock: fn does Redis I/O */
+    }
 }
 
 void runner_dump(FILE *f) {

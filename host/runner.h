@@ -37,7 +37,11 @@ void runner_set_fatal(const char *msg);
 const char *runner_fatal(void); /* NULL when none; valid until exit */
 
 /* State for the TTIN dump, set by the thread itself between steps. */
-void runner_set_state(struct runner *r, const char *state, const char *worker, int shard, const char *ids);
+void runner_set_state(struct runner *r, const char *state, const char *worker, int shard, const char *ids,
+                      const char *prefix);
+/* Main thread: calls fn(prefix, arg) for every thread now performing a batch
+ * (prefix = its shard's key prefix), for lease renewal. */
+void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg);
 /* Writes every thread's state to f (main thread). */
 void runner_dump(FILE *f);
 

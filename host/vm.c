@@ -327,11 +327,13 @@ static int core_sleep(lua_State *L) {
     return 0;
 }
 
-/* core.set_state(state, worker, shard, ids) - for the TTIN dump */
+/* core.set_state(state, worker, shard, ids, prefix) - for the TTIN dump and
+ * lease renewal (a "performing" thread's shard lease is renewed by the main thread) */
 static int core_set_state(lua_State *L) {
     struct runner *r = runner_self();
     if (r) runner_set_state(r, luaL_checkstring(L, 1), luaL_optstring(L, 2, NULL),
-                            (int)luaL_optinteger(L, 3, -1), luaL_optstring(L, 4, NULL));
+                            (int)luaL_optinteger(L, 3, -1), luaL_optstring(L, 4, NULL),
+                            luaL_optstring(L, 5, NULL));
     return 0;
 }
 
@@ -472,11 +474,17 @@ static int core_host_run(lua_State *L) {
     lua_getfield(L, 1, "redis");     /* 4 */
     lua_getfield(L, 1, "wake_channel");
     lua_getfield(L, 1, "dump_path"); /* 6 */
+    lua_getfield(L, 1, "token");     /* 7 */
+    lua_getfield(L, 1, "lease_ms");  /* 8 */
+    lua_getfield(L, 1, "renew_ms");  /* 9 */
     luaL_checktype(L, 2, LUA_TTABLE);
     luaL_checktype(L, 3, LUA_TTABLE);
     plan.redis_url = luaL_checkstring(L, 4);
     plan.wake_channel = luaL_optstring(L, 5, "");
     plan.dump_path = luaL_optstring(L, 6, "/tmp/luakiq_ttin.txt");
+    plan.lease_token = luaL_optstring(L, 7, "");
+    plan.lease_ms = (long)luaL_optnumber(L, 8, 30000);
+    plan.renew_ms = (long)luaL_optnumber(L, 9, 10000);
     int n = (int)lua_objlen(L, 2), nr = 0;
     lua_pushnil(L);
     while (lua_next(L, 3)) { nr++; lua_pop(L, 1); }

@@ -110,7 +110,7 @@ local function process(t, h)
   if #jobs == 0 then return false, res.head end
   local cfg, w = t.cfg, h.def
   local ids = queue.ids(jobs)
-  core.set_state("performing", w.name, h.shard, table.concat(ids, ","))
+  core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
   local ok, err = xpcall(function()
     local batch = {}
@@ -149,12 +149,8 @@ local function scheduler_ctx(t)
     end
     return heads
   end
-  function ctx.wait()
-    flush(t)
-    if core.stopping() then return {} end
-    core.set_state("idle")
-    collectgarbage("step")
-    local msgs, all = core.wait(t.cfg.poll_interval)
+  -- Woken handler indexes from the mailbox messages (all of them on a broad wake).
+  local function woken_of(msgs, all)
     local woken = {}
     if all then
       for i = 1, #t.handlers do woken[i] = i end
@@ -163,8 +159,24 @@ local function scheduler_ctx(t)
     end
     return woken
   end
+  -- Sleeps up to hint (capped by poll_interval) or until a push wakes us.
+  function ctx.wait(hint)
+    flush(t)
+    if core.stopping() then return {} end
+    core.set_state("idle")
+    collectgarbage("step")
+    local timeout = t.cfg.poll_interval
+    if hint and hint < timeout then timeout = math.max(hint, 0.001) end
+    return woken_of(core.wait(timeout))
+  end
+  -- Wake-ups that arrived while busy (never blocks).
+  function ctx.poll() return woken_of(core.wait(0)) end
   return ctx
 end
+
+-- Exposed for the shard-handler specs, which drive one thread's state from a
+-- `luakiq lua` VM: setup(boot) -> t, process(t, handler) -> ok, head, flush(t).
+M.setup, M.process, M.flush = setup, process, flush
 
 -- Entry point of a worker thread (called from C with the boot string).
 function M.main(boot_json)

@@ -1,0 +1,327 @@
+-- luakiq.config: loads and validates a script directory.
+--
+--   DIR/config.lua      optional; returns a table of settings (SETTINGS below)
+--   DIR/workers/*.lua   one worker per file, each returning a table (WORKER)
+--
+-- DIR is put first on package.path, so `require "lib.thing"` loads
+-- DIR/lib/thing.lua. Files run with loadfile (chunkname = their real path),
+-- unsandboxed. Validation is strict: every problem is raised as
+-- error(msg, 0) with one line starting with the file's path and naming the
+-- key, e.g. "app/workers/Mail.lua: unknown key 'shard_count' (did you mean
+-- 'shards_count'?)".
+local splitters = require "luakiq.splitters"
+local schedulers = require "luakiq.schedulers"
+local json = require "luakiq.json"
+local retry = require "luakiq.retry"
+
+local M = {}
+
+local function fail(msg) error(msg, 0) end
+
+local function q(v)
+  if type(v) == "string" then return "'" .. v .. "'" end
+  return tostring(v)
+end
+
+-- Value checks: each returns nil when v is fine, else what it must be.
+local function finite(v) return type(v) == "number" and v == v and v ~= math.huge and v ~= -math.huge end
+local function int(v) return finite(v) and v % 1 == 0 end
+local checks = {
+  pos_int = function(v) if not (int(v) and v >= 1) then return "a positive integer" end end,
+  nonneg_int = function(v) if not (int(v) and v >= 0) then return "a non-negative integer" end end,
+  pos_num = function(v) if not (finite(v) and v > 0) then return "a number > 0" end end,
+  nonneg_num = function(v) if not (finite(v) and v >= 0) then return "a number >= 0" end end,
+  str = function(v) if type(v) ~= "string" or v == "" then return "a non-empty string" end end,
+  func = function(v) if type(v) ~= "function" then return "a function" end end,
+  -- used in Redis key names ("ns:{queue:shard}:..."): no braces, no spaces
+  name = function(v)
+    if type(v) ~= "string" or v == "" or v:find("[%c%s{}]") then
+      return "a non-empty string without spaces, control characters, '{' or '}'"
+    end
+  end,
+  funcs = function(v)
+    if type(v) ~= "table" then return "an array of functions" end
+    local n = #v
+    for k, f in pairs(v) do
+      if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 or type(f) ~= "function" then
+        return "an array of functions"
+      end
+    end
+  end,
+  names = function(v)
+    if type(v) ~= "table" then return "an array of worker names" end
+    local n = #v
+    for k, s in pairs(v) do
+      if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 or type(s) ~= "string" then
+        return "an array of worker names"
+      end
+    end
+  end,
+  scheduler = function(v)
+    if v ~= "lag" and v ~= "seq" and type(v) ~= "function" then return '"lag", "seq" or a function(ctx)' end
+  end,
+}
+
+-- Settings of config.lua: key -> check. Defaults are in M.defaults().
+local SETTINGS = {
+  threads_per_node = "pos_int", poll_interval = "pos_num", redis = "str", namespace = "name",
+  workers = "names", splitter = "func", scheduler = "scheduler",
+  middlewares = "funcs", client_middlewares = "funcs",
+  on_server_init = "func", last_words = "func",
+  dump_payload = "func", load_payload = "func",
+  format_error = "func", dump_error = "func", load_error = "func",
+  web = "str", web_token = "str",
+  lease_ttl = "pos_num", lease_renew = "pos_num", max_payload_bytes = "pos_int",
+  redis_timeout = "pos_num", redis_retry = "nonneg_num", dump_path = "str",
+}
+
+-- Keys of a worker file: key -> check.
+local WORKER = {
+  name = "name", queue_name = "name", shards_count = "pos_int", batch_size = "pos_int",
+  max_retry_count = "nonneg_int", retry_in = "func", perform = "func", retries_exhausted = "func",
+}
+
+local function identity(x) return x end
+
+-- A fresh table of every setting's default (DESIGN §1-2, Lowkiq's defaults).
+function M.defaults()
+  local url = os.getenv("REDIS_URL")
+  return {
+    threads_per_node = 5,
+    poll_interval = 1,
+    redis = (url and url ~= "") and url or "redis://127.0.0.1:6379/0",
+    namespace = "luakiq",
+    workers = nil,               -- replaced by the array of worker defs
+    splitter = splitters.default,
+    scheduler = "lag",           -- resolved to a function(ctx) -> step
+    middlewares = {},
+    client_middlewares = {},
+    on_server_init = nil,
+    last_words = nil,
+    dump_payload = json.encode,
+    load_payload = json.decode,
+    format_error = function(err) return tostring(err) end,
+    dump_error = identity,
+    load_error = identity,
+    web = nil,
+    web_token = nil,
+    lease_ttl = 30,              -- seconds a shard lease lives without renewal
+    lease_renew = 10,            -- renew a held lease after this many seconds
+    max_payload_bytes = 1048576,
+    redis_timeout = 10,          -- seconds for connect and for each reply
+    redis_retry = 30,            -- seconds `run` keeps trying to connect at start
+    dump_path = nil,             -- TTIN dump file (default: $TMPDIR/luakiq_ttin_PID.txt)
+  }
+end
+
+local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25 }
+
+-- Edit distance, for "did you mean" hints on unknown keys.
+local function distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      local cost = a:byte(i) == b:byte(j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+local function unknown_key(file, k, known, what)
+  local best, best_d
+  if type(k) == "string" then
+    for name in pairs(known) do
+      local d = distance(k:lower(), name)
+      if d <= 2 and (not best_d or d < best_d or (d == best_d and name < best)) then best, best_d = name, d end
+    end
+  end
+  local shown = type(k) == "string" and ("'" .. k .. "'") or ("[" .. tostring(k) .. "]")
+  fail(string.format("%s: unknown key %s%s (%s)", file, shown,
+    best and (" (did you mean '" .. best .. "'?)") or "", what))
+end
+
+-- Checks every key of t against spec (key -> check name).
+local function validate(file, t, spec, what)
+  for k, v in pairs(t) do
+    local check = type(k) == "string" and spec[k]
+    if not check then unknown_key(file, k, spec, what) end
+    local want = checks[check](v)
+    if want then
+      fail(string.format("%s: %s must be %s, got %s", file, k, want,
+        type(v) == "string" and string.format("%q", v) or (type(v) == "number" and tostring(v) or type(v))))
+    end
+  end
+end
+
+-- First line of an error, with a Lua position "<chunk>:N:" for this file
+-- rewritten as "<file>:N:" (Lua shortens long chunk names with "...").
+local function where(file, err)
+  local msg = tostring(err):match("^[^\n]*")
+  local chunk, line, rest = msg:match("^(.-):(%d+): (.*)$")
+  if chunk and (chunk == file or (chunk:sub(1, 3) == "..." and file:sub(-(#chunk - 3)) == chunk:sub(4))) then
+    return file .. ":" .. line .. ": " .. rest
+  end
+  if msg:sub(1, #file) == file then return msg end
+  return file .. ": " .. msg
+end
+
+-- Runs a Lua file that must return a table.
+local function run_file(file)
+  local chunk, err = loadfile(file)
+  if not chunk then fail(where(file, err)) end
+  local ok, t = pcall(chunk)
+  if not ok then fail(where(file, t)) end
+  if type(t) ~= "table" then fail(file .. ": must return a table, got " .. type(t)) end
+  return t
+end
+
+local function exists(path)
+  local f = io.open(path, "r")
+  if f then f:close() return true end
+  return false
+end
+
+local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- list_dir fallback without C modules: names (unsorted) | nil, err.
+local function popen_list_dir(path)
+  local p = io.popen("if [ -d " .. shell_quote(path) .. " ]; then ls -1A -- " .. shell_quote(path) ..
+    "; else echo //missing; fi 2>/dev/null")
+  if not p then return nil, path .. ": cannot list the directory" end
+  local names = {}
+  for line in p:lines() do names[#names + 1] = line end
+  p:close()
+  if names[1] == "//missing" then return nil, path .. ": No such file or directory" end
+  return names
+end
+
+local function add_to_path(dir)
+  if dir:find("[;?]") then fail(dir .. ": the directory name must not contain ';' or '?'") end
+  local prefix = dir .. "/?.lua;" .. dir .. "/?/init.lua;"
+  if package.path:sub(1, #prefix) ~= prefix then package.path = prefix .. package.path end
+end
+
+-- Builds one worker def from its file.
+local function load_worker(file, stem)
+  local t = run_file(file)
+  validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, " ..
+    "max_retry_count, retry_in, perform, retries_exhausted")
+  if t.perform == nil then fail(file .. ": perform is required (a function(payloads_by_id))") end
+  local name = t.name or stem
+  if checks.name(name) then
+    fail(file .. ": name " .. string.format("%q", name) .. " (from the file name) must be " .. checks.name(name) ..
+      "; rename the file or set `name`")
+  end
+  local w = {
+    name = name,
+    queue_name = t.queue_name or name,
+    shards_count = t.shards_count or WORKER_DEFAULTS.shards_count,
+    batch_size = t.batch_size or WORKER_DEFAULTS.batch_size,
+    max_retry_count = t.max_retry_count or WORKER_DEFAULTS.max_retry_count,
+    retry_in = t.retry_in or retry.default,
+    perform = t.perform,
+    retries_exhausted = t.retries_exhausted,
+    file = file,
+  }
+  return w
+end
+
+-- load(dir [, list_dir]) -> cfg. list_dir(path) -> names | nil, err (the host
+-- passes a C one; without it, `ls` through io.popen is used). Raises
+-- error(msg, 0) with a one-line msg starting with the offending file's path.
+function M.load(dir, list_dir)
+  if type(dir) ~= "string" or dir == "" then fail("config: the script directory must be a non-empty path") end
+  dir = dir:gsub("(.)/+$", "%1")
+  list_dir = list_dir or popen_list_dir
+  add_to_path(dir)
+
+  local cfg = M.defaults()
+  local cfg_file = dir .. "/config.lua"
+  cfg.dir, cfg.file = dir, cfg_file
+  if exists(cfg_file) then
+    local t = run_file(cfg_file)
+    validate(cfg_file, t, SETTINGS, "see docs/configuration.md for the settings")
+    for k, v in pairs(t) do cfg[k] = v end
+    if cfg.lease_renew >= cfg.lease_ttl then
+      fail(string.format("%s: lease_renew (%s) must be less than lease_ttl (%s)", cfg_file,
+        tostring(cfg.lease_renew), tostring(cfg.lease_ttl)))
+    end
+  end
+  if cfg.scheduler == "lag" then cfg.scheduler = schedulers.lag
+  elseif cfg.scheduler == "seq" then cfg.scheduler = schedulers.seq end
+
+  -- Workers: every *.lua in DIR/workers, by file name.
+  local wdir = dir .. "/workers"
+  local names, err = list_dir(wdir)
+  if not names then fail(wdir .. ": missing directory (" .. tostring(err) .. "); put one worker per file in it") end
+  local files = {}
+  for _, n in ipairs(names) do
+    if n:sub(1, 1) ~= "." and n:match("%.lua$") then files[#files + 1] = n end
+  end
+  table.sort(files)
+  if #files == 0 then fail(wdir .. ": no worker files (*.lua) in the directory") end
+
+  local defs, by_name, by_queue = {}, {}, {}
+  for _, n in ipairs(files) do
+    local file = wdir .. "/" .. n
+    local w = load_worker(file, n:sub(1, -5))
+    local other = by_name[w.name]
+    if other then fail(string.format("%s: name '%s' is already used by %s", file, w.name, other.file)) end
+    other = by_queue[w.queue_name]
+    if other then
+      fail(string.format("%s: queue_name '%s' is already used by %s", file, w.queue_name, other.file))
+    end
+    by_name[w.name], by_queue[w.queue_name] = w, w
+    defs[#defs + 1] = w
+  end
+
+  -- Order: config's `workers` (which must name every worker once), else by name.
+  local order = cfg.workers
+  if order then
+    local seen = {}
+    for _, n in ipairs(order) do
+      if not by_name[n] then
+        fail(string.format("%s: workers: unknown worker '%s' (no %s/%s.lua and no worker with that name)",
+          cfg_file, n, wdir, n))
+      end
+      if seen[n] then fail(string.format("%s: workers: '%s' is listed twice", cfg_file, n)) end
+      seen[n] = true
+    end
+    for _, w in ipairs(defs) do
+      if not seen[w.name] then
+        fail(string.format("%s: workers: worker '%s' (%s) is not listed; list every worker, or remove the key",
+          cfg_file, w.name, w.file))
+      end
+    end
+    defs = {}
+    for i, n in ipairs(order) do defs[i] = by_name[n] end
+  else
+    table.sort(defs, function(a, b) return a.name < b.name end)
+  end
+  cfg.workers, cfg.by_name = defs, by_name
+  return cfg
+end
+
+-- Command-line overrides: {redis=URL, threads=N (or threads_per_node=N),
+-- web=ADDR:PORT}. Raises error(msg, 0) naming the flag. Returns cfg.
+function M.apply_overrides(cfg, o)
+  for k, v in pairs(o or {}) do
+    if k == "threads" or k == "threads_per_node" then
+      if type(v) == "string" then v = tonumber(v) end
+      if not int(v) or v < 1 then fail("--threads must be a positive integer, got " .. q(v)) end
+      cfg.threads_per_node = v
+    elseif k == "redis" or k == "web" then
+      if type(v) ~= "string" or v == "" then fail("--" .. k .. " must be a non-empty string") end
+      cfg[k] = v
+    else
+      fail("config.apply_overrides: unknown override '" .. tostring(k) .. "'")
+    end
+  end
+  return cfg
+end
+
+return M

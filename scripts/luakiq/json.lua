@@ -1,0 +1,195 @@
+-- luakiq.json: canonical JSON encoding and strict decoding.
+--
+-- encode(v) is canonical, so equal payloads are equal bytes (payloads are
+-- sorted-set members, and equal members merge):
+--   * object keys sorted by byte order, no whitespace anywhere;
+--   * a table with keys 1..n (n > 0) only is an array; any other non-empty
+--     table must have string keys only (it is an object); an empty table is
+--     `{}` unless it carries json.array_mt (see json.array);
+--   * integers (|x| < 2^53) print without fraction or exponent; other numbers
+--     print with the fewest significant digits (<= 17) that read back equal;
+--     -0 prints as 0; NaN and +-inf are refused;
+--   * strings: `"` `\` and control characters are escaped (\b \f \n \r \t,
+--     else \u00xx); every other byte, UTF-8 included, passes through;
+--   * json.null encodes as null; functions, userdata, threads, cycles and
+--     nesting deeper than MAX_DEPTH are refused.
+-- Errors are raised as "json: <reason> at <path>", e.g. "json: cannot encode
+-- a function at $.user.hook".
+--
+-- decode(s) uses a private lua-cjson instance (cjson.new(), so settings made
+-- by user code on the shared `cjson` module cannot change it), refuses NaN,
+-- Infinity and hex numbers, and limits nesting to MAX_DEPTH. null decodes to
+-- json.null. Note: `[]` decodes to an empty table, which encodes as `{}`.
+local cjson_module = require "cjson"
+
+local M = {}
+
+local MAX_DEPTH = 1000
+
+local cj = cjson_module.new()
+cj.decode_invalid_numbers(false)
+cj.decode_max_depth(MAX_DEPTH)
+
+-- The null sentinel (cjson.null: the same light userdata in every instance).
+M.null = cjson_module.null
+
+-- Tables with this metatable always encode as arrays, `[]` when empty.
+M.array_mt = { __name = "luakiq.json.array" }
+
+-- Marks t (default: a new table) as an array; returns it.
+function M.array(t)
+  return setmetatable(t or {}, M.array_mt)
+end
+
+local type, pairs, next, tostring, tonumber = type, pairs, next, tostring, tonumber
+local floor, huge = math.floor, math.huge
+local format, byte, gsub, sort, concat = string.format, string.byte, string.gsub, table.sort, table.concat
+
+local escapes = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
+                  ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+for c = 0, 31 do
+  local ch = string.char(c)
+  if not escapes[ch] then escapes[ch] = format("\\u%04x", c) end
+end
+
+local function encode_string(s)
+  -- %c also matches DEL (127), which has no entry and so stays as it is.
+  return '"' .. gsub(s, '[%c"\\]', escapes) .. '"'
+end
+
+local function encode_number(x)
+  if x ~= x or x == huge or x == -huge then return nil end
+  if x == floor(x) and x > -2 ^ 53 and x < 2 ^ 53 then
+    return format("%d", x) -- also turns -0 into 0
+  end
+  -- Shortest of %.15g/%.16g/%.17g that reads back as the same double: if a
+  -- shorter decimal reads back exactly, %.15g already finds it.
+  for digits = 15, 17 do
+    local s = format("%." .. digits .. "g", x)
+    if tonumber(s) == x then return s end
+  end
+  return format("%.17g", x)
+end
+
+-- A readable path for error messages: $, $.key, $[3], $["odd key"].
+local function path_string(path, depth)
+  local parts = { "$" }
+  for i = 1, depth do
+    local k = path[i]
+    if type(k) == "number" then
+      parts[#parts + 1] = "[" .. k .. "]"
+    elseif k:match("^[%a_][%w_]*$") then
+      parts[#parts + 1] = "." .. k
+    else
+      parts[#parts + 1] = "[" .. encode_string(k) .. "]"
+    end
+  end
+  return concat(parts)
+end
+
+local encode_value
+
+local function fail(ctx, depth, reason)
+  error("json: " .. reason .. " at " .. path_string(ctx.path, depth), 0)
+end
+
+local function encode_table(t, ctx, depth, buf)
+  if depth >= MAX_DEPTH then fail(ctx, depth, "nesting deeper than " .. MAX_DEPTH) end
+  if ctx.seen[t] then fail(ctx, depth, "cannot encode a cyclic table") end
+  ctx.seen[t] = true
+  local path = ctx.path
+  -- Classify: count keys, note whether all are 1..n integers or all strings.
+  local count, strings, others, max, bad = 0, 0, 0, 0, nil
+  for k in pairs(t) do
+    count = count + 1
+    if type(k) == "string" then
+      strings = strings + 1
+    elseif type(k) == "number" and k >= 1 and k == floor(k) then
+      others = others + 1
+      if k > max then max = k end
+    else
+      bad = bad or k
+    end
+  end
+  if bad ~= nil then
+    fail(ctx, depth, "cannot encode a table key of type " .. type(bad) .. " (" .. tostring(bad) .. ")")
+  end
+  local is_array = getmetatable(t) == M.array_mt
+  if strings > 0 and others > 0 then
+    fail(ctx, depth, "cannot encode a table with both string and number keys")
+  elseif others > 0 then
+    if max ~= count then
+      fail(ctx, depth, "cannot encode a sparse array (" .. count .. " items, not keyed 1.." .. count .. ")")
+    end
+    is_array = true
+  elseif strings > 0 and is_array then
+    fail(ctx, depth, "cannot encode string keys in a json.array table")
+  end
+  if is_array then
+    buf[#buf + 1] = "["
+    for i = 1, count do
+      if i > 1 then buf[#buf + 1] = "," end
+      path[depth + 1] = i
+      encode_value(t[i], ctx, depth + 1, buf)
+    end
+    buf[#buf + 1] = "]"
+  else
+    local keys, n = {}, 0
+    for k in pairs(t) do n = n + 1 keys[n] = k end
+    sort(keys) -- byte order: LuaJIT compares strings bytewise
+    buf[#buf + 1] = "{"
+    for i = 1, n do
+      local k = keys[i]
+      if i > 1 then buf[#buf + 1] = "," end
+      buf[#buf + 1] = encode_string(k)
+      buf[#buf + 1] = ":"
+      path[depth + 1] = k
+      encode_value(t[k], ctx, depth + 1, buf)
+    end
+    buf[#buf + 1] = "}"
+  end
+  ctx.seen[t] = nil
+end
+
+encode_value = function(v, ctx, depth, buf)
+  local tv = type(v)
+  if tv == "string" then
+    buf[#buf + 1] = encode_string(v)
+  elseif tv == "number" then
+    local s = encode_number(v)
+    if not s then fail(ctx, depth, "cannot encode NaN/inf") end
+    buf[#buf + 1] = s
+  elseif tv == "boolean" then
+    buf[#buf + 1] = v and "true" or "false"
+  elseif tv == "table" then
+    encode_table(v, ctx, depth, buf)
+  elseif v == nil or v == M.null then
+    buf[#buf + 1] = "null"
+  else
+    fail(ctx, depth, "cannot encode a " .. tv)
+  end
+end
+
+-- encode(v) -> string; raises "json: ..." on values JSON cannot represent.
+function M.encode(v)
+  local buf = {}
+  encode_value(v, { seen = {}, path = {} }, 0, buf)
+  return concat(buf)
+end
+
+-- decode(s) -> value; raises "json: <reason>" (level 0: no position prefix).
+function M.decode(s)
+  if type(s) ~= "string" then error("json: decode expects a string, got " .. type(s), 0) end
+  local ok, v = pcall(cj.decode, s)
+  if not ok then error("json: " .. tostring(v), 0) end
+  return v
+end
+
+-- decode_safe(s) -> value | nil, err (err starts with "json: ").
+function M.decode_safe(s)
+  local ok, v = pcall(M.decode, s)
+  if ok then return v end
+  return nil, v
+end
+
+return M

@@ -1,0 +1,119 @@
+-- fail.lua: the whole failure path of a batch as one atomic step (DESIGN §1
+-- "Failure"): no crash can duplicate or lose a payload.
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
+-- ARGV[1] token, [2] lease_ms, [3] now, [4] batch id (from fetch.lua; "" =
+--      whatever is in flight), [5] max_retry_count, [6] error (already dumped;
+--      "" = none), then pairs: id, perform_in_if_retried (now + retry_in(rc)).
+-- Lease: refused with {"LEASE", pttl} unless this token holds the lease, or
+-- holds nothing but was the last holder (its lease expired and nobody took
+-- it: it re-acquires). A batch id that is not the one in flight (already
+-- failed or restored: a re-sent call) changes nothing.
+-- Per listed in-flight id, rc = stored retry_count + 1:
+--   rc >= max_retry_count: its lowest-score payload goes to the morgue
+--     (updated_at = now, min score, error); the other payloads go back with
+--     retry_count -1, perform_in now;
+--   else all payloads go back with retry_count rc, the given perform_in.
+-- "Go back" = "failed + queued" merge: perform_in, retry_count and error of
+-- the failed job overwrite a queued same-id job's; payloads united, min score.
+-- In-flight ids not listed go back unchanged (never lost). The busy keys are
+-- deleted; counters.failed += number of failed ids.
+-- Returns {"OK", failed, morgued, head or "", then per morgued job: id,
+-- payload, score}.
+local P = KEYS[1]
+local token, lease_ms, now, batch, max_rc, err = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local function finite(x) return x and x == x and x ~= math.huge and x ~= -math.huge end
+if not token or token == "" then error("luakiq fail: token is empty", 0) end
+if not lease_ms or lease_ms ~= math.floor(lease_ms) or lease_ms < 1 or lease_ms > 1e12 then
+  error("luakiq fail: lease_ms must be a positive integer, got '" .. tostring(ARGV[2]) .. "'", 0)
+end
+if not finite(now) then error("luakiq fail: now must be a finite number, got '" .. tostring(ARGV[3]) .. "'", 0) end
+if not finite(max_rc) then
+  error("luakiq fail: max_retry_count must be a finite number, got '" .. tostring(ARGV[5]) .. "'", 0)
+end
+if err == nil or #ARGV % 2 ~= 0 then
+  error("luakiq fail: ARGV must be token, lease_ms, now, batch, max_retry_count, error, then id/perform_in pairs", 0)
+end
+local listed = {}
+for i = 7, #ARGV, 2 do
+  local pin = tonumber(ARGV[i + 1])
+  if not finite(pin) then
+    error("luakiq fail: perform_in of '" .. ARGV[i] .. "' must be a finite number, got '" .. ARGV[i + 1] .. "'", 0)
+  end
+  listed[#listed + 1] = { ARGV[i], string.format("%.17g", pin) }
+end
+local now_s = string.format("%.17g", now)
+local busy, berrs = P .. "busy", P .. "busy:errors"
+
+local cur = redis.call("GET", P .. "lease")
+if cur ~= token then
+  if cur or redis.call("GET", P .. "holder") ~= token then
+    return { "LEASE", tostring(redis.call("PTTL", P .. "lease")) }
+  end
+end
+redis.call("SET", P .. "lease", token, "PX", lease_ms)
+
+local function head() return redis.call("ZRANGE", P .. "queue", 0, 0, "WITHSCORES")[2] or "" end
+if redis.call("EXISTS", busy) == 0 or (batch ~= "" and batch ~= redis.call("GET", P .. "batch")) then
+  return { "OK", "0", "0", head() }
+end
+
+-- Moves the payload zset src of id back to the queue (failed + queued).
+local function back(id, pin, rc, e, src)
+  if redis.call("EXISTS", src) == 0 then return end
+  redis.call("ZADD", P .. "queue", pin, id)
+  redis.call("ZADD", P .. "retries", rc, id)
+  redis.call("ZADD", P .. "ids", 0, id)
+  local dst = P .. "payloads:" .. id
+  if redis.call("EXISTS", dst) == 1 then
+    redis.call("ZUNIONSTORE", dst, 2, dst, src, "AGGREGATE", "MIN")
+    redis.call("DEL", src)
+  else
+    redis.call("RENAME", src, dst)
+  end
+  if e and e ~= "" then redis.call("HSET", P .. "errors", id, e) else redis.call("HDEL", P .. "errors", id) end
+end
+
+local out = { "OK", "0", "0", "" }
+local failed, morgued, seen = 0, 0, {}
+for _, l in ipairs(listed) do
+  local id = l[1]
+  local v = not seen[id] and redis.call("HGET", busy, id)
+  if v then
+    seen[id] = true
+    failed = failed + 1
+    local rc = tonumber(string.match(v, "\n(.*)$")) or -1
+    rc = rc + 1
+    local src = P .. "busy:payloads:" .. id
+    if rc >= max_rc then
+      local first = redis.call("ZRANGE", src, 0, 0, "WITHSCORES")
+      if first[1] then
+        redis.call("ZREM", src, first[1])
+        redis.call("ZADD", P .. "morgue", now_s, id)
+        redis.call("ZADD", P .. "morgue:ids", 0, id)
+        redis.call("ZADD", P .. "morgue:payloads:" .. id, "LT", first[2], first[1])
+        if err ~= "" then redis.call("HSET", P .. "morgue:errors", id, err)
+        else redis.call("HDEL", P .. "morgue:errors", id) end
+        morgued = morgued + 1
+        out[#out + 1] = id
+        out[#out + 1] = first[1]
+        out[#out + 1] = first[2]
+      end
+      back(id, now_s, "-1", err, src)
+    else
+      back(id, l[2], string.format("%.17g", rc), err, src)
+    end
+  end
+end
+-- In-flight ids the caller did not list: back unchanged.
+local flat = redis.call("HGETALL", busy)
+for i = 1, #flat, 2 do
+  local id = flat[i]
+  if not seen[id] then
+    local pin, rc = string.match(flat[i + 1], "^(.-)\n(.*)$")
+    back(id, pin or now_s, rc or "-1", redis.call("HGET", berrs, id), P .. "busy:payloads:" .. id)
+  end
+end
+redis.call("DEL", busy, berrs)
+if failed > 0 then redis.call("HINCRBY", P .. "counters", "failed", failed) end
+out[2], out[3], out[4] = tostring(failed), tostring(morgued), head()
+return out

@@ -1,0 +1,48 @@
+-- morgue_requeue.lua: put dead jobs back in the queue (DESIGN §1 "morgue +
+-- queued"): payloads united with a queued same-id job (min score),
+-- perform_in = now, retry_count = -1, the morgue error copied into "errors".
+-- The jobs leave the morgue.
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
+-- ARGV[1] wake channel ("" = no publish), [2] now, [3] limit, then ids.
+-- No ids = the first `limit` morgue ids in lex order (call again until
+-- remaining is 0 to requeue all).
+-- Returns {requeued, remaining morgue size} (strings). Publishes the prefix
+-- on the channel when something was requeued.
+local P = KEYS[1]
+local now, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+if not now or now ~= now or now == math.huge or now == -math.huge then
+  error("luakiq morgue_requeue: now must be a finite number, got '" .. tostring(ARGV[2]) .. "'", 0)
+end
+if not limit or limit ~= math.floor(limit) or limit < 0 or limit > 1e9 then
+  error("luakiq morgue_requeue: limit must be an integer >= 0, got '" .. tostring(ARGV[3]) .. "'", 0)
+end
+local now_s = string.format("%.17g", now)
+local ids = {}
+if #ARGV > 3 then
+  for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
+elseif limit > 0 then
+  ids = redis.call("ZRANGEBYLEX", P .. "morgue:ids", "-", "+", "LIMIT", 0, limit)
+end
+local count = 0
+for _, id in ipairs(ids) do
+  local src, dst = P .. "morgue:payloads:" .. id, P .. "payloads:" .. id
+  if redis.call("ZSCORE", P .. "morgue", id) and redis.call("EXISTS", src) == 1 then
+    redis.call("ZADD", P .. "queue", now_s, id)
+    redis.call("ZADD", P .. "retries", -1, id)
+    redis.call("ZADD", P .. "ids", 0, id)
+    if redis.call("EXISTS", dst) == 1 then
+      redis.call("ZUNIONSTORE", dst, 2, dst, src, "AGGREGATE", "MIN")
+    else
+      redis.call("RENAME", src, dst)
+    end
+    local err = redis.call("HGET", P .. "morgue:errors", id)
+    if err then redis.call("HSET", P .. "errors", id, err) else redis.call("HDEL", P .. "errors", id) end
+    count = count + 1
+  end
+  redis.call("DEL", src)
+  redis.call("ZREM", P .. "morgue", id)
+  redis.call("ZREM", P .. "morgue:ids", id)
+  redis.call("HDEL", P .. "morgue:errors", id)
+end
+if count > 0 and ARGV[1] ~= "" then redis.call("PUBLISH", ARGV[1], P) end
+return { tostring(count), tostring(redis.call("ZCARD", P .. "morgue")) }

@@ -1,0 +1,21 @@
+-- perform_now.lua: make future queued jobs due now ("perform all now").
+-- perform_in becomes now, never 0 (Lowkiq's 0 made the lag read as the epoch).
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
+-- ARGV[1] wake channel ("" = no publish), [2] now, [3] limit (jobs per call).
+-- Returns {changed, remaining future jobs} (strings); call again until
+-- remaining is 0. Publishes the prefix on the channel when changed > 0.
+local P = KEYS[1]
+local now, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+if not now or now ~= now or now == math.huge or now == -math.huge then
+  error("luakiq perform_now: now must be a finite number, got '" .. tostring(ARGV[2]) .. "'", 0)
+end
+if not limit or limit ~= math.floor(limit) or limit < 0 or limit > 1e9 then
+  error("luakiq perform_now: limit must be an integer >= 0, got '" .. tostring(ARGV[3]) .. "'", 0)
+end
+local now_s = string.format("%.17g", now)
+local queue = P .. "queue"
+local ids = {}
+if limit > 0 then ids = redis.call("ZRANGEBYSCORE", queue, "(" .. now_s, "+inf", "LIMIT", 0, limit) end
+for _, id in ipairs(ids) do redis.call("ZADD", queue, "XX", now_s, id) end
+if #ids > 0 and ARGV[1] ~= "" then redis.call("PUBLISH", ARGV[1], P) end
+return { tostring(#ids), tostring(redis.call("ZCOUNT", queue, "(" .. now_s, "+inf")) }

@@ -1,0 +1,50 @@
+-- push.lua: enqueue jobs into one shard (perform_async), merging with queued
+-- jobs of the same id by DESIGN §1 "new + queued":
+--   payloads united, an equal payload keeps the minimal score (ZADD LT);
+--   perform_in and retry_count of the queued job win (ZADD NX).
+-- Within one call the groups apply in order, so the first occurrence of an id
+-- sets its perform_in/retry_count. An id in flight is not touched: the push
+-- creates a separate queued job that runs after the batch.
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
+-- ARGV[1] = wake channel ("" = never publish), ARGV[2] = now,
+-- then groups of 5: id, perform_in, retry_count, score, payload (bytes).
+-- Returns {added, head}: added = ids newly queued (integer), head = the
+-- shard's lowest perform_in after the push (Redis score string) or false.
+-- Publishes the prefix on the channel when the head got earlier (an empty
+-- queue counts as +inf): that covers "a due job appeared in a shard with no
+-- due job" and "the next wake-up time moved earlier". At most one PUBLISH.
+local P = KEYS[1]
+local channel = ARGV[1]
+local function finite(v, what)
+  local x = tonumber(v)
+  if not x or x ~= x or x == math.huge or x == -math.huge then
+    error("luakiq push: " .. what .. " must be a finite number, got '" .. tostring(v) .. "'", 0)
+  end
+  return string.format("%.17g", x)
+end
+if (#ARGV - 2) % 5 ~= 0 then error("luakiq push: ARGV must be channel, now, then groups of 5", 0) end
+finite(ARGV[2], "now")
+-- Validate everything before the first write: a script error does not roll back.
+local jobs = {}
+for i = 3, #ARGV, 5 do
+  local n = (i - 3) / 5 + 1
+  if ARGV[i] == "" then error("luakiq push: job " .. n .. ": id is empty", 0) end
+  jobs[n] = { ARGV[i], finite(ARGV[i + 1], "job " .. n .. " perform_in"),
+              finite(ARGV[i + 2], "job " .. n .. " retry_count"),
+              finite(ARGV[i + 3], "job " .. n .. " score"), ARGV[i + 4] }
+end
+local queue = P .. "queue"
+local before = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
+local added = 0
+for _, j in ipairs(jobs) do
+  local id = j[1]
+  added = added + redis.call("ZADD", queue, "NX", j[2], id)
+  redis.call("ZADD", P .. "retries", "NX", j[3], id)
+  redis.call("ZADD", P .. "ids", "NX", 0, id)
+  redis.call("ZADD", P .. "payloads:" .. id, "LT", j[4], j[5])
+end
+local head = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
+if channel ~= "" and head and (not before or tonumber(head) < tonumber(before)) then
+  redis.call("PUBLISH", channel, P)
+end
+return { added, head or false }

@@ -1,0 +1,13 @@
+-- register.lua: record a queue's shards_count in the queue registry, once.
+-- KEYS[1] = the registry hash "NS:queues" (queue name -> shards_count).
+-- ARGV[1] = queue name, ARGV[2] = shards_count (integer >= 1).
+-- Returns the stored shards_count as a string: the caller refuses to start
+-- when it differs from its own (DESIGN §1: a queue's shards_count is fixed,
+-- because shard = crc32(id) % shards_count).
+local queue, count = ARGV[1], tonumber(ARGV[2])
+if not queue or queue == "" then error("luakiq register: queue name is empty", 0) end
+if not count or count ~= math.floor(count) or count < 1 or count > 1e9 then
+  error("luakiq register: shards_count must be an integer >= 1, got '" .. tostring(ARGV[2]) .. "'", 0)
+end
+redis.call("HSETNX", KEYS[1], queue, string.format("%d", count))
+return redis.call("HGET", KEYS[1], queue)

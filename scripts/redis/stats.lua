@@ -1,0 +1,16 @@
+-- stats.lua: one shard's numbers (Lowkiq's queue metrics, per shard; the
+-- caller sums over shards and computes lag = max(0, now - head)).
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".  No ARGV.
+-- Returns strings {fresh (queued, retry_count < 0), retries (queued,
+-- retry_count >= 0), morgue_length, head (lowest perform_in) or "",
+-- processed, failed, busy (jobs in flight)}.
+local P = KEYS[1]
+return {
+  tostring(redis.call("ZCOUNT", P .. "retries", "-inf", "(0")),
+  tostring(redis.call("ZCOUNT", P .. "retries", 0, "+inf")),
+  tostring(redis.call("ZCARD", P .. "morgue")),
+  redis.call("ZRANGE", P .. "queue", 0, 0, "WITHSCORES")[2] or "",
+  redis.call("HGET", P .. "counters", "processed") or "0",
+  redis.call("HGET", P .. "counters", "failed") or "0",
+  tostring(redis.call("HLEN", P .. "busy")),
+}

@@ -1,0 +1,145 @@
+-- The command line: exit codes, one-line errors, plan, enqueue validation.
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+local json = require "luakiq.json"
+local q = host.quote
+
+local srv
+setup(function() srv = redis.start() end)
+teardown(function() if srv then srv:stop() end end)
+before_each(function() srv:flush() end)
+
+local function env() return "REDIS_URL=" .. srv.url end
+local WORKER = "return { perform = function(batch) end }"
+
+local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
+
+describe("luakiq plan", function()
+  it("prints Lowkiq's README distribution for A,B,C,D with 3,4,1,2 shards on 3 threads", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 3 }",
+      ["workers/A.lua"] = "return { shards_count = 3, perform = function() end }",
+      ["workers/B.lua"] = "return { shards_count = 4, perform = function() end }",
+      ["workers/C.lua"] = "return { shards_count = 1, perform = function() end }",
+      ["workers/D.lua"] = "return { shards_count = 2, perform = function() end }",
+    }
+    local rc, out, err = host.exec("plan " .. q(dir))
+    assert.are.equal(0, rc, err)
+    assert.are.equal("t0: A0, B0, B3, D1\nt1: A1, B1, C0\nt2: A2, B2, D0\n", out)
+  end)
+
+  it("uses by_node from config", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = [[local luakiq = require "luakiq"
+        return { threads_per_node = 5, splitter = luakiq.splitters.by_node(3, 1) }]],
+      ["workers/A.lua"] = "return { shards_count = 13, perform = function() end }",
+    }
+    local rc, out, err = host.exec("plan " .. q(dir))
+    assert.are.equal(0, rc, err)
+    assert.are.equal("t0: A1\nt1: A4\nt2: A7\nt3: A10\n", out)
+  end)
+end)
+
+describe("bad script directories stop start-up with one line and exit 2", function()
+  local cases = {
+    { "syntax error", { ["workers/A.lua"] = "return {" }, "workers/A.lua:1" },
+    { "shards_count <= 0", { ["workers/A.lua"] = "return { shards_count = 0, perform = function() end }" }, "shards_count" },
+    { "worker without perform", { ["workers/A.lua"] = "return { shards_count = 2 }" }, "perform" },
+    { "unknown worker in workers", { ["config.lua"] = "return { workers = { 'Nope' } }", ["workers/A.lua"] = WORKER }, "Nope" },
+    { "wrong type", { ["config.lua"] = "return { threads_per_node = 'many' }", ["workers/A.lua"] = WORKER }, "threads_per_node" },
+    { "unknown key", { ["config.lua"] = "return { thread_per_node = 3 }", ["workers/A.lua"] = WORKER }, "thread_per_node" },
+    { "no workers", { ["config.lua"] = "return {}" }, "workers" },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1], function()
+      local dir = host.scriptdir(c[2])
+      for _, cmd in ipairs { "run", "plan" } do
+        local rc, out, err = host.exec(cmd .. " " .. q(dir), nil, env())
+        assert.are.equal(2, rc, err)
+        assert.truthy(err:find(c[3], 1, true), err)
+        assert.is_true(one_line(err), err)
+      end
+    end)
+  end
+
+  it("refuses a worker whose shards_count differs from the registered one", function()
+    local dir = host.scriptdir { ["workers/A.lua"] = "return { shards_count = 3, perform = function() end }" }
+    assert.are.equal(0, (host.exec("enqueue " .. q(dir) .. " A", '{"id":1}', env())))
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return p:log():match("thread started") end, 10, "start")
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(5))
+    host.write(dir .. "/workers/A.lua", "return { shards_count = 4, perform = function() end }")
+    local rc, _, err = host.exec("run " .. q(dir), nil, env())
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("shards_count is 4", 1, true), err)
+    assert.truthy(err:find("docs/configuration.md", 1, true), err)
+  end)
+end)
+
+describe("luakiq enqueue", function()
+  local dir
+  before_each(function() dir = host.scriptdir { ["workers/A.lua"] = WORKER } end)
+
+  local function length()
+    local rc, out = host.exec("stats " .. q(dir), nil, env())
+    assert.are.equal(0, rc)
+    return json.decode(out).by_worker.A.length
+  end
+
+  it("takes JSON lines and a JSON array, and prints how many", function()
+    local rc, out, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":1}\n\n{"id":"two","payload":{"b":1,"a":2}}\n', env())
+    assert.are.equal(0, rc, err)
+    assert.are.equal("enqueued 2 jobs\n", out)
+    rc, out = host.exec("enqueue " .. q(dir) .. " A", '[{"id":3},{"id":4,"perform_in":1}]', env())
+    assert.are.equal(0, rc)
+    assert.are.equal("enqueued 2 jobs\n", out)
+    assert.are.equal(4, length())
+  end)
+
+  local bad = {
+    { "malformed JSON", '{"id":1}\n{"id":' },
+    { "missing id", '{"payload":1}' },
+    { "empty id", '{"id":""}' },
+    { "id of the wrong type", '{"id":[1]}' },
+    { "fractional id", '{"id":1.5}' },
+    { "unknown field", '{"id":1,"perfom_in":3}' },
+    { "score not a number", '{"id":1,"score":"soon"}' },
+  }
+  for _, c in ipairs(bad) do
+    it("rejects " .. c[1] .. " with exit 2 and enqueues nothing", function()
+      local rc, _, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":"ok"}\n' .. c[2], env())
+      assert.are.equal(2, rc, err)
+      assert.is_true(one_line(err), err)
+      assert.are.equal(0, length())
+    end)
+  end
+
+  it("rejects an unknown worker with exit 2", function()
+    local rc, _, err = host.exec("enqueue " .. q(dir) .. " Nope", '{"id":1}', env())
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("Nope", 1, true))
+  end)
+
+  it("fails with exit 1 and one line when Redis is down", function()
+    local rc, _, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":1}', "REDIS_URL=redis://127.0.0.1:1/0")
+    assert.are.equal(1, rc)
+    assert.is_true(one_line(err), err)
+    assert.truthy(err:find("Redis", 1, true), err)
+  end)
+end)
+
+describe("luakiq stats", function()
+  it("lists every worker of DIR, even empty ones, in Lowkiq's shape", function()
+    local dir = host.scriptdir { ["workers/A.lua"] = WORKER, ["workers/B.lua"] = WORKER }
+    host.exec("enqueue " .. q(dir) .. " A", '{"id":1,"perform_in":1}', env())
+    local rc, out = host.exec("stats " .. q(dir), nil, env())
+    assert.are.equal(0, rc)
+    local s = json.decode(out)
+    assert.are.equal(1, s.total.length)
+    assert.are.equal(0, s.total.morgue_length)
+    assert.is_true(s.total.lag > 1e9)
+    assert.are.same({ length = 0, morgue_length = 0, lag = 0 }, s.by_worker.B)
+    assert.are.equal(1, s.by_worker.A.length)
+  end)
+end)

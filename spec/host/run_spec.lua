@@ -1,0 +1,179 @@
+-- End-to-end: the real binary as a separate process, a real redis-server,
+-- real signals. Each test builds its own script directory.
+local core = require "luakiq.core"
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+local q = host.quote
+
+local srv
+setup(function() srv = redis.start() end)
+teardown(function() if srv then srv:stop() end end)
+before_each(function() srv:flush() end)
+
+local function env() return "REDIS_URL=" .. srv.url end
+
+local function enqueue(dir, worker, lines)
+  local rc, out, err = host.exec("enqueue " .. q(dir) .. " " .. worker, table.concat(lines, "\n"), env())
+  assert.are.equal(0, rc, err)
+  return out
+end
+
+local function stats(dir)
+  local rc, out, err = host.exec("stats " .. q(dir), nil, env())
+  assert.are.equal(0, rc, err)
+  return require("luakiq.json").decode(out)
+end
+
+-- A worker that records, per id, every payload it sees and whether two
+-- batches of one id ever overlapped (SETNX marker held during perform).
+local RECORDER = [[
+local luakiq = require "luakiq"
+return {
+  shards_count = %d, batch_size = %d,
+  perform = function(batch)
+    local r = luakiq.redis
+    for id in pairs(batch) do
+      if r.call("SETNX", "t:busy:" .. id, "1") == 0 then r.call("INCR", "t:overlap") end
+    end
+    for id, payloads in pairs(batch) do
+      for _, p in ipairs(payloads) do r.call("RPUSH", "t:seen:" .. id, p) end
+    end
+    %s
+    for id in pairs(batch) do r.call("DEL", "t:busy:" .. id) end
+  end,
+}
+]]
+
+describe("luakiq run", function()
+  it("processes jobs in score order per id, never one id twice at once, over 5 threads", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 5, poll_interval = 0.2 }",
+      ["workers/Rec.lua"] = RECORDER:format(10, 3, ""),
+    }
+    local ids, per_id = 200, 20
+    -- first half before the host starts, the rest while it runs (merges happen)
+    local function push(from, to)
+      local lines = {}
+      for v = from, to do
+        for id = 1, ids do lines[#lines + 1] = ('{"id":"%d","payload":%d,"score":%d}'):format(id, v, v) end
+      end
+      enqueue(dir, "Rec", lines)
+    end
+    push(1, per_id / 2)
+    local p = host.spawn("run " .. q(dir), env())
+    push(per_id / 2 + 1, per_id)
+    host.eventually(function()
+      local s = stats(dir)
+      return s.total.length == 0 and srv.conn:call("EXISTS", "t:seen:" .. ids) == 1
+        and (function()
+          for id = 1, ids do
+            if srv.conn:call("LLEN", "t:seen:" .. id) < per_id then return false end
+          end
+          return true
+        end)()
+    end, 60, "all payloads performed")
+    assert.is_true(p:signal("TERM"))
+    assert.are.equal(0, p:wait(10), p:log())
+    assert.are.equal(false, srv.conn:call("GET", "t:overlap"))
+    for id = 1, ids do
+      local seen = srv.conn:call("LRANGE", "t:seen:" .. id, 0, -1)
+      assert.are.equal(per_id, #seen, "id " .. id)
+      for v = 1, per_id do assert.are.equal(tostring(v), seen[v], "id " .. id .. " order") end
+    end
+  end)
+
+  it("exits at once on TERM when idle (no waiting out poll_interval)", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { poll_interval = 30 }",
+      ["workers/Rec.lua"] = RECORDER:format(2, 1, ""),
+    }
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return p:log():match("thread started") end, 10, "start")
+    local t0 = core.now()
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(5), p:log())
+    assert.is_true(core.now() - t0 < 1, "took " .. (core.now() - t0))
+  end)
+
+  it("lets a running batch finish on TERM, acks it and exits 0", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { poll_interval = 0.1 }",
+      ["workers/Rec.lua"] = RECORDER:format(1, 1, [[r.call("SET", "t:started", "1") require("luakiq.core").sleep(1.5)]]),
+    }
+    enqueue(dir, "Rec", { '{"id":"1","payload":"x"}' })
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return srv.conn:call("GET", "t:started") end, 10, "batch start")
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(10), p:log())
+    assert.are.same({ "x" }, srv.conn:call("LRANGE", "t:seen:1", 0, -1))
+    local s = stats(dir)
+    assert.are.equal(0, s.total.length)
+    local rc, out = host.exec("jobs " .. q(dir) .. " Rec busy", nil, env())
+    assert.are.equal(0, rc)
+    assert.are.equal("", out)
+  end)
+
+  it("wakes on push: an idle host starts a new job long before poll_interval", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { poll_interval = 30 }",
+      ["workers/Rec.lua"] = RECORDER:format(3, 1, ""),
+    }
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return p:log():match("thread started") end, 10, "start")
+    core.sleep(0.3)
+    local t0 = core.now()
+    enqueue(dir, "Rec", { '{"id":"7","payload":"w"}' })
+    host.eventually(function() return srv.conn:call("LLEN", "t:seen:7") == 1 end, 5, "performed")
+    assert.is_true(core.now() - t0 < 2)
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(5))
+  end)
+
+  it("loses nothing when killed with -9 during a batch: the batch runs again after restart", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { poll_interval = 0.1, lease_ttl = 1 }",
+      ["workers/Rec.lua"] = RECORDER:format(1, 5, [[
+        if not r.call("GET", "t:killed") then r.call("SET", "t:in", "1") require("luakiq.core").sleep(30) end]]),
+    }
+    local lines = {}
+    for i = 1, 5 do lines[i] = ('{"id":"%d","payload":"p%d"}'):format(i, i) end
+    enqueue(dir, "Rec", lines)
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return srv.conn:call("GET", "t:in") end, 10, "batch running")
+    p:signal("KILL")
+    p:wait(5)
+    srv.conn:call("SET", "t:killed", "1")
+    srv.conn:call("DEL", "t:busy:1", "t:busy:2", "t:busy:3", "t:busy:4", "t:busy:5")
+    for i = 1, 5 do srv.conn:call("DEL", "t:seen:" .. i) end
+    local p2 = host.spawn("run " .. q(dir), env())
+    host.eventually(function()
+      for i = 1, 5 do if srv.conn:call("LLEN", "t:seen:" .. i) ~= 1 then return false end end
+      return true
+    end, 15, "restored batch performed")
+    p2:signal("TERM")
+    assert.are.equal(0, p2:wait(5), p2:log())
+    assert.truthy(p2:log():match("restored 5 in%-flight jobs"))
+  end)
+
+  it("a second INT exits at once, and its in-flight jobs return on the next start", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { poll_interval = 0.1, lease_ttl = 1 }",
+      ["workers/Rec.lua"] = RECORDER:format(1, 1, [[
+        if not r.call("GET", "t:second") then r.call("SET", "t:in", "1") require("luakiq.core").sleep(30) end]]),
+    }
+    enqueue(dir, "Rec", { '{"id":"1","payload":"a"}' })
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return srv.conn:call("GET", "t:in") end, 10, "batch running")
+    p:signal("INT")
+    core.sleep(0.2)
+    assert.is_true(p:alive())
+    p:signal("INT")
+    assert.are.equal(130, p:wait(3))
+    srv.conn:call("SET", "t:second", "1")
+    srv.conn:call("DEL", "t:busy:1", "t:seen:1")
+    local p2 = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return srv.conn:call("LLEN", "t:seen:1") == 1 end, 15, "rerun")
+    p2:signal("TERM")
+    assert.are.equal(0, p2:wait(5))
+  end)
+end)

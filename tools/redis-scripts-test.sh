@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# Checks every script of scripts/redis/ against a private redis-server (unix
+# socket in a temp dir, no TCP port), with redis-cli and EVALSHA.
+# Usage: tools/redis-scripts-test.sh [-v]     (-v prints every check)
+# Prints "N passed, N failed" and exits 1 on any failure.
+# A quick harness for the Redis protocol; the busted specs cover the rest.
+set -u
+cd "$(dirname "$0")/.."
+VERBOSE=0
+[ "${1:-}" = "-v" ] && VERBOSE=1
+
+DIR=$(mktemp -d)
+cleanup() {
+  if [ -f "$DIR/pid" ]; then kill "$(cat "$DIR/pid")" 2>/dev/null; fi
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+redis-server --port 0 --unixsocket "$DIR/redis.sock" --daemonize yes --pidfile "$DIR/pid" \
+  --dir "$DIR" --logfile "$DIR/redis.log" --save '' --appendonly no >/dev/null || { echo "cannot start redis-server"; exit 1; }
+for _ in $(seq 100); do
+  [ -S "$DIR/redis.sock" ] && [ -f "$DIR/pid" ] && redis-cli -s "$DIR/redis.sock" PING >/dev/null 2>&1 && break
+  sleep 0.05
+done
+
+r() { redis-cli -s "$DIR/redis.sock" "$@" 2>&1; }
+# One reply as a single line, elements joined by "|" (nil and "" both print empty).
+j() { r "$@" | paste -sd'|' -; }
+
+declare -A SHA
+for f in scripts/redis/*.lua; do
+  name=$(basename "$f" .lua)
+  SHA[$name]=$(r SCRIPT LOAD "$(cat "$f")")
+  if ! [[ ${SHA[$name]} =~ ^[0-9a-f]{40}$ ]]; then echo "SCRIPT LOAD $f failed: ${SHA[$name]}"; exit 1; fi
+done
+
+# ev SCRIPT KEY ARG... -> the reply, one line, "|"-joined.
+ev() { local s=$1 k=$2; shift 2; j EVALSHA "${SHA[$s]}" 1 "$k" "$@"; }
+
+PASS=0 FAIL=0
+check() { # check DESCRIPTION EXPECTED ACTUAL
+  if [ "$2" == "$3" ]; then
+    PASS=$((PASS + 1)); [ $VERBOSE = 1 ] && echo "ok   $1"
+  else
+    FAIL=$((FAIL + 1)); echo "FAIL $1"; echo "     expected: $2"; echo "     actual:   $3"
+  fi
+  return 0
+}
+match() { # match DESCRIPTION REGEX ACTUAL
+  if [[ $3 =~ $2 ]]; then
+    PASS=$((PASS + 1)); [ $VERBOSE = 1 ] && echo "ok   $1"
+  else
+    FAIL=$((FAIL + 1)); echo "FAIL $1"; echo "     expected to match: $2"; echo "     actual: $3"
+  fi
+  return 0
+}
+publishes() { r INFO commandstats | sed -n 's/^cmdstat_publish:calls=\([0-9]*\).*/\1/p' | tr -d '\r' | grep . || echo 0; }
+payloads() { j ZRANGE "$1" 0 -1 WITHSCORES; }
+
+NS=t
+CH=$NS:wake
+P="$NS:{Q:0}:"
+
+# ---------------------------------------------------------------- register
+check "register stores the count" "5" "$(ev register $NS:queues Q 5)"
+check "register keeps the first count" "5" "$(ev register $NS:queues Q 7)"
+match "register rejects a bad count" "shards_count must be an integer" "$(ev register $NS:queues Z 0)"
+
+# ---------------------------------------------------------------- push
+r FLUSHALL >/dev/null
+pub0=$(publishes)
+check "push into an empty shard" "1|100" "$(ev push "$P" "$CH" 50 a 100 -1 10 p1)"
+check "push to empty shard publishes (head from none to 100)" "$((pub0 + 1))" "$(publishes)"
+check "push merge: returns 0 added, head kept" "0|100" \
+  "$(ev push "$P" "$CH" 50 a 60 3 5 p1 a 40 4 20 p2)"
+check "push merge keeps the queued perform_in (NX)" "100" "$(r ZSCORE "${P}queue" a)"
+check "push merge keeps the queued retry_count (NX)" "-1" "$(r ZSCORE "${P}retries" a)"
+check "push merge: payloads united, equal payload min score" "p1|5|p2|20" "$(payloads "${P}payloads:a")"
+check "push with a higher score keeps the min" "0|100" "$(ev push "$P" "$CH" 50 a 100 -1 99 p1)"
+check "push merge: min score kept" "p1|5|p2|20" "$(payloads "${P}payloads:a")"
+check "push into existing later head does not publish" "$((pub0 + 1))" "$(publishes)"
+check "push: first occurrence in one call wins" "1|30" "$(ev push "$P" "$CH" 50 b 30 -1 1 x b 20 -1 1 y)"
+check "push: first occurrence perform_in" "30" "$(r ZSCORE "${P}queue" b)"
+check "push: ids zset" "a|b" "$(j ZRANGE "${P}ids" 0 -1)"
+check "head moved earlier (100 -> 30) publishes" "$((pub0 + 2))" "$(publishes)"
+ev push "$P" "" 50 c 1 -1 1 x >/dev/null
+check "channel \"\" never publishes" "$((pub0 + 2))" "$(publishes)"
+check "push returns the new head" "0|1" "$(ev push "$P" "$CH" 50 c 0.5 -1 1 x)"
+match "push rejects nan perform_in" "perform_in must be a finite number" "$(ev push "$P" "$CH" 50 d 1 -1 1 x e nan -1 1 x)"
+match "push rejects inf score" "score must be a finite number" "$(ev push "$P" "$CH" 50 d 1 -1 inf x)"
+check "a rejected push writes nothing" "0" "$(r EXISTS "${P}payloads:d")"
+match "push rejects a bad group count" "groups of 5" "$(ev push "$P" "$CH" 50 d 1 -1 1)"
+match "push rejects an empty id" "id is empty" "$(ev push "$P" "$CH" 50 '' 1 -1 1 x)"
+r FLUSHALL >/dev/null
+r SUBSCRIBE "$CH" >"$DIR/sub.out" &
+SUBPID=$!
+sleep 0.2
+ev push "$P" "$CH" 50 a 10 -1 1 x >/dev/null
+sleep 0.2
+kill $SUBPID 2>/dev/null; wait $SUBPID 2>/dev/null
+check "the wake message is the shard prefix" "subscribe|$CH|1|message|$CH|$P" "$(paste -sd'|' "$DIR/sub.out")"
+
+# ---------------------------------------------------------------- fetch
+r FLUSHALL >/dev/null
+ev push "$P" "" 50 j20 20 -1 1 x j100 100 -1 1 x jneg -5 -1 2 q jneg -5 -1 1 p j10 10 2 1 x >/dev/null
+r HSET "${P}errors" j10 E10 >/dev/null
+check "fetch: due jobs by perform_in (-inf included), payloads by score" \
+  "OK|1|20|0|0|2|jneg|-5|-1||2|p|1|q|2|j10|10|2|E10|1|x|1" "$(ev fetch "$P" A 10000 50 2 '' 1)"
+check "fetch: lease taken" "A" "$(r GET "${P}lease")"
+check "fetch: holder set" "A" "$(r GET "${P}holder")"
+match "fetch: lease has a ttl" "^[0-9]+$" "$(r PTTL "${P}lease")"
+check "fetch moved jobs out of queue/retries/ids" "j20|j100" "$(j ZRANGE "${P}queue" 0 -1)"
+check "fetch: busy hash" "-5"$'\n'"-1" "$(r HGET "${P}busy" jneg)"
+check "fetch: error moved to busy:errors" "|E10" "$(r HGET "${P}errors" j10)|$(r HGET "${P}busy:errors" j10)"
+check "fetch: payloads renamed to busy" "0|1" "$(r EXISTS "${P}payloads:jneg")|$(r EXISTS "${P}busy:payloads:jneg")"
+match "fetch: another token is refused with the pttl" "^LEASE\|[0-9]+$" "$(ev fetch "$P" B 10000 50 2 1 1)"
+check "a refused fetch changes nothing" "2|j20|j100" "$(r HLEN "${P}busy")|$(j ZRANGE "${P}queue" 0 -1)"
+check "fetch without ack redelivers the batch in flight" \
+  "OK|1|20|0|0|2|jneg|-5|-1||2|p|1|q|2|j10|10|2|E10|1|x|1" "$(ev fetch "$P" A 10000 50 2 '' 1)"
+check "ack with a wrong batch id acks nothing" "OK||20|0|0|0" "$(ev fetch "$P" A 10000 50 2 7 0)"
+check "busy still there" "2" "$(r HLEN "${P}busy")"
+check "ack + fetch in one call" "OK|2|100|0|2|1|j20|20|-1||1|x|1" "$(ev fetch "$P" A 10000 50 2 1 1)"
+check "ack: counters processed" "2" "$(r HGET "${P}counters" processed)"
+check "ack: busy keys of the acked batch gone" "0|0|0" \
+  "$(r EXISTS "${P}busy:payloads:jneg")|$(r EXISTS "${P}busy:errors")|$(r EXISTS "${P}busy:payloads:j10")"
+check "ack is idempotent (re-sent call)" "OK||100|0|0|0" "$(ev fetch "$P" A 10000 50 2 1 0)"
+check "ack batch 2, nothing due" "OK||100|0|1|0" "$(ev fetch "$P" A 10000 50 2 2 1)"
+check "counters processed 3" "3" "$(r HGET "${P}counters" processed)"
+check "limit 0 fetches nothing" "OK||100|0|0|0" "$(ev fetch "$P" A 10000 200 0 '' 1)"
+match "fetch rejects a bad limit" "limit must be an integer" "$(ev fetch "$P" A 10000 50 -1 '' 1)"
+match "fetch rejects nan now" "now must be a finite number" "$(ev fetch "$P" A 10000 nan 1 '' 1)"
+match "fetch rejects a bad lease_ms" "lease_ms must be a positive integer" "$(ev fetch "$P" A 0 50 1 '' 1)"
+# A queued id without a payload key is dropped, not fetched.
+r ZADD "${P}queue" 1 ghost >/dev/null; r ZADD "${P}retries" -1 ghost >/dev/null; r ZADD "${P}ids" 0 ghost >/dev/null
+check "fetch drops an id without payloads" "OK||100|0|0|0" "$(ev fetch "$P" A 10000 50 5 '' 1)"
+check "dropped id gone" "0|0" "$(r ZSCORE "${P}queue" ghost | grep -c .)|$(r ZSCORE "${P}ids" ghost | grep -c .)"
+
+# Restore on a new holder, exactly once; merge with a job pushed meanwhile.
+r FLUSHALL >/dev/null
+ev push "$P" "" 50 x 10 1 5 p1 x 10 1 6 p2 y 11 -1 1 y >/dev/null
+r HSET "${P}errors" x EX >/dev/null
+check "A fetches x, y" "OK|1|" "$(ev fetch "$P" A 10000 50 5 '' 1 | cut -d'|' -f1-3)"
+ev push "$P" "" 50 x 1 -1 3 p1 x 1 -1 7 p3 >/dev/null
+check "pushed meanwhile: a separate queued job" "1|-1" "$(r ZSCORE "${P}queue" x)|$(r ZSCORE "${P}retries" x)"
+r DEL "${P}lease" >/dev/null   # A's lease expires
+check "B acquires: restores 2 in-flight jobs, then fetches them" \
+  "OK|2||2|0|2|x|10|1|EX|3|p1|3|p2|6|p3|7|y|11|-1||1|y|1" "$(ev fetch "$P" B 10000 50 5 '' 1)"
+check "holder is B" "B" "$(r GET "${P}holder")"
+check "B renews and acks: no second restore" "OK|||0|2|0" "$(ev fetch "$P" B 10000 50 5 2 0)"
+check "B acked them" "2" "$(r HGET "${P}counters" processed)"
+match "A is fenced out" "^LEASE\|[0-9]+$" "$(ev fetch "$P" A 10000 50 5 1 0)"
+# Restore without a fetch: restored jobs keep their perform_in/retry_count/error.
+ev push "$P" "" 50 z 5 3 1 zz >/dev/null
+r HSET "${P}errors" z EZ >/dev/null
+ev fetch "$P" B 10000 50 5 '' 1 >/dev/null
+ev push "$P" "" 50 z 1 -1 0.5 zz >/dev/null
+r DEL "${P}lease" >/dev/null
+check "C acquires, restore only (fetch 0)" "OK||5|1|0|0" "$(ev fetch "$P" C 10000 50 5 '' 0)"
+check "restored: own perform_in, retry_count, error win" "5|3|EZ" \
+  "$(r ZSCORE "${P}queue" z)|$(r ZSCORE "${P}retries" z)|$(r HGET "${P}errors" z)"
+check "restored: payloads united, min score" "zz|0.5" "$(payloads "${P}payloads:z")"
+check "restored: busy keys deleted" "0|0|0" \
+  "$(r EXISTS "${P}busy")|$(r EXISTS "${P}busy:errors")|$(r EXISTS "${P}busy:payloads:z")"
+
+# A lost reply: the call acked batch 1 and fetched batch 2; the re-sent call
+# (same ack id) must neither ack batch 2 nor fetch a third one.
+r FLUSHALL >/dev/null
+ev push "$P" "" 50 l1 1 -1 1 x l2 2 -1 1 x l3 3 -1 1 x >/dev/null
+B1=$(ev fetch "$P" A 10000 50 1 '' 1 | cut -d'|' -f2)
+ev fetch "$P" A 10000 50 1 "$B1" 1 >/dev/null
+check "re-sent ack+fetch redelivers batch 2 unacked" "OK|$((B1 + 1))|3|0|0|1|l2|2|-1||1|x|1" \
+  "$(ev fetch "$P" A 10000 50 1 "$B1" 1)"
+check "processed counts batch 1 once" "1" "$(r HGET "${P}counters" processed)"
+
+# Holder re-acquire: the lease expired, nobody took it, the same holder acks.
+r FLUSHALL >/dev/null
+ev push "$P" "" 50 h 10 -1 1 x >/dev/null
+check "A fetches h" "OK|1" "$(ev fetch "$P" A 10000 50 1 '' 1 | cut -d'|' -f1-2)"
+r DEL "${P}lease" >/dev/null
+check "A re-acquires without restore and acks" "OK|||0|1|0" "$(ev fetch "$P" A 10000 50 1 1 0)"
+check "A holds the lease again" "A" "$(r GET "${P}lease")"
+check "release by another token" "0" "$(ev release "$P" B)"
+check "release" "1" "$(ev release "$P" A)"
+check "lease gone, holder kept" "0|A" "$(r EXISTS "${P}lease")|$(r GET "${P}holder")"
+check "release twice" "0" "$(ev release "$P" A)"
+
+# ---------------------------------------------------------------- fail
+r FLUSHALL >/dev/null
+ev push "$P" "" 50 f 10 -1 1 p1 f 10 -1 2 p2 g 11 1 1 g1 >/dev/null
+B=$(ev fetch "$P" A 10000 50 5 '' 1 | cut -d'|' -f2)
+ev push "$P" "" 50 f 1 -1 0.5 p2 f 1 -1 3 p3 >/dev/null
+check "fail below max_retry_count" "OK|2|0|60" "$(ev fail "$P" A 10000 50 "$B" 3 BOOM f 60 g 70)"
+check "fail: retry_count +1 and given perform_in overwrite the queued job" "60|0|70|2" \
+  "$(r ZSCORE "${P}queue" f)|$(r ZSCORE "${P}retries" f)|$(r ZSCORE "${P}queue" g)|$(r ZSCORE "${P}retries" g)"
+check "fail: payloads united with the pushed job, min score" "p2|0.5|p1|1|p3|3" "$(payloads "${P}payloads:f")"
+check "fail: error set" "BOOM|BOOM" "$(r HGET "${P}errors" f)|$(r HGET "${P}errors" g)"
+check "fail: counters failed" "2" "$(r HGET "${P}counters" failed)"
+check "fail: busy keys gone" "0|0|0" "$(r EXISTS "${P}busy")|$(r EXISTS "${P}busy:payloads:f")|$(r EXISTS "${P}busy:payloads:g")"
+check "fail: ids zset" "f|g" "$(j ZRANGE "${P}ids" 0 -1)"
+check "fail re-sent (stale batch) changes nothing" "OK|0|0|60" "$(ev fail "$P" A 10000 50 "$B" 3 BOOM f 60 g 70)"
+check "counters failed unchanged" "2" "$(r HGET "${P}counters" failed)"
+# At max_retry_count: g has retry_count 2 -> 3 >= 3.
+B=$(ev fetch "$P" A 10000 100 5 '' 1 | cut -d'|' -f2)
+ev push "$P" "" 100 g 500 -1 9 g9 >/dev/null
+check "fail at max: f retried, g's oldest payload morgued" "OK|2|1|70|g|g1|1" \
+  "$(ev fail "$P" A 10000 100 "$B" 3 BANG f 70 g 80)"
+check "morgue: updated_at now, ids, payload, error" "100|0|g1|1|BANG" \
+  "$(r ZSCORE "${P}morgue" g)|$(r ZSCORE "${P}morgue:ids" g)|$(payloads "${P}morgue:payloads:g")|$(r HGET "${P}morgue:errors" g)"
+check "at max with one payload: the queued job pushed meanwhile is unchanged" "500|-1|g9|9" \
+  "$(r ZSCORE "${P}queue" g)|$(r ZSCORE "${P}retries" g)|$(payloads "${P}payloads:g")"
+check "below max: f retry_count 1" "70|1" "$(r ZSCORE "${P}queue" f)|$(r ZSCORE "${P}retries" f)"
+# At max with several payloads: the rest go back with -1, now.
+r ZADD "${P}retries" 2 f >/dev/null
+r ZADD "${P}queue" 0 f >/dev/null
+B=$(ev fetch "$P" A 10000 100 1 '' 1 | cut -d'|' -f2)
+check "fail at max, 3 payloads" "OK|1|1|100|f|p2|0.5" "$(ev fail "$P" A 10000 100 "$B" 3 LAST f 999)"
+check "rest back: perform_in now, retry_count -1, error" "100|-1|LAST" \
+  "$(r ZSCORE "${P}queue" f)|$(r ZSCORE "${P}retries" f)|$(r HGET "${P}errors" f)"
+check "rest back: payloads" "p1|1|p3|3" "$(payloads "${P}payloads:f")"
+check "morgue has 2 jobs" "2|f|g" "$(r ZCARD "${P}morgue")|$(j ZRANGE "${P}morgue:ids" 0 -1)"
+# Lease rules for fail.
+B=$(ev fetch "$P" A 10000 100 5 '' 1 | cut -d'|' -f2)
+match "fail refused for another token" "^LEASE\|[0-9]+$" "$(ev fail "$P" X 10000 100 "$B" 3 E f 1)"
+r DEL "${P}lease" >/dev/null
+check "fail by the last holder re-acquires; unlisted ids go back unchanged" "OK|1|0|200" \
+  "$(ev fail "$P" A 10000 100 "$B" 3 E f 200)"
+check "the unlisted id g is back with its own values" "500|-1|g9|9" \
+  "$(r ZSCORE "${P}queue" g)|$(r ZSCORE "${P}retries" g)|$(payloads "${P}payloads:g")"
+r DEL "${P}lease" >/dev/null
+r SET "${P}holder" Z >/dev/null
+check "fail refused when the lease is free and another was the holder" "LEASE|-2" "$(ev fail "$P" A 10000 100 '' 3 E f 1)"
+match "fail rejects odd pairs" "ARGV must be" "$(ev fail "$P" Z 10000 100 '' 3 E f)"
+match "fail rejects a nan perform_in" "perform_in of 'f' must be a finite" "$(ev fail "$P" Z 10000 100 '' 3 E f nan)"
+
+# ---------------------------------------------------------------- morgue
+r FLUSHALL >/dev/null
+r ZADD "${P}morgue" 10 m1 20 m2 30 m3 >/dev/null
+r ZADD "${P}morgue:ids" 0 m1 0 m2 0 m3 >/dev/null
+r ZADD "${P}morgue:payloads:m1" 1 pa 5 pb >/dev/null
+r ZADD "${P}morgue:payloads:m2" 1 x >/dev/null
+r ZADD "${P}morgue:payloads:m3" 1 x >/dev/null
+r HSET "${P}morgue:errors" m1 DEAD >/dev/null
+ev push "$P" "" 50 m1 999 4 3 pa m1 999 4 4 pc >/dev/null
+r HSET "${P}errors" m1 OLD >/dev/null
+pub0=$(publishes)
+check "morgue_requeue by id" "1|2" "$(ev morgue_requeue "$P" "$CH" 77 100 m1)"
+check "requeue: perform_in now, retry_count -1, morgue error copied" "77|-1|DEAD" \
+  "$(r ZSCORE "${P}queue" m1)|$(r ZSCORE "${P}retries" m1)|$(r HGET "${P}errors" m1)"
+check "requeue: payloads united, min score" "pa|1|pc|4|pb|5" "$(payloads "${P}payloads:m1")"
+check "requeue: morgue keys gone" "0|0|0|0" \
+  "$(r ZSCORE "${P}morgue" m1 | grep -c .)|$(r ZSCORE "${P}morgue:ids" m1 | grep -c .)|$(r EXISTS "${P}morgue:payloads:m1")|$(r HEXISTS "${P}morgue:errors" m1)"
+check "requeue publishes" "$((pub0 + 1))" "$(publishes)"
+check "requeue all, paged (limit 1)" "1|1" "$(ev morgue_requeue "$P" "$CH" 78 1)"
+check "first page took m2 (lex order)" "78" "$(r ZSCORE "${P}queue" m2)"
+check "requeue all, last page" "1|0" "$(ev morgue_requeue "$P" "$CH" 78 1)"
+check "requeue all, empty" "0|0" "$(ev morgue_requeue "$P" "$CH" 78 1)"
+check "requeue of a missing id" "0|0" "$(ev morgue_requeue "$P" "$CH" 78 1 nope)"
+check "nothing requeued: no publish" "$((pub0 + 3))" "$(publishes)"
+r ZADD "${P}morgue" 10 d1 20 d2 30 d3 >/dev/null
+r ZADD "${P}morgue:ids" 0 d1 0 d2 0 d3 >/dev/null
+r ZADD "${P}morgue:payloads:d1" 1 x >/dev/null
+r HSET "${P}morgue:errors" d1 E >/dev/null
+check "morgue_delete by id" "1|2" "$(ev morgue_delete "$P" 100 d1 nope)"
+check "morgue_delete: keys gone" "0|0" "$(r EXISTS "${P}morgue:payloads:d1")|$(r HEXISTS "${P}morgue:errors" d1)"
+check "morgue_delete all, paged" "1|1" "$(ev morgue_delete "$P" 1)"
+check "morgue_delete all, last page" "1|0" "$(ev morgue_delete "$P" 1)"
+check "morgue_delete limit 0 does nothing" "0|0" "$(ev morgue_delete "$P" 0)"
+
+# ---------------------------------------------------------------- delete
+r FLUSHALL >/dev/null
+ev push "$P" "" 50 d1 1 -1 1 x d2 2 -1 1 x >/dev/null
+ev fetch "$P" A 10000 50 1 '' 1 >/dev/null
+ev push "$P" "" 50 d1 1 -1 1 y >/dev/null
+r HSET "${P}errors" d2 E >/dev/null
+check "delete queued ids (d1 also in flight)" "2" "$(ev delete "$P" d1 d2 nope)"
+check "delete: queue empty, errors gone" "0|0|0" "$(r ZCARD "${P}queue")|$(r ZCARD "${P}ids")|$(r EXISTS "${P}errors")"
+check "delete never touches the job in flight" "1|x|1" "$(r HLEN "${P}busy")|$(payloads "${P}busy:payloads:d1")"
+
+# ---------------------------------------------------------------- perform_now
+r FLUSHALL >/dev/null
+ev push "$P" "" 50 n1 10 -1 1 x n2 60 -1 1 x n3 70 -1 1 x n4 80 -1 1 x >/dev/null
+pub0=$(publishes)
+check "perform_now page 1" "2|1" "$(ev perform_now "$P" "$CH" 50 2)"
+check "perform_now page 2" "1|0" "$(ev perform_now "$P" "$CH" 50 2)"
+check "perform_now nothing left" "0|0" "$(ev perform_now "$P" "$CH" 50 2)"
+check "perform_now sets now, never 0" "10|50|50|50" \
+  "$(r ZSCORE "${P}queue" n1)|$(r ZSCORE "${P}queue" n2)|$(r ZSCORE "${P}queue" n3)|$(r ZSCORE "${P}queue" n4)"
+check "perform_now publishes when something changed" "$((pub0 + 2))" "$(publishes)"
+
+# ---------------------------------------------------------------- kill / delete failed
+r FLUSHALL >/dev/null
+ev push "$P" "" 50 k1 10 -1 1 x k2 11 0 1 a k2 11 0 2 b k3 12 3 1 x k4 13 5 1 x >/dev/null
+r HSET "${P}errors" k2 E2 >/dev/null
+r ZADD "${P}morgue" 1 k2 >/dev/null; r ZADD "${P}morgue:ids" 0 k2 >/dev/null
+r ZADD "${P}morgue:payloads:k2" 0.5 b 9 c >/dev/null
+check "kill_failed page 1" "2|1" "$(ev kill_failed "$P" 90 2)"
+check "kill_failed: all payloads to the morgue, min score" "b|0.5|a|1|c|9" "$(payloads "${P}morgue:payloads:k2")"
+check "kill_failed: updated_at now, error copied" "90|E2|90" \
+  "$(r ZSCORE "${P}morgue" k2)|$(r HGET "${P}morgue:errors" k2)|$(r ZSCORE "${P}morgue" k3)"
+check "kill_failed: removed from the queue" "k1|k4" "$(j ZRANGE "${P}queue" 0 -1)"
+check "kill_failed: queue keys gone" "0|0" "$(r EXISTS "${P}payloads:k2")|$(r HEXISTS "${P}errors" k2)"
+check "kill_failed page 2" "1|0" "$(ev kill_failed "$P" 90 2)"
+check "kill_failed leaves fresh jobs" "k1|-1" "$(j ZRANGE "${P}ids" 0 -1)|$(r ZSCORE "${P}retries" k1)"
+ev push "$P" "" 50 e1 10 -1 1 x e2 11 0 1 x e3 12 2 1 x >/dev/null
+check "delete_failed page" "1|1" "$(ev delete_failed "$P" 1)"
+check "delete_failed last page" "1|0" "$(ev delete_failed "$P" 5)"
+check "delete_failed leaves fresh jobs" "e1|k1" "$(j ZRANGE "${P}ids" 0 -1)"
+check "delete_failed: payload keys gone" "0|0" "$(r EXISTS "${P}payloads:e2")|$(r EXISTS "${P}payloads:e3")"
+
+# ---------------------------------------------------------------- stats, heads, busy
+r FLUSHALL >/dev/null
+check "stats of an empty shard" "0|0|0||0|0|0" "$(ev stats "$P")"
+check "heads of an empty shard" "" "$(ev heads "$P")"
+ev push "$P" "" 50 s1 10 -1 1 x s2 20 0 1 x s3 30 4 1 x s4 5 -1 1 x >/dev/null
+r ZADD "${P}morgue" 1 dead >/dev/null
+ev fetch "$P" A 10000 6 1 '' 1 >/dev/null
+r HINCRBY "${P}counters" failed 3 >/dev/null
+check "stats: fresh, retries, morgue, head, processed, failed, busy" "1|2|1|10|0|3|1" "$(ev stats "$P")"
+check "heads" "10" "$(ev heads "$P")"
+check "busy listing" "1|s4|5|-1||1|x|1" "$(ev busy "$P")"
+B=$(ev fetch "$P" A 10000 100 2 1 1 | cut -d'|' -f2)
+check "stats after ack and fetch: processed, busy" "0|1|1|30|1|3|2" "$(ev stats "$P")"
+check "busy listing in perform_in order" "2|s1|10|-1||1|x|1|s2|20|0||1|x|1" "$(ev busy "$P")"
+
+# ---------------------------------------------------------------- jobs
+r FLUSHALL >/dev/null
+ev push "$P" "" 50 b 20 1 1 pb a 30 -1 2 pa2 a 30 -1 1 pa1 c 10 2 1 pc >/dev/null
+r HSET "${P}errors" b EB >/dev/null
+A1="a|30|-1||2|pa1|1|pa2|2"
+B1="b|20|1|EB|1|pb|1"
+C1="c|10|2||1|pc|1"
+check "jobs by id asc" "3|$A1|$B1|$C1" "$(ev jobs "$P" queue id asc - + 0 10)"
+check "jobs by id desc" "3|$C1|$B1|$A1" "$(ev jobs "$P" queue id desc - + 0 10)"
+check "jobs by id, range and offset" "1|$C1" "$(ev jobs "$P" queue id asc '(a' + 1 10)"
+check "jobs by id desc, range" "2|$B1|$A1" "$(ev jobs "$P" queue id desc - '[b' 0 10)"
+check "jobs by perform_in asc, limit" "2|$C1|$B1" "$(ev jobs "$P" queue perform_in asc -inf +inf 0 2)"
+check "jobs by perform_in desc" "3|$A1|$B1|$C1" "$(ev jobs "$P" queue perform_in desc -inf +inf 0 10)"
+check "jobs by perform_in desc, range" "1|$B1" "$(ev jobs "$P" queue perform_in desc 15 '(30' 0 10)"
+check "jobs by retry_count asc, failed only" "2|$B1|$C1" "$(ev jobs "$P" queue retry_count asc 0 +inf 0 10)"
+check "jobs by retry_count desc" "3|$C1|$B1|$A1" "$(ev jobs "$P" queue retry_count desc -inf +inf 0 10)"
+check "jobs limit 0" "0" "$(ev jobs "$P" queue id asc - + 0 0)"
+match "jobs rejects a bad order" "bad what/order" "$(ev jobs "$P" queue updated_at asc - + 0 10)"
+match "jobs rejects a bad dir" "dir must be" "$(ev jobs "$P" queue id up - + 0 10)"
+r ZADD "${P}morgue" 300 ma 100 mb >/dev/null
+r ZADD "${P}morgue:ids" 0 ma 0 mb >/dev/null
+r ZADD "${P}morgue:payloads:ma" 1 x 2 y >/dev/null
+r ZADD "${P}morgue:payloads:mb" 1 z >/dev/null
+r HSET "${P}morgue:errors" mb EMB >/dev/null
+MA="ma|300||2|x|1|y|2"
+MB="mb|100|EMB|1|z|1"
+check "morgue jobs by id asc" "2|$MA|$MB" "$(ev jobs "$P" morgue id asc - + 0 10)"
+check "morgue jobs by id desc" "2|$MB|$MA" "$(ev jobs "$P" morgue id desc - + 0 10)"
+check "morgue jobs by updated_at asc" "2|$MB|$MA" "$(ev jobs "$P" morgue updated_at asc -inf +inf 0 10)"
+check "morgue jobs by updated_at desc, offset" "1|$MB" "$(ev jobs "$P" morgue updated_at desc -inf +inf 1 10)"
+
+# ---------------------------------------------------------------- scores survive
+r FLUSHALL >/dev/null
+ev push "$P" "" 1700000000.5 fl 1700000000.123456 -1 1700000000.25 x >/dev/null
+check "fractional perform_in and score come back as Redis score strings" \
+  "OK|1||0|0|1|fl|1700000000.123456|-1||1|x|1700000000.25" "$(ev fetch "$P" A 10000 1700000000.5 1 '' 1)"
+
+echo "$PASS passed, $FAIL failed"
+[ "$FAIL" -eq 0 ]
