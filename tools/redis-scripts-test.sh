@@ -184,6 +184,11 @@ check "release by another token" "0" "$(ev release "$P" B)"
 check "release" "1" "$(ev release "$P" A)"
 check "lease gone, holder kept" "0|A" "$(r EXISTS "${P}lease")|$(r GET "${P}holder")"
 check "release twice" "0" "$(ev release "$P" A)"
+# renew.lua (the main thread extends a performing thread's lease).
+check "renew by the last holder re-takes a free lease" "1|A" "$(ev renew "$P" A 5000)|$(r GET "${P}lease")"
+check "renew by another token" "0|A" "$(ev renew "$P" B 5000)|$(r GET "${P}lease")"
+r DEL "${P}lease" >/dev/null
+check "renew of a free lease by a non-holder" "0|0" "$(ev renew "$P" B 5000)|$(r EXISTS "${P}lease")"
 
 # ---------------------------------------------------------------- fail
 r FLUSHALL >/dev/null

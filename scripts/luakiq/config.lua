@@ -106,7 +106,7 @@ function M.defaults()
     web = nil,
     web_token = nil,
     lease_ttl = 30,              -- seconds a shard lease lives without renewal
-    lease_renew = 10,            -- renew a held lease after this many seconds
+    lease_renew = nil,           -- renew a busy thread's lease this often (default lease_ttl / 3)
     max_payload_bytes = 1048576,
     redis_timeout = 10,          -- seconds for connect and for each reply
     redis_retry = 30,            -- seconds `run` keeps trying to connect at start
@@ -246,11 +246,12 @@ function M.load(dir, list_dir)
     local t = run_file(cfg_file)
     validate(cfg_file, t, SETTINGS, "see docs/configuration.md for the settings")
     for k, v in pairs(t) do cfg[k] = v end
-    if cfg.lease_renew >= cfg.lease_ttl then
+    if cfg.lease_renew and cfg.lease_renew >= cfg.lease_ttl then
       fail(string.format("%s: lease_renew (%s) must be less than lease_ttl (%s)", cfg_file,
         tostring(cfg.lease_renew), tostring(cfg.lease_ttl)))
     end
   end
+  cfg.lease_renew = cfg.lease_renew or cfg.lease_ttl / 3
   if cfg.scheduler == "lag" then cfg.scheduler = schedulers.lag
   elseif cfg.scheduler == "seq" then cfg.scheduler = schedulers.seq end
 

@@ -139,13 +139,16 @@ local function scheduler_ctx(t)
     now = core.now,
   }
   function ctx.process(h) return process(t, h) end
+  -- Earliest perform_in per handler; a shard with orphaned in-flight jobs
+  -- counts as long overdue, so its fetch restores them (heads.lua).
   function ctx.heads()
     local cmds = {}
-    for i, h in ipairs(t.handlers) do cmds[i] = { "ZRANGE", h.prefix .. "queue", 0, 0, "WITHSCORES" } end
+    for i, h in ipairs(t.handlers) do cmds[i] = { script = "heads", h.prefix } end
     local replies = t.conn:pipeline(cmds)
     local heads = {}
     for i, r in ipairs(replies) do
-      heads[i] = (type(r) == "table" and r[2]) and tonumber(r[2]) or false
+      if type(r) ~= "table" or r.err then error("heads.lua failed: " .. tostring(r and r.err), 0) end
+      heads[i] = r[2] == "1" and 0 or tonumber(r[1]) or false
     end
     return heads
   end

@@ -65,7 +65,7 @@ function M.spawn(args, env)
   local d = M.tmpdir()
   -- The inner sh records its pid and execs the binary (so the pid is luakiq's);
   -- the outer subshell waits for it and records the exit code.
-  local inner = string.format("echo $$ >%s/pid; exec %s %s %s >%s/out 2>%s/err </dev/null",
+  local inner = string.format("echo $$ >%s/pid; exec env %s %s %s >%s/out 2>%s/err </dev/null",
     d, env or "", M.bin, args, d, d)
   assert(sh("( sh -c " .. M.quote(inner) .. "; echo $? >" .. d .. "/rc ) >/dev/null 2>&1 &"))
   local p = setmetatable({ dir = d }, { __index = M.proc })
