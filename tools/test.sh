@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/build.sh
 SANITIZE=1 tools/build.sh
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "== specs under ASan+UBSan =="
 (cd build-asan && ctest --output-on-failure -j2 -L "unit|queue|host")
 echo "== all specs =="
