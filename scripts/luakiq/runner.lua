@@ -58,9 +58,9 @@ local function flush(t)
 end
 
 -- Fails a batch: retry_in per job, then fail.lua (morgue at max_retry_count).
-local function fail(t, h, jobs, err)
+local function fail(t, h, jobs, err, tb)
   local cfg, w = t.cfg, h.def
-  local ok, msg = pcall(cfg.format_error, err)
+  local ok, msg = pcall(cfg.format_error, err, tb)
   if not ok or type(msg) ~= "string" then msg = tostring(err) end
   local dumped = msg
   ok, dumped = pcall(cfg.dump_error, msg)
@@ -77,6 +77,7 @@ local function fail(t, h, jobs, err)
     retry_at[i] = now + delay
   end
   local morgued = queue.fail(t.conn, h, t, now, w.max_retry_count, dumped or "", jobs, retry_at)
+  if tb then log.debug(tb) end
   log.warn("batch failed: " .. msg:match("^[^\n]*"), {
     worker = w.name, shard = h.shard, ids = queue.ids(jobs), morgued = #morgued })
   if #morgued > 0 and w.retries_exhausted then
@@ -112,6 +113,7 @@ local function process(t, h)
   local ids = queue.ids(jobs)
   core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
+  local tb -- the traceback, kept apart so format_error gets the error value itself
   local ok, err = xpcall(function()
     local batch = {}
     for _, job in ipairs(jobs) do
@@ -120,7 +122,10 @@ local function process(t, h)
       batch[job.id] = list
     end
     return h.perform(w, batch)
-  end, traceback)
+  end, function(e)
+    tb = debug.traceback(tostring(e), 2)
+    return e
+  end)
   core.set_state("fetching", w.name, h.shard)
   if ok then
     t.pending = h
@@ -128,7 +133,7 @@ local function process(t, h)
     return true, res.head
   end
   if err == luakiq.FATAL then error(err, 0) end
-  fail(t, h, jobs, err)
+  fail(t, h, jobs, err, tb)
   return false, nil -- fail.lua moved jobs: the head is unknown, re-probe
 end
 
