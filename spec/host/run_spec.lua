@@ -176,4 +176,68 @@ describe("luakiq run", function()
     p2:signal("TERM")
     assert.are.equal(0, p2:wait(5))
   end)
+  it("writes a thread dump on TTIN: state, worker, shard, ids, since", function()
+    local dump = host.tmpdir() .. "/dump.txt"
+    local dir = host.scriptdir {
+      ["config.lua"] = ("return { poll_interval = 0.1, dump_path = %q }"):format(dump),
+      ["workers/Rec.lua"] = RECORDER:format(1, 1, [[r.call("SET", "t:in", "1") require("luakiq.core").sleep(2)]]),
+    }
+    enqueue(dir, "Rec", { '{"id":"slow","payload":1}' })
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return srv.conn:call("GET", "t:in") end, 10, "batch running")
+    p:signal("TTIN")
+    local text = host.eventually(function() return host.read(dump) end, 5, "dump file")
+    assert.truthy(text:find("== thread t0 ==", 1, true), text)
+    assert.truthy(text:find("state: performing", 1, true), text)
+    assert.truthy(text:find("worker: Rec", 1, true), text)
+    assert.truthy(text:find("ids: slow", 1, true), text)
+    assert.truthy(p:log():find(dump, 1, true))
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(10), p:log())
+  end)
+
+  it("luakiq.fatal stops the host: last_words runs, exit 1, the batch comes back later", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = [[local luakiq = require "luakiq"
+        return { poll_interval = 0.1, lease_ttl = 1,
+          last_words = function(err) luakiq.redis.call("SET", "t:last_words", err) end }]],
+      ["workers/Rec.lua"] = [[local luakiq = require "luakiq"
+        return { shards_count = 1, perform = function(batch)
+          if not luakiq.redis.call("GET", "t:again") then luakiq.fatal("disk on fire") end
+          for id in pairs(batch) do luakiq.redis.call("RPUSH", "t:seen:" .. id, "ok") end
+        end }]],
+    }
+    enqueue(dir, "Rec", { '{"id":"f"}' })
+    local p = host.spawn("run " .. q(dir), env())
+    assert.are.equal(1, p:wait(10), p:log())
+    assert.truthy(p:log():find("disk on fire", 1, true))
+    srv.conn:call("SET", "t:again", "1")
+    local p2 = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return srv.conn:call("LLEN", "t:seen:f") == 1 end, 10, "rerun after fatal")
+    p2:signal("TERM")
+    assert.are.equal(0, p2:wait(5))
+  end)
+
+  it("perform_async from a worker enqueues into another worker (client middlewares apply)", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = [[return { poll_interval = 0.1, client_middlewares = {
+          function(worker, jobs, nxt) for _, j in ipairs(jobs) do j.payload = "mw:" .. tostring(j.payload) end nxt() end } }]],
+      ["workers/A.lua"] = [[local luakiq = require "luakiq"
+        return { shards_count = 2, perform = function(batch)
+          local jobs = {}
+          for id, payloads in pairs(batch) do jobs[#jobs + 1] = { id = id, payload = payloads[1] } end
+          luakiq.perform_async("B", jobs)
+        end }]],
+      ["workers/B.lua"] = RECORDER:format(3, 5, ""),
+    }
+    enqueue(dir, "A", { '{"id":"x","payload":"1"}', '{"id":"y","payload":"2"}' })
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function()
+      return srv.conn:call("LLEN", "t:seen:x") == 1 and srv.conn:call("LLEN", "t:seen:y") == 1
+    end, 10, "B performed")
+    -- the CLI enqueue ran the middleware once ("mw:1"), perform_async once more
+    assert.are.same({ 'mw:mw:1' }, srv.conn:call("LRANGE", "t:seen:x", 0, -1))
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(5))
+  end)
 end)
