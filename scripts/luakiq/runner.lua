@@ -216,8 +216,10 @@ function M.main(boot_json)
       end
     end
   end
-  -- Graceful stop: ack what ran, give the shards back at once.
-  if not core.fatal_message() or t.pending then
+  -- Stop (graceful or after a fatal error): ack what ran, give the shards back
+  -- at once. A batch left in flight by luakiq.fatal is then orphaned, and the
+  -- next holder restores it without waiting out lease_ttl.
+  do
     local deadline = core.now() + 5
     repeat
       local ok, err = pcall(function()
