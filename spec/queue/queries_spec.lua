@@ -1,0 +1,150 @@
+-- Lowkiq's spec/queue/queries_spec.rb for luakiq: the listings of luakiq.admin
+-- (jobs.lua and busy.lua on every shard, merged). Each filled check runs on
+-- "Test" (1 shard) and on "Multi" (5 shards: ids 1 and 2 live in shards 3
+-- and 2), so the cross-shard merge is exercised too.
+local S = require "queue.support"
+local admin = require "luakiq.admin"
+
+local BOTH = { "Test", "Multi" }
+
+describe("queries", function()
+  local env = S.lifecycle()
+  local function now() return env.now end
+
+  describe("on an empty database", function()
+    for _, c in ipairs {
+      { "queue", "id", "asc" }, { "queue", "id", "desc" },
+      { "queue", "perform_in", "asc" }, { "queue", "perform_in", "desc" },
+      { "queue", "retry_count", "asc" }, { "queue", "retry_count", "desc" },
+      { "morgue", "id", "asc" }, { "morgue", "id", "desc" },
+      { "morgue", "updated_at", "asc" }, { "morgue", "updated_at", "desc" },
+    } do
+      it(("lists no %s jobs by %s %s over the full range"):format(c[1], c[2], c[3]), function()
+        for _, w in ipairs(BOTH) do
+          local lo, hi = "-inf", "+inf"
+          if c[2] == "id" then lo, hi = "-", "+" end
+          assert.are.same({}, admin.list(env.conn, env.cfg, w, c[1], c[2], c[3], lo, hi, 100, 0))
+        end
+      end)
+    end
+
+    it("finds no queued job for unknown ids", function()
+      assert.is_nil(env:queued("Test", "1"))
+      assert.are.same({}, env:list("Multi", "id", "asc", "[1", "[2"))
+    end)
+
+    it("finds no dead job for unknown ids", function()
+      assert.is_nil(env:dead("Test", "1"))
+      assert.are.same({}, env:morgue("Multi", "id", "asc", "[1", "[2"))
+    end)
+
+    it("lists no job in flight", function()
+      assert.are.same({}, env:busy("Test"))
+      assert.are.same({}, env:busy("Multi"))
+    end)
+  end)
+
+  describe("with job 1 (retry 0, in 120 s) and job 2 (retry -1, in 60 s)", function()
+    before_each(function()
+      for _, w in ipairs(BOTH) do
+        env:push(w, { { id = 1, payload = "v", retry_count = 0, perform_in = now() + 120 },
+                      { id = 2, payload = "v", perform_in = now() + 60 } })
+      end
+    end)
+
+    it("fetches both full records by id", function()
+      for _, w in ipairs(BOTH) do
+        assert.are.same({ id = "1", perform_in = now() + 120, retry_count = 0, payloads = { { "v", now() } } },
+          env:queued(w, 1))
+        assert.are.same({ id = "2", perform_in = now() + 60, retry_count = -1, payloads = { { "v", now() } } },
+          env:queued(w, 2))
+        assert.are.same({ "1", "2" }, env:ids(env:list(w, "id", "asc", "[1", "[2")))
+      end
+    end)
+
+    local cases = {
+      { "id", "asc", { "1", "2" } }, { "id", "desc", { "2", "1" } },
+      { "perform_in", "asc", { "2", "1" } }, { "perform_in", "desc", { "1", "2" } },
+      { "retry_count", "asc", { "2", "1" } }, { "retry_count", "desc", { "1", "2" } },
+    }
+    for _, c in ipairs(cases) do
+      it(("lists by %s %s: %s"):format(c[1], c[2], table.concat(c[3], ", ")), function()
+        for _, w in ipairs(BOTH) do assert.are.same(c[3], env:ids(env:list(w, c[1], c[2])), w) end
+      end)
+    end
+
+    it("honours score bounds (exclusive too) and lex bounds", function()
+      for _, w in ipairs(BOTH) do
+        assert.are.same({ "2" }, env:ids(env:list(w, "perform_in", "asc", "-inf", tostring(now() + 60))))
+        assert.are.same({ "1" }, env:ids(env:list(w, "perform_in", "desc", "(" .. (now() + 60), "+inf")))
+        assert.are.same({ "1" }, env:ids(env:list(w, "retry_count", "asc", "0", "+inf")))
+        assert.are.same({ "2" }, env:ids(env:list(w, "id", "desc", "(1", "+")))
+      end
+    end)
+
+    it("does not list a job in flight; busy does", function()
+      for _, w in ipairs(BOTH) do
+        env.conn:call("ZADD", env:prefix(w, w == "Multi" and 2 or 0) .. "queue", "XX", now() - 1, "2")
+        local res = env:fetch(w, w == "Multi" and 2 or 0)
+        assert.are.same({ "2" }, env:ids(res.jobs))
+        assert.are.same({ "1" }, env:ids(env:list(w)))
+        assert.are.same({ { id = "2", perform_in = now() - 1, retry_count = -1, payloads = { { "v", now() } } } },
+          env:busy(w))
+      end
+    end)
+  end)
+
+  describe("paging across shards", function()
+    it("merges every shard's page by the order, then cuts offset and limit", function()
+      local jobs = {}
+      for i = 1, 12 do jobs[i] = { id = "j" .. i, perform_in = now() + i } end
+      env:push("Multi", jobs)
+      assert.are.same({ "j3", "j4", "j5" }, env:ids(env:list("Multi", "perform_in", "asc", nil, nil, 3, 2)))
+      assert.are.same({ "j10", "j9", "j8", "j7" }, env:ids(env:list("Multi", "perform_in", "desc", nil, nil, 4, 2)))
+      assert.are.same({ "j1", "j10", "j11" }, env:ids(env:list("Multi", "id", "asc", nil, nil, 3, 0)))
+      assert.are.same({}, env:list("Multi", "id", "asc", nil, nil, 5, 12))
+    end)
+
+    it("refuses an unknown order with the script's error", function()
+      assert.has_error(function() env:list("Test", "score") end)
+      local ok, err = pcall(env.conn.script, env.conn, "jobs", env:prefix("Test"), "queue", "score", "asc",
+        "-inf", "+inf", 0, 10)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("luakiq jobs: bad what/order", 1, true))
+    end)
+  end)
+
+  describe("morgue with ids 1 and 2 dead at t, then 1 again at t+1 (same payload)", function()
+    -- Dies through fail.lua at max_retry_count (Test and Multi: 5).
+    local function kill(w, ids, err)
+      local jobs = {}
+      for i, id in ipairs(ids) do jobs[i] = { id = id, payload = "v" } end
+      env:kill(w, jobs, err)
+    end
+    local t
+    before_each(function()
+      t = now()
+      for _, w in ipairs(BOTH) do kill(w, { 1, 2 }, "e" .. w) end
+      S.freeze(t + 1)
+      env.now = t + 1
+      for _, w in ipairs(BOTH) do kill(w, { 1 }, "again") end
+    end)
+
+    it("refreshes updated_at of 1 but keeps its payload's first score", function()
+      for _, w in ipairs(BOTH) do
+        assert.are.same({ id = "1", updated_at = t + 1, error = "again", payloads = { { "v", t } } }, env:dead(w, 1))
+        assert.are.same({ id = "2", updated_at = t, error = "e" .. w, payloads = { { "v", t } } }, env:dead(w, 2))
+        assert.are.same({}, env:list(w))
+      end
+    end)
+
+    for _, c in ipairs {
+      { "id", "asc", { "1", "2" } }, { "id", "desc", { "2", "1" } },
+      { "updated_at", "asc", { "2", "1" } }, { "updated_at", "desc", { "1", "2" } },
+    } do
+      it(("lists by %s %s: %s"):format(c[1], c[2], table.concat(c[3], ", ")), function()
+        for _, w in ipairs(BOTH) do assert.are.same(c[3], env:ids(env:morgue(w, c[1], c[2])), w) end
+      end)
+    end
+  end)
+end)

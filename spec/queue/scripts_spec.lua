@@ -1,0 +1,179 @@
+-- The Redis scripts as a wire protocol (docs/redis.md), called directly with
+-- conn:script: Lowkiq's spec/script_spec.rb tested its Lua helpers; luakiq's
+-- equivalents are the shard function, push.lua's reply and wake-up, argument
+-- validation before any write, the lease scripts, register.lua and the
+-- one-slot-per-shard key layout.
+local S = require "queue.support"
+local core = require "luakiq.core"
+local keys = require "luakiq.keys"
+local runtime = require "luakiq.runtime"
+local host = require "helpers.host"
+local admin = require "luakiq.admin"
+
+describe("scripts", function()
+  local env = S.lifecycle()
+  local function now() return env.now end
+
+  local function script_error(name, ...)
+    local ok, err = pcall(env.conn.script, env.conn, name, ...)
+    assert.is_false(ok, name .. " should have failed")
+    return tostring(err)
+  end
+
+  describe("the shard function", function()
+    it("is zlib's CRC-32 of the id's bytes", function()
+      local known = { ["1"] = 2212294583, ["2"] = 450215437, ["a"] = 3904355907, [""] = 0,
+                      ["é"] = 235179326, ["hello world"] = 222957957, ["Orders"] = 3800299736 }
+      for id, crc in pairs(known) do
+        assert.are.equal(crc, core.crc32(id), id)
+        assert.are.equal(crc % 5, keys.shard(id, 5), id)
+        assert.are.equal(crc % 24, keys.shard(id, 24), id)
+      end
+    end)
+
+    it("places every pushed id in shard crc32(id) % shards_count; 1 and \"1\" are one job", function()
+      -- zlib.crc32(str(i)) % 5 for i = 1..12
+      local expected = { 3, 2, 1, 3, 1, 0, 1, 1, 4, 1, 4, 0 }
+      local jobs = {}
+      for i = 1, 12 do jobs[i] = { id = i, payload = i } end
+      env:push("Multi", jobs)
+      env:push("Multi", { { id = "1", payload = "str" } })
+      for i, shard in ipairs(expected) do
+        assert.truthy(env.conn:call("ZSCORE", env:prefix("Multi", shard) .. "queue", tostring(i)), "id " .. i)
+      end
+      assert.are.equal(12, env:stats("Multi").length)
+      -- equal scores: ordered by the payload bytes ('"str"' < '1')
+      assert.are.same({ { "str", now() }, { 1, now() } }, env:queued("Multi", 1).payloads)
+    end)
+  end)
+
+  describe("push.lua", function()
+    it("returns the count of newly queued ids and the shard's head", function()
+      local p = env:prefix("Test")
+      local r = env.conn:script("push", p, "", now(), "1", now() + 5, -1, now(), '"a"', "2", now() + 3, -1, now(), '"b"')
+      assert.are.same({ 2, tostring(now() + 3) }, r)
+      r = env.conn:script("push", p, "", now(), "1", now() - 1, -1, now(), '"c"')
+      assert.are.same({ 0, tostring(now() + 3) }, r)
+      assert.are.same({ 0, false }, env.conn:script("push", env:prefix("Multi", 1), "", now()))
+    end)
+
+    it("validates every group before the first write", function()
+      local p = env:prefix("Test")
+      local err = script_error("push", p, "", now(), "1", now(), -1, now(), '"a"', "2", "nan", -1, now(), '"b"')
+      assert.truthy(err:find("luakiq push: job 2 perform_in must be a finite number, got 'nan'", 1, true), err)
+      err = script_error("push", p, "", now(), "", now(), -1, now(), '"a"')
+      assert.truthy(err:find("job 1: id is empty", 1, true), err)
+      err = script_error("push", p, "", now(), "1", now())
+      assert.truthy(err:find("groups of 5", 1, true), err)
+      assert.are.same({}, env.conn:call("KEYS", "*"))
+    end)
+
+    it("publishes the shard prefix on the wake channel only when the head gets earlier", function()
+      local dir = host.tmpdir()
+      local out = dir .. "/sub"
+      host.sh(("(timeout 3 redis-cli -p %d subscribe luakiq:wake >%s 2>&1 &)"):format(env.srv.port, out))
+      for _ = 1, 100 do
+        if env.conn:call("PUBSUB", "NUMSUB", "luakiq:wake")[2] == 1 then break end
+        core.sleep(0.02)
+      end
+      env:push("Test", { { id = 1, perform_in = now() + 10 } })     -- empty -> head: publish
+      env:push("Test", { { id = 2, perform_in = now() + 20 } })     -- later: no publish
+      env:push("Test", { { id = 3, perform_in = now() }, { id = 4, perform_in = now() - 1 } })  -- once
+      env:push("Multi", { { id = 1 } })
+      local text
+      for _ = 1, 100 do
+        text = host.read(out) or ""
+        if text:find("luakiq:{Multi:3}:", 1, true) then break end
+        core.sleep(0.02)
+      end
+      host.sh("rm -rf " .. host.quote(dir))
+      local _, n = text:gsub("\nmessage\n", "")
+      assert.are.equal(3, n, text)
+      local _, test = text:gsub("luakiq:{Test:0}:", "")
+      assert.are.equal(2, test, text)
+    end)
+  end)
+
+  describe("fetch.lua and fail.lua", function()
+    it("refuse bad arguments before taking the lease", function()
+      local p = env:prefix("Test")
+      local err = script_error("fetch", p, S.TOKEN, 30000, now(), "1.5", "", "1")
+      assert.truthy(err:find("luakiq fetch: limit must be an integer >= 0", 1, true), err)
+      err = script_error("fetch", p, "", 30000, now(), 1, "", "1")
+      assert.truthy(err:find("luakiq fetch: token is empty", 1, true), err)
+      err = script_error("fail", p, S.TOKEN, 30000, now(), "", 5, "", "1", "inf")
+      assert.truthy(err:find("luakiq fail: perform_in of '1' must be a finite number", 1, true), err)
+      assert.are.same({}, env.conn:call("KEYS", "*"))
+    end)
+
+    it("fail.lua never acquires a shard: {LEASE, -2} after another holder's lease ran out", function()
+      env:push("Test", { { id = 1 } })
+      local res = env:fetch("Test", 0, { token = "a" })
+      env.conn:call("DEL", env:prefix("Test") .. "lease")
+      local r = env:fail("Test", 0, { token = "b", batch = res.batch }, { "1", now() })
+      assert.are.same({ "LEASE", "-2" }, r)
+      assert.are.equal(1, #env:busy("Test"))
+    end)
+
+    it("fail.lua puts in-flight ids it was not told about back unchanged", function()
+      env:push("Batch", { { id = 1, payload = "a" }, { id = 2, payload = "b", retry_count = 1, perform_in = now() - 3 } })
+      local res = env:fetch("Batch")
+      local r = env:fail("Batch", 0, { batch = res.batch, error = "e" }, { "1", now() + 7 })
+      assert.are.same({ "OK", "1", "0", tostring(now() - 3) }, r)
+      local j2 = env:queued("Batch", 2)
+      assert.are.same({ 1, now() - 3, { { "b", now() } } }, { j2.retry_count, j2.perform_in, j2.payloads })
+      assert.is_nil(j2.error)
+      assert.are.equal(0, env:queued("Batch", 1).retry_count)
+    end)
+  end)
+
+  describe("renew.lua and release.lua", function()
+    it("renew extends the caller's lease, re-takes it when free, never takes another's", function()
+      local p = env:prefix("Test")
+      env:fetch("Test", 0, { token = "a", lease_ms = 1000 })
+      assert.are.equal(1, env.conn:script("renew", p, "a", 60000))
+      assert.is_true(env.conn:call("PTTL", p .. "lease") > 1000)
+      assert.are.equal(0, env.conn:script("renew", p, "b", 60000))
+      env.conn:call("DEL", p .. "lease")
+      assert.are.equal(0, env.conn:script("renew", p, "b", 60000))
+      assert.are.equal(1, env.conn:script("renew", p, "a", 60000))
+      assert.are.equal("a", env.conn:call("GET", p .. "lease"))
+    end)
+
+    it("release gives back only the caller's lease and keeps the holder", function()
+      local p = env:prefix("Test")
+      env:fetch("Test", 0, { token = "a" })
+      assert.are.equal(0, env.conn:script("release", p, "b"))
+      assert.are.equal(1, env.conn:script("release", p, "a"))
+      assert.are.same({ false, "a" }, { env.conn:call("GET", p .. "lease"), env.conn:call("GET", p .. "holder") })
+      assert.is_false(env:fetch("Test", 0, { token = "b" }).lease or false)
+    end)
+  end)
+
+  describe("register.lua", function()
+    it("stores shards_count once; runtime.register refuses a different count", function()
+      assert.are.equal("5", env.conn:script("register", "luakiq:queues", "Multi", 5))
+      assert.are.equal("5", env.conn:script("register", "luakiq:queues", "Multi", 7))
+      assert.is_true(runtime.register(env.conn, env.cfg))
+      env.conn:call("HSET", "luakiq:queues", "Test", "3")
+      local ok, err = runtime.register(env.conn, env.cfg)
+      assert.is_nil(ok)
+      assert.truthy(err:find("shards_count is 1 but queue 'Test' already has 3 shards", 1, true), err)
+      local e = script_error("register", "luakiq:queues", "Q", 0)
+      assert.truthy(e:find("shards_count must be an integer >= 1", 1, true), e)
+    end)
+  end)
+
+  it("keeps every key of a shard under one hash tag (one cluster slot)", function()
+    env:push("Multi", { { id = 1, payload = "a" }, { id = 4, payload = "b", retry_count = 4 } })
+    local res = env:fetch("Multi", 3, { limit = 1 })
+    env:fail("Multi", 3, { batch = res.batch, error = "e" }, { res.jobs[1].id, now() + 1 })
+    env:fetch("Multi", 3, { limit = 1 })
+    admin.kill_failed(env.conn, env.cfg, "Multi")
+    local all = env.conn:call("KEYS", "*")
+    assert.is_true(#all >= 8, table.concat(all, " "))
+    for _, k in ipairs(all) do
+      assert.truthy(k:find("^luakiq:{Multi:3}:"), k)
+    end
+  end)
+end)

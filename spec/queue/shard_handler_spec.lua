@@ -1,0 +1,245 @@
+-- Lowkiq's spec/shard_handler_spec.rb for luakiq: one worker thread's state
+-- (luakiq.runner.setup / process / flush) against the real scripts, with
+-- perform, retry_in and retries_exhausted replaced by recorders. Plus what
+-- Lowkiq's suite lacks: batch_size > 1, a failed multi-job batch, pushes
+-- during a batch, leases (refusal, restore exactly once, re-acquisition) and
+-- stale batch ids. DESIGN §1: after the morgue at max_retry_count the rest
+-- goes back with retry_count -1 and perform_in now.
+local S = require "queue.support"
+local runner = require "luakiq.runner"
+local queue = require "luakiq.queue"
+local luakiq = require "luakiq"
+
+local function first_line(s) return (tostring(s):match("^[^\n]*")) end
+
+describe("shard handler", function()
+  local env = S.lifecycle()
+  local function now() return env.now end
+
+  -- A thread owning Test's shard 0 (or worker's), with recorders.
+  local calls
+  local function thread(worker, token)
+    local t = env:thread(worker or "Test", token)
+    local w = t.cfg.by_name[worker or "Test"]
+    calls = { perform = {}, retry_in = {}, exhausted = {} }
+    w.perform = function(batch) calls.perform[#calls.perform + 1] = batch end
+    w.retry_in = function(c) calls.retry_in[#calls.retry_in + 1] = c return 10 end
+    w.retries_exhausted = function(jobs) calls.exhausted[#calls.exhausted + 1] = jobs end
+    return t, t.handlers[1], w
+  end
+
+  it("performs a batch: string ids, loaded payloads, then the ack empties everything", function()
+    env:push("Test", { { id = 1, payload = "payload" } })
+    local t, h = thread()
+    local ok, head = runner.process(t, h)
+    assert.is_true(ok)
+    assert.is_nil(head)
+    assert.are.same({ { ["1"] = { "payload" } } }, calls.perform)
+    runner.flush(t)
+    assert.are.same({}, env:list("Test"))
+    assert.are.same({}, env:busy("Test"))
+    assert.are.same({}, calls.retry_in)
+  end)
+
+  it("retries a failed job: retry_count 0, perform_in now + retry_in(0), its error, every payload", function()
+    env:push("Test", { { id = 1, payload = "v1", score = 0 }, { id = 1, payload = "v2", score = 1 } })
+    local t, h, w = thread()
+    w.perform = function() error("error", 0) end
+    assert.is_false((runner.process(t, h)))
+    assert.are.same({}, env:busy("Test"))
+    local job = env:queued("Test", 1)
+    assert.are.equal("error", first_line(job.error))
+    job.error = nil
+    assert.are.same({ id = "1", retry_count = 0, perform_in = now() + 10, payloads = { { "v1", 0 }, { "v2", 1 } } }, job)
+    assert.are.same({ 0 }, calls.retry_in)
+    assert.are.same({}, env:morgue("Test"))
+    assert.are.same({}, calls.exhausted)
+  end)
+
+  it("stores the message only by default (format_error), the traceback when format_error asks", function()
+    env:push("Test", { { id = 1 }, { id = 2, perform_in = now() + 1 } })
+    local t, h, w = thread()
+    w.perform = function() error("plain", 0) end
+    runner.process(t, h)
+    assert.are.equal("plain", env:queued("Test", 1).error)
+    t.cfg.format_error = function(err, tb) return err .. "|" .. tostring(tb) end
+    env.now = S.freeze(now() + 1)
+    runner.process(t, h)
+    local e = env:queued("Test", 2).error
+    assert.truthy(e:find("^plain|plain\nstack traceback:"), e)
+  end)
+
+  it("sends the lowest payload to the morgue at max_retry_count; the rest go back with -1 and now", function()
+    env:push("Test", { { id = 1, payload = "v1", score = 0, retry_count = 4 }, { id = 1, payload = "v2", score = 1 } })
+    local t, h, w = thread()
+    w.perform = function() error("error", 0) end
+    assert.is_false((runner.process(t, h)))
+    assert.are.same({ 5 }, calls.retry_in)
+    local job = env:queued("Test", 1)
+    assert.are.equal("error", first_line(job.error))
+    job.error = nil
+    assert.are.same({ id = "1", retry_count = -1, perform_in = now(), payloads = { { "v2", 1 } } }, job)
+    local dead = env:dead("Test", 1)
+    assert.are.equal("error", first_line(dead.error))
+    dead.error = nil
+    assert.are.same({ id = "1", updated_at = now(), payloads = { { "v1", 0 } } }, dead)
+    assert.are.equal(1, #calls.exhausted)
+    local ex = calls.exhausted[1]
+    assert.are.equal("error", first_line(ex[1].error))
+    ex[1].error = nil
+    assert.are.same({ { id = "1", payloads = { { "v1", 0 } } } }, ex)
+  end)
+
+  it("leaves the batch in flight on luakiq.FATAL; a new holder restores it as it was", function()
+    env:push("Test", { { id = 1, payload = "p", perform_in = now() - 2 } })
+    local t, h, w = thread()
+    w.perform = function() error(luakiq.FATAL, 0) end
+    local ok, err = pcall(runner.process, t, h)
+    assert.is_false(ok)
+    assert.are.equal(luakiq.FATAL, err)
+    assert.are.equal(1, #env:busy("Test"))
+    env.conn:call("DEL", env:prefix("Test") .. "lease")  -- the holder died: its lease ran out
+    local res = env:fetch("Test", 0, { token = "next-host", fetch = false })
+    assert.are.equal(1, res.restored)
+    assert.are.same({}, env:busy("Test"))
+    assert.are.same({ id = "1", retry_count = -1, perform_in = now() - 2, payloads = { { "p", now() } } },
+      env:queued("Test", 1))
+  end)
+
+  it("fetches batch_size jobs at once, lowest perform_in first, and acks them with the next fetch", function()
+    local jobs = {}
+    for i, id in ipairs { "e", "d", "c", "b", "a" } do jobs[i] = { id = id, perform_in = now() - i } end
+    env:push("Batch", jobs)
+    local t, h = thread("Batch")
+    assert.is_true((runner.process(t, h)))
+    assert.is_true((runner.process(t, h)))
+    assert.are.same({ { a = { "" }, b = { "" }, c = { "" } }, { d = { "" }, e = { "" } } }, calls.perform)
+    assert.are.equal(3, env:stats("Batch").processed)
+    runner.flush(t)
+    assert.are.equal(5, env:stats("Batch").processed)
+  end)
+
+  it("fails a multi-job batch job by job: one retried, one at the limit to the morgue", function()
+    env:push("Batch", { { id = 1, payload = "v1" },
+                        { id = 2, payload = "p0", score = 0, retry_count = 2 }, { id = 2, payload = "p1", score = 1 } })
+    local t, h, w = thread("Batch")
+    w.retry_in = function(c) calls.retry_in[#calls.retry_in + 1] = c return 10 * (c + 1) end
+    w.perform = function() error("batch broke", 0) end
+    assert.is_false((runner.process(t, h)))
+    table.sort(calls.retry_in)
+    assert.are.same({ 0, 3 }, calls.retry_in)
+    local j1, j2 = env:queued("Batch", 1), env:queued("Batch", 2)
+    assert.are.same({ 0, now() + 10, { { "v1", now() } } }, { j1.retry_count, j1.perform_in, j1.payloads })
+    assert.are.same({ -1, now(), { { "p1", 1 } } }, { j2.retry_count, j2.perform_in, j2.payloads })
+    assert.are.same({ { "p0", 0 } }, env:dead("Batch", 2).payloads)
+    assert.are.same({ "2" }, { calls.exhausted[1][1].id })
+    assert.are.same({ 2, 0 }, { env:stats("Batch").failed, env:stats("Batch").busy })
+  end)
+
+  it("runs a push made during a successful batch after it, as a separate job", function()
+    env:push("Test", { { id = 1, payload = "old" } })
+    local t, h, w = thread()
+    w.perform = function(batch)
+      calls.perform[#calls.perform + 1] = batch
+      if #calls.perform == 1 then luakiq.perform_async("Test", { { id = 1, payload = "new" } }) end
+    end
+    assert.is_true((runner.process(t, h)))
+    assert.are.same({ { "new", now() } }, env:queued("Test", 1).payloads)
+    assert.are.same({ { "old", now() } }, env:busy("Test")[1].payloads)
+    assert.is_true((runner.process(t, h)))
+    runner.flush(t)
+    assert.are.same({ { ["1"] = { "old" } }, { ["1"] = { "new" } } }, calls.perform)
+    assert.are.same({ 2, 0, 0 }, { env:stats("Test").processed, env:stats("Test").length, env:stats("Test").busy })
+  end)
+
+  it("merges a push made during a failed batch into the retry (failed + queued), which runs after", function()
+    env:push("Test", { { id = 1, payload = "old", score = 1 } })
+    local t, h, w = thread()
+    w.perform = function(batch)
+      calls.perform[#calls.perform + 1] = batch
+      if #calls.perform == 1 then
+        luakiq.perform_async("Test", { { id = 1, payload = "new", score = 2, perform_in = now() - 50 } })
+        error("first run fails", 0)
+      end
+    end
+    assert.is_false((runner.process(t, h)))
+    local job = env:queued("Test", 1)
+    assert.are.same({ 0, now() + 10, { { "old", 1 }, { "new", 2 } } }, { job.retry_count, job.perform_in, job.payloads })
+    assert.is_false((runner.process(t, h)))  -- not due yet
+    env.now = S.freeze(now() + 10)
+    assert.is_true((runner.process(t, h)))
+    assert.are.same({ ["1"] = { "old", "new" } }, calls.perform[2])
+  end)
+
+  it("refuses a shard whose lease another token holds: nothing fetched, nothing performed", function()
+    env:push("Test", { { id = 1 } })
+    local t1, h1 = thread()
+    env:push("Test", { { id = 2 } })
+    assert.is_true((runner.process(t1, h1)))
+    local t2, h2 = thread("Test", "other-host")
+    assert.are.same({ false, nil }, { runner.process(t2, h2) })
+    assert.are.same({}, calls.perform)
+    local r = env:fetch("Test", 0, { token = "other-host" })
+    assert.is_true(r.lease)
+    assert.is_true(r.pttl > 0 and r.pttl <= 30000)
+    assert.are.same({ "2" }, env:ids(env:list("Test")))
+  end)
+
+  it("runs a dead holder's batch exactly once, and the old holder's late calls change nothing", function()
+    env:push("Test", { { id = 1, payload = "x" } })
+    local performed = 0
+    local t1, h1, w1 = thread("Test", "host-1")
+    w1.perform = function() error(luakiq.FATAL, 0) end
+    pcall(runner.process, t1, h1)
+    local stale = h1.batch
+    env.conn:call("DEL", env:prefix("Test") .. "lease")
+    local t2, h2, w2 = thread("Test", "host-2")
+    w2.perform = function() performed = performed + 1 end
+    assert.is_true((runner.process(t2, h2)))
+    runner.flush(t2)
+    -- host-1 wakes up: its failure is refused (host-2 holds the lease)...
+    h1.batch = stale
+    assert.are.same({}, queue.fail(t1.conn, h1, t1, now(), 5, "late", { { id = "1", retry_count = -1 } }, { now() }))
+    -- ...and once host-2 has released the shard, host-1 takes it over with nothing to restore.
+    queue.release(t2.conn, t2.handlers, t2.token)
+    w1.perform = function() performed = performed + 1 end
+    local res = env:fetch("Test", 0, { token = "host-1" })
+    assert.are.same({ 0, 0 }, { res.restored, #res.jobs })
+    assert.are.equal(1, performed)
+    local s = env:stats("Test")
+    assert.are.same({ 1, 0, 0, 0 }, { s.processed, s.failed, s.length, s.busy })
+  end)
+
+  it("lets a holder whose lease expired unchallenged re-acquire and keep its batch", function()
+    env:push("Test", { { id = 1 } })
+    local first = env:fetch("Test")
+    env.conn:call("DEL", env:prefix("Test") .. "lease")
+    local again = env:fetch("Test")
+    assert.are.same({ 0, first.batch, { "1" } }, { again.restored, again.batch, env:ids(again.jobs) })
+    assert.are.equal(1, env:fetch("Test", 0, { ack = first.batch, fetch = false }).acked)
+  end)
+
+  it("ignores a re-sent ack or failure naming a stale batch id", function()
+    env:push("Test", { { id = 1 }, { id = 2, perform_in = now() + 1 } })
+    local b1 = env:fetch("Test")
+    env:fetch("Test", 0, { ack = b1.batch, fetch = false })
+    env.now = S.freeze(now() + 1)
+    local b2 = env:fetch("Test")
+    assert.are_not.equal(b1.batch, b2.batch)
+    assert.are.equal(0, env:fetch("Test", 0, { ack = b1.batch, fetch = false }).acked)
+    assert.are.same({ "OK", "0", "0", "" }, env:fail("Test", 0, { batch = b1.batch, error = "late" }, { "2", now() + 5 }))
+    assert.are.same({ "2" }, env:ids(env:busy("Test")))
+    local s = env:stats("Test")
+    assert.are.same({ 1, 0, 1 }, { s.processed, s.failed, s.busy })
+  end)
+
+  it("falls back to the default formula when retry_in fails", function()
+    env:push("Test", { { id = 1 } })
+    local t, h, w = thread()
+    w.retry_in = function() error("bad formula") end
+    w.perform = function() error("x", 0) end
+    runner.process(t, h)
+    local pin = env:queued("Test", 1).perform_in
+    assert.is_true(pin >= now() + 15 and pin <= now() + 44, tostring(pin - now()))
+  end)
+end)
