@@ -1,0 +1,244 @@
+-- The shipped example directories, run as they are by the real binary against a
+-- private redis-server: examples/orders, examples/by_node, examples/migration.
+-- Run from the source tree (ctest's working directory), like the docs show.
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+local json = require "luakiq.json"
+local keys = require "luakiq.keys"
+local q = host.quote
+
+local srv
+setup(function() srv = redis.start() end)
+teardown(function() if srv then srv:stop() end end)
+before_each(function() srv:flush() end)
+
+local function env(extra) return "REDIS_URL=" .. srv.url .. (extra and (" " .. extra) or "") end
+
+-- luakiq ARGS; asserts exit 0 and returns stdout.
+local function ok(args, stdin, extra)
+  local rc, out, err = host.exec(args, stdin, env(extra))
+  assert.are.equal(0, rc, "luakiq " .. args .. ": " .. tostring(err))
+  return out
+end
+
+local function json_lines(out)
+  local list = {}
+  for line in out:gmatch("[^\n]+") do list[#list + 1] = json.decode(line) end
+  return list
+end
+
+-- luakiq jobs DIR WORKER queue|morgue -> array of records; by id.
+local function jobs(dir, worker, what)
+  local list = json_lines(ok("jobs " .. q(dir) .. " " .. worker .. " " .. what))
+  local by_id = {}
+  for _, r in ipairs(list) do by_id[r.id] = r end
+  return list, by_id
+end
+
+local function stats(dir) return json.decode(ok("stats " .. q(dir))) end
+
+local function hget(key, field)
+  local v = srv.conn:call("HGET", key, field)
+  return v and tonumber(v) or nil
+end
+
+-- Starts `luakiq run DIR` and stops it (TERM, exit 0 expected) when the test ends.
+local function run(dir, extra)
+  local p = host.spawn("run " .. q(dir), env(extra))
+  finally(function() if p:alive() then p:kill() end end)
+  return p
+end
+
+local function stop(p)
+  assert.is_true(p:signal("TERM"))
+  assert.are.equal(0, p:wait(15), p:log())
+end
+
+local function snapshot(id, version, status)
+  return json.encode { id = id, score = version, payload = { version = version, status = status } }
+end
+
+describe("examples/orders", function()
+  local DIR = "examples/orders"
+
+  it("enqueues snapshots, merges them while they wait and applies only the newest", function()
+    local lines = {}
+    for _, v in ipairs { 5, 3, 1, 4, 2 } do          -- out of order: the score sorts them
+      for id = 1, 20 do lines[#lines + 1] = snapshot("order-" .. id, v, "v" .. v) end
+    end
+    assert.are.equal("enqueued 100 jobs\n", ok("enqueue " .. q(DIR) .. " Orders", table.concat(lines, "\n")))
+    local queued = jobs(DIR, "Orders", "queue")
+    assert.are.equal(20, #queued)                      -- one job per id, 5 payloads each
+    for _, r in ipairs(queued) do
+      assert.are.equal(5, #r.payloads)
+      assert.are.same({ 1, 2, 3, 4, 5 }, { r.payloads[1][2], r.payloads[2][2], r.payloads[3][2],
+                                            r.payloads[4][2], r.payloads[5][2] })
+    end
+
+    local p = run(DIR)
+    host.eventually(function()
+      for id = 1, 20 do if hget("example:orders", "order-" .. id) ~= 5 then return false end end
+      return true
+    end, 15, "every order at version 5")
+    host.eventually(function() return stats(DIR).total.length == 0 end, 10, "an empty queue")
+    assert.truthy(p:log():find("5 snapshot(s) merged", 1, true), p:log())
+
+    -- an older snapshot arriving late never overwrites a newer one
+    ok("enqueue " .. q(DIR) .. " Orders", snapshot("order-1", 2, "late"))
+    host.eventually(function() return stats(DIR).total.length == 0 end, 10, "the late snapshot performed")
+    assert.are.equal(5, hget("example:orders", "order-1"))
+    stop(p)
+    assert.are.equal(0, stats(DIR).total.morgue_length)
+  end)
+
+  it("retries a broken snapshot, then moves it to the morgue; a newer snapshot fixes an order", function()
+    ok("enqueue " .. q(DIR) .. " Orders", snapshot("order-b", 1, "broken") .. "\n" .. snapshot("order-x", 1, "broken"))
+    local p = run(DIR)
+    local function retry_count(id)
+      local _, by_id = jobs(DIR, "Orders", "queue")
+      return by_id[id] and by_id[id].retry_count
+    end
+    host.eventually(function() return retry_count("order-b") == 0 and retry_count("order-x") == 0 end, 10,
+      "the first failure")
+    local _, by_id = jobs(DIR, "Orders", "queue")
+    assert.truthy(by_id["order-b"].error:find(": cannot apply a broken snapshot", 1, true), by_id["order-b"].error)
+    assert.is_true(by_id["order-b"].perform_in > require("luakiq.core").now())   -- retry_in(0) = 2 s
+    assert.is_nil(hget("example:orders", "order-b"))
+
+    -- order-x (another shard than order-b: a failing batch fails all its ids): a fixed
+    -- snapshot merges into the failed job and is applied on its retry
+    ok("enqueue " .. q(DIR) .. " Orders", snapshot("order-x", 2, "paid"))
+    -- order-b: max_retry_count = 5; make every retry due now instead of waiting 2, 4, ... s
+    host.eventually(function()
+      ok("admin " .. q(DIR) .. " Orders perform-now")
+      return #jobs(DIR, "Orders", "morgue") == 1 and hget("example:orders", "order-x") == 2
+    end, 30, "order-b in the morgue, order-x applied")
+
+    local dead = jobs(DIR, "Orders", "morgue")
+    assert.are.equal("order-b", dead[1].id)
+    assert.are.same({ { { status = "broken", version = 1 }, 1 } }, dead[1].payloads)
+    assert.truthy(dead[1].error:find("cannot apply a broken snapshot", 1, true))
+    local listed = json_lines(ok("morgue " .. q(DIR) .. " Orders list"))
+    assert.are.equal("order-b", listed[1].id)
+    assert.are.same({ length = 0, morgue_length = 1 },
+      { length = stats(DIR).total.length, morgue_length = stats(DIR).total.morgue_length })
+    stop(p)
+    assert.are.equal('{"deleted":1}\n', ok("morgue " .. q(DIR) .. " Orders delete order-b"))
+    assert.are.equal(0, stats(DIR).total.morgue_length)
+  end)
+end)
+
+describe("examples/by_node", function()
+  local DIR = "examples/by_node"
+
+  -- `luakiq plan` for node k of n -> { shard name -> thread }, thread count.
+  local function plan(n, k)
+    local extra = n and ("LUAKIQ_NODES=" .. n .. " LUAKIQ_NODE=" .. k) or nil
+    local out = ok("plan " .. q(DIR), nil, extra)
+    local set, threads = {}, 0
+    for t, list in out:gmatch("t(%d+): ([^\n]*)") do
+      threads = threads + 1
+      for name in list:gmatch("[^, ]+") do
+        assert.is_nil(set[name], name .. " twice in one plan")
+        set[name] = tonumber(t)
+      end
+    end
+    return set, threads
+  end
+
+  local function count(set)
+    local n = 0
+    for _ in pairs(set) do n = n + 1 end
+    return n
+  end
+
+  it("gives each node a disjoint set of shards, together covering every shard", function()
+    local all = plan()                                  -- node 0 of 1: everything
+    assert.are.equal(8, count(all))
+    for _, n in ipairs { 2, 3 } do
+      local union = {}
+      for k = 0, n - 1 do
+        local set, threads = plan(n, k)
+        assert.is_true(threads >= 1 and threads <= 2)   -- threads_per_node = 2
+        for name in pairs(set) do
+          assert.is_nil(union[name], name .. " on two nodes")
+          assert.truthy(all[name], name)
+          union[name] = k
+        end
+      end
+      assert.are.equal(count(all), count(union))
+    end
+    local zero, one = plan(2, 0), plan(2, 1)
+    assert.are.same({ Events0 = 0, Events4 = 0, Events2 = 1, Events6 = 1 }, zero)
+    assert.are.same({ Events1 = 0, Events5 = 0, Events3 = 1, Events7 = 1 }, one)
+  end)
+
+  it("refuses a node number outside 0..LUAKIQ_NODES-1 with exit 2", function()
+    local rc, _, err = host.exec("plan " .. q(DIR), nil, env("LUAKIQ_NODES=2 LUAKIQ_NODE=2"))
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("node_number must be an integer in 0..1", 1, true), err)
+  end)
+
+  it("two nodes on one Redis process every job once, each on the node owning its shard", function()
+    local p0 = run(DIR, "LUAKIQ_NODES=2 LUAKIQ_NODE=0")
+    local p1 = run(DIR, "LUAKIQ_NODES=2 LUAKIQ_NODE=1")
+    local lines = {}
+    for i = 1, 200 do lines[i] = ('{"id":"e%d","payload":%d}'):format(i, i) end
+    ok("enqueue " .. q(DIR) .. " Events", table.concat(lines, "\n"))
+    host.eventually(function() return srv.conn:call("HLEN", "example:events") == 200 end, 15, "200 ids performed")
+    for i = 1, 200 do
+      local id = "e" .. i
+      assert.are.equal(keys.shard(id, 8) % 2, hget("example:events", id), id)
+    end
+    assert.are.equal(200, (hget("example:events:count", "0") or 0) + (hget("example:events:count", "1") or 0))
+    stop(p0)
+    stop(p1)
+  end)
+end)
+
+describe("examples/migration", function()
+  local DIR = "examples/migration"
+  -- The application before the migration: Orders with 5 shards on queue "Orders".
+  local OLD = [[return { shards_count = %d, perform = function() error("the old version must not run") end }]]
+
+  it("moves the jobs of the old queue to the new worker", function()
+    local old = host.scriptdir { ["workers/Orders.lua"] = OLD:format(5) }
+    -- the old version ran once (registering Orders = 5 shards), then jobs piled up
+    local p = run(old)
+    host.eventually(function() return p:log():find("thread started", 1, true) end, 10, "the old host")
+    stop(p)
+    assert.are.equal("5", srv.conn:call("HGET", "luakiq:queues", "Orders"))
+    local lines = {}
+    for v = 1, 3 do
+      for id = 1, 30 do lines[#lines + 1] = snapshot("order-" .. id, v, "v" .. v) end
+    end
+    ok("enqueue " .. q(old) .. " Orders", table.concat(lines, "\n"))
+    assert.are.equal(30, stats(old).by_worker.Orders.length)
+
+    -- a new count on the old queue is refused, with a pointer to the recipe
+    local rc, _, err = host.exec("run " .. q(host.scriptdir { ["workers/Orders.lua"] = OLD:format(10) }), nil, env())
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("shards_count is 10 but queue 'Orders' already has 5 shards", 1, true), err)
+    assert.truthy(err:find("'Changing shards_count'", 1, true), err)
+
+    p = run(DIR)
+    host.eventually(function()
+      for id = 1, 30 do if hget("example:migration", "order-" .. id) ~= 3 then return false end end
+      return true
+    end, 15, "every order at version 3, applied by the new worker")
+    -- producers not yet redeployed keep pushing into the old queue; new ones push into Orders_V2
+    ok("enqueue " .. q(old) .. " Orders", snapshot("order-1", 4, "v4"))
+    ok("enqueue " .. q(DIR) .. " Orders", snapshot("order-2", 5, "v5"))
+    host.eventually(function()
+      return hget("example:migration", "order-1") == 4 and hget("example:migration", "order-2") == 5
+    end, 10, "late jobs of both queues")
+    host.eventually(function()
+      local s = stats(DIR)
+      return s.total.length == 0 and s.total.morgue_length == 0
+    end, 10, "both queues empty")
+    stop(p)
+    assert.are.equal("10", srv.conn:call("HGET", "luakiq:queues", "Orders_V2"))
+    assert.are.equal("5", srv.conn:call("HGET", "luakiq:queues", "Orders"))
+    assert.are.equal(0, stats(old).by_worker.Orders.length)
+  end)
+end)
