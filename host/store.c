@@ -27,6 +27,7 @@
 struct store {
     redisContext *c;
     char url[1024];
+    char shown[600];    /* the URL without its password, for messages and logs */
     double timeout_s;
     int broken;
 };
@@ -98,8 +99,11 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
         u->db = (int)db;
     }
     return 0;
-bad:
-    snprintf(err, errlen, "bad Redis URL '%s' (want redis://[:password@]host[:port][/db] or unix:///path[?db=N])", url);
+bad: {
+    const char *at = strrchr(url, '@'); /* never echo a password */
+    snprintf(err, errlen, "bad Redis URL '%s%s' (want redis://[:password@]host[:port][/db] or unix:///path[?db=N])",
+             at ? "...@" : "", at ? at + 1 : url);
+    }
     return -1;
 }
 
@@ -114,11 +118,13 @@ static struct timeval store_tv(double s) {
 static int store_connect(store *s, char *err, size_t errlen) {
     struct store_url u;
     if (store_parse_url(s->url, &u, err, errlen) < 0) return -1;
+    if (u.path[0]) snprintf(s->shown, sizeof s->shown, "unix://%s", u.path);
+    else snprintf(s->shown, sizeof s->shown, "%s:%d", u.host, u.port);
     struct timeval tv = store_tv(s->timeout_s);
     redisContext *c = u.path[0] ? redisConnectUnixWithTimeout(u.path, tv)
                                 : redisConnectWithTimeout(u.host, u.port, tv);
     if (!c || c->err) {
-        snprintf(err, errlen, "cannot connect to Redis at %s: %s", s->url, c ? c->errstr : "out of memory");
+        snprintf(err, errlen, "cannot connect to Redis at %s: %s", s->shown, c ? c->errstr : "out of memory");
         if (c) redisFree(c);
         return -1;
     }
@@ -138,7 +144,7 @@ static int store_connect(store *s, char *err, size_t errlen) {
     s->broken = 0;
     return 0;
 fail:
-    snprintf(err, errlen, "Redis at %s refused set-up: %s", s->url, r ? r->str : c->errstr);
+    snprintf(err, errlen, "Redis at %s refused set-up: %s", s->shown, r ? r->str : c->errstr);
     if (r) freeReplyObject(r);
     redisFree(c);
     return -1;
@@ -316,7 +322,7 @@ int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **
     return 0;
 io:
     s->broken = 1;
-    snprintf(err, errlen, "Redis I/O error at %s: %s", s->url, s->c->errstr[0] ? s->c->errstr : strerror(errno));
+    snprintf(err, errlen, "Redis I/O error at %s: %s", s->shown, s->c->errstr[0] ? s->c->errstr : strerror(errno));
     return -1;
 }
 

@@ -34,7 +34,9 @@ local HELP = {
   run = [[usage: luakiq run DIR [--redis URL] [--threads N] [--web ADDR:PORT] [--log-format text|json] [--log-level debug|info|warn|error]
 Loads DIR/config.lua and DIR/workers/*.lua, splits the shards of every worker
 over threads_per_node threads and processes jobs until TERM or INT (a second
-INT exits at once). TTIN writes a thread dump.]],
+INT exits at once). TTIN writes a thread dump. --web serves the dashboard and
+the HTTP API (docs/operations.md); a non-loopback address needs web_token or
+LUAKIQ_WEB_TOKEN.]],
   enqueue = [[usage: luakiq enqueue DIR WORKER [FILE] [--redis URL]
 Reads JSON lines, or one JSON array, of jobs {"id":..., "payload":..., "score":..., "perform_in":...}
 from FILE or stdin. Everything is checked first: on any bad job nothing is
@@ -101,14 +103,21 @@ local function overrides(opt)
   return o
 end
 
+-- Connects or raises: a malformed URL is bad input (exit 2), an unreachable
+-- Redis a runtime failure (exit 1).
+local function connect(cfg, retry_for)
+  local conn, err = runtime.connect(cfg, retry_for)
+  if conn then return conn end
+  if err:match("^bad Redis URL") then usage(err) end
+  error(err, 0)
+end
+
 -- Loads the script directory, connects, and returns cfg, conn.
 local function open(dir, opt, need_redis)
   if not dir then usage("missing DIR") end
   local cfg = runtime.load(dir, overrides(opt))
   if not need_redis then return cfg end
-  local conn, err = runtime.connect(cfg, 0)
-  if not conn then error(err, 0) end
-  return cfg, conn
+  return cfg, connect(cfg, 0)
 end
 
 local function print_json(v) io.stdout:write(json.encode(v), "\n") end
@@ -174,8 +183,7 @@ function commands.enqueue(argv)
     text = io.stdin:read("*a") or ""
   end
   local jobs = read_jobs(text)
-  local conn, err = runtime.connect(cfg, 0)
-  if not conn then error(err, 0) end
+  local conn = connect(cfg, 0)
   local n = require("luakiq.client").push(conn, cfg, pos[2], jobs)
   io.stdout:write("enqueued ", n, " jobs\n")
   return 0
@@ -239,6 +247,8 @@ end
 function commands.admin(argv)
   local pos, opt = parse(argv, 2, { redis = true })
   local dir, worker, action = pos[1], pos[2], pos[3]
+  local actions = { ["perform-now"] = true, ["kill-failed"] = true, ["delete-failed"] = true, delete = true }
+  if not actions[action or ""] then usage("say perform-now, kill-failed, delete-failed or delete ID...") end
   local cfg, conn = open(dir, opt, true)
   local admin = require "luakiq.admin"
   local ids = {}
@@ -258,13 +268,21 @@ function commands.run(argv)
                                     ["log-format"] = true, ["log-level"] = true })
   local fmt = opt["log-format"] or "text"
   if fmt ~= "text" and fmt ~= "json" then usage("--log-format must be text or json") end
-  core.log_setup { json = fmt == "json", level = opt["log-level"] }
+  local level = opt["log-level"]
+  if level and level ~= "debug" and level ~= "info" and level ~= "warn" and level ~= "error" then
+    usage("--log-level must be debug, info, warn or error")
+  end
+  core.log_setup { json = fmt == "json", level = level }
   local cfg = open(pos[1], opt, false)
   local log = require "luakiq.log"
+  -- The web listener is checked before anything else happens (exit 2).
+  local web_token = os.getenv("LUAKIQ_WEB_TOKEN")
+  if not web_token or web_token == "" then web_token = cfg.web_token end
+  if web_token == "" then web_token = nil end
+  if cfg.web then require("luakiq.web").check_listen(cfg.web, web_token) end
   local groups = plan(cfg)
   if #groups == 0 then usage("nothing to run: the splitter gave no shards to this node") end
-  local conn, err = runtime.connect(cfg, cfg.redis_retry or 30)
-  if not conn then error(err, 0) end
+  local conn = connect(cfg, cfg.redis_retry or 30)
   local ok, rerr = runtime.register(conn, cfg)
   if not ok then usage(rerr) end
   if cfg.on_server_init then cfg.on_server_init() end
@@ -281,12 +299,16 @@ function commands.run(argv)
                              log_json = fmt == "json", log_level = opt["log-level"] }
   end
   log.info(string.format("luakiq %s starting: %d threads, %d workers, Redis %s, pid %d",
-    require("luakiq").version, #groups, #cfg.workers, cfg.redis, core.getpid()))
+    require("luakiq").version, #groups, #cfg.workers, runtime.redact(cfg.redis), core.getpid()))
   local code = core.host_run {
     boots = boots, routes = routes, redis = cfg.redis,
     wake_channel = keys.wake_channel(cfg.namespace),
     token = token, lease_ms = math.floor(cfg.lease_ttl * 1000), renew_ms = math.floor(cfg.lease_renew * 1000),
     dump_path = cfg.dump_path or (os.getenv("TMPDIR") or "/tmp") .. "/luakiq_ttin_" .. core.getpid() .. ".txt",
+    web = cfg.web and {
+      addr = cfg.web, max_body = require("luakiq.web").MAX_BODY,
+      handler = require("luakiq.web").handler(cfg, { token = web_token, threads = #groups }),
+    } or nil,
   }
   local fatal = core.fatal_message()
   if fatal then

@@ -59,6 +59,22 @@ local function prepare(cfg, worker, job, i, now)
   return { id, perform_in, retry_count, score, bytes }
 end
 
+-- Queues whose shards_count this VM has checked against the registry. An
+-- enqueue with another count would put ids in shards nobody serves.
+local registered = {}
+
+local function check_registry(conn, cfg, worker)
+  local key = cfg.namespace .. "\0" .. worker.queue_name
+  if registered[key] == worker.shards_count then return end
+  local stored = conn:call("HGET", keys.registry(cfg.namespace), worker.queue_name)
+  if stored and tonumber(stored) ~= worker.shards_count then
+    errors.input(string.format("%s: shards_count is %d but queue '%s' has %s shards in Redis; " ..
+      "nothing enqueued (see docs/configuration.md, 'Changing shards_count')",
+      worker.file or worker.name, worker.shards_count, worker.queue_name, stored))
+  end
+  registered[key] = worker.shards_count
+end
+
 -- Validates and sends jobs of one worker; returns how many were enqueued.
 local function push_now(conn, cfg, worker, jobs)
   if type(jobs) ~= "table" then errors.input("jobs must be an array") end
@@ -76,6 +92,7 @@ local function push_now(conn, cfg, worker, jobs)
     list[#list + 1] = p
   end
   if n == 0 then return 0 end
+  check_registry(conn, cfg, worker)
   local channel = keys.wake_channel(cfg.namespace)
   local cmds = {}
   for _, s in ipairs(order) do

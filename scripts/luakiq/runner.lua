@@ -70,7 +70,7 @@ local function fail(t, h, jobs, err, tb)
   for i, job in ipairs(jobs) do
     local count = job.retry_count + 1
     local okr, delay = pcall(w.retry_in, count)
-    if not okr or type(delay) ~= "number" or delay ~= delay then
+    if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
       log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
       delay = count ^ 4 + 15 + math.random(0, 29) * (count + 1)
     end

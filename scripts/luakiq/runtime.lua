@@ -28,6 +28,11 @@ function M.load(dir, overrides)
   return cfg
 end
 
+-- A Redis URL fit for logs: the password is replaced by "***".
+function M.redact(url)
+  return (url:gsub("^(redis://[^/@]*:)[^/@]*@", "%1***@"):gsub("([?&]password=)[^&]*", "%1***"))
+end
+
 -- Connects to cfg.redis. With retry_for > 0, keeps trying (backoff up to 2 s)
 -- for that many seconds before giving up. Returns conn or nil, err.
 function M.connect(cfg, retry_for)
@@ -36,7 +41,7 @@ function M.connect(cfg, retry_for)
   while true do
     local conn, err = core.connect(cfg.redis, cfg.redis_timeout or 10)
     if conn then
-      if warned then log.info("connected to Redis at " .. cfg.redis) end
+      if warned then log.info("connected to Redis at " .. M.redact(cfg.redis)) end
       M.ctx.conn = conn
       return conn
     end

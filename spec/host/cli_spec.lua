@@ -74,6 +74,9 @@ describe("bad script directories stop start-up with one line and exit 2", functi
     assert.are.equal(2, rc)
     assert.truthy(err:find("shards_count is 4", 1, true), err)
     assert.truthy(err:find("docs/configuration.md", 1, true), err)
+    rc, _, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":2}', env())
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("nothing enqueued", 1, true), err)
   end)
 end)
 
