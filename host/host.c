@@ -7,7 +7,10 @@
  * that owns that shard, and notices when worker threads finish (they call
  * host_thread_done from their own thread, which activates an event: libevent
  * is initialised with pthread support for that). Worker threads have every
- * signal blocked (runner_start_all), so handlers only ever run here. */
+ * signal blocked (runner_start_all), so handlers only ever run here. With
+ * --web, the HTTP server (web.c) is served from this same loop; its handler
+ * re-enters the main VM, which is legal because that VM is this thread's and
+ * is parked inside core.host_run. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,7 @@
 #include "log.h"
 #include "runner.h"
 #include "store.h"
+#include "web.h"
 
 struct host_route { const char *prefix; int thread; };
 
@@ -147,6 +151,20 @@ int host_run(const struct host_plan *plan) {
     }
     signal(SIGPIPE, SIG_IGN);
     host.done_ev = event_new(host.base, -1, 0, host_on_done, NULL);
+    struct web *web = NULL;
+    if (plan->web_addr && plan->web_addr[0]) {
+        /* Bound before any worker starts: a busy port is a start-up error. */
+        web = web_start(host.base, plan->web_addr, plan->web_max_body, plan->web_handle, plan->web_ud,
+                        err, sizeof err);
+        if (!web) {
+            log_fmt(LOG_ERROR, "%s", err);
+            for (int i = 0; i < 3; i++) event_free(sev[i]);
+            event_free(host.done_ev);
+            event_base_free(host.base);
+            free(host.routes);
+            return 1;
+        }
+    }
     struct store_sub *sub = NULL;
     if (plan->wake_channel && plan->wake_channel[0]) {
         sub = store_subscribe(host.base, plan->redis_url, plan->wake_channel, host_on_wake, NULL, err, sizeof err);
@@ -165,6 +183,7 @@ int host_run(const struct host_plan *plan) {
 
     code = runner_exit_code();
     runner_join_all();
+    web_free(web);
     store_sub_free(sub);
     for (int i = 0; i < 3; i++) event_free(sev[i]);
     event_free(host.done_ev);

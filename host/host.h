@@ -1,6 +1,8 @@
 /* host.h - the main thread of `luakiq run`: event loop, signals, wake-ups. */
 #ifndef LUAKIQ_HOST_H
 #define LUAKIQ_HOST_H
+#include <stddef.h>
+#include "web.h"
 
 struct host_plan {
     int nthreads;
@@ -13,10 +15,15 @@ struct host_plan {
     const char *dump_path;        /* TTIN dump file */
     const char *lease_token;      /* this host's lease token */
     long lease_ms, renew_ms;      /* lease TTL; how often busy threads' leases are renewed */
+    const char *web_addr;         /* "ADDR:PORT" to serve HTTP on; NULL or "" for none */
+    size_t web_max_body;          /* request bodies over this get 413 */
+    web_handler web_handle;       /* called on the main thread for every request */
+    void *web_ud;
 };
 
 /* Runs the worker threads until they stop (TERM/INT, fatal error, or all of
- * them returning). Blocks the calling (main) thread. Returns the exit code. */
+ * them returning). Blocks the calling (main) thread. Returns the exit code;
+ * 1 without starting any thread when the web address cannot be bound. */
 int host_run(const struct host_plan *plan);
 
 #endif

@@ -4,7 +4,10 @@
  * Threads: every lua_State is created, used and closed by one thread (the main
  * thread's in vm_main, each worker's in vm_thread_main). Nothing here shares a
  * VM object between threads; C state reached from Lua (a Redis connection, the
- * thread's runner) belongs to the calling thread.
+ * thread's runner) belongs to the calling thread. The one exception is the
+ * per-thread metrics (vm_tstats): atomics that each worker writes in its own
+ * slot and the main thread reads for GET /metrics. The main VM also answers
+ * HTTP requests (vm_web_handle), re-entered from the main thread's event loop.
  *
  * Errors: every C->Lua call goes through vm_pcall, which adds a traceback.
  * C functions called from Lua free what they hold before raising (lua_error
@@ -14,6 +17,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,14 +331,53 @@ static int core_sleep(lua_State *L) {
     return 0;
 }
 
+/* Per-thread counters for GET /metrics: jobs performed (success or failure)
+ * and the thread VM's memory. Allocated by core_host_run before the threads
+ * start and freed after they are joined; each worker writes only its own slot
+ * (relaxed atomics: a scrape may see a value one batch old), the main thread
+ * reads them. Updating them costs a few instructions per state change. */
+struct vm_tstat { atomic_llong jobs, lua_bytes; };
+static struct vm_tstat *vm_tstats;
+static int vm_ntstats;
+static _Thread_local long long vm_performing; /* jobs of the batch now performing */
+
 /* core.set_state(state, worker, shard, ids, prefix) - for the TTIN dump and
  * lease renewal (a "performing" thread's shard lease is renewed by the main thread) */
 static int core_set_state(lua_State *L) {
     struct runner *r = runner_self();
-    if (r) runner_set_state(r, luaL_checkstring(L, 1), luaL_optstring(L, 2, NULL),
-                            (int)luaL_optinteger(L, 3, -1), luaL_optstring(L, 4, NULL),
-                            luaL_optstring(L, 5, NULL));
+    const char *state = luaL_checkstring(L, 1);
+    const char *ids = luaL_optstring(L, 4, NULL);
+    if (r) runner_set_state(r, state, luaL_optstring(L, 2, NULL),
+                            (int)luaL_optinteger(L, 3, -1), ids, luaL_optstring(L, 5, NULL));
+    int i = r ? runner_index(r) : -1;
+    if (i >= 0 && i < vm_ntstats) {
+        struct vm_tstat *t = &vm_tstats[i];
+        /* A batch counts as performed when the thread leaves "performing". */
+        if (vm_performing) atomic_fetch_add_explicit(&t->jobs, vm_performing, memory_order_relaxed);
+        vm_performing = 0;
+        if (strcmp(state, "performing") == 0 && ids && ids[0]) {
+            vm_performing = 1;
+            for (const char *c = ids; *c; c++) vm_performing += *c == ',';
+        }
+        long long bytes = (long long)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + lua_gc(L, LUA_GCCOUNTB, 0);
+        atomic_store_explicit(&t->lua_bytes, bytes, memory_order_relaxed);
+    }
     return 0;
+}
+
+/* core.thread_stats() -> {{jobs = n, lua_bytes = n}, ...} indexed by thread
+ * index + 1; empty outside `luakiq run`. Main thread. */
+static int core_thread_stats(lua_State *L) {
+    lua_createtable(L, vm_ntstats, 0);
+    for (int i = 0; i < vm_ntstats; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushnumber(L, (lua_Number)atomic_load_explicit(&vm_tstats[i].jobs, memory_order_relaxed));
+        lua_setfield(L, -2, "jobs");
+        lua_pushnumber(L, (lua_Number)atomic_load_explicit(&vm_tstats[i].lua_bytes, memory_order_relaxed));
+        lua_setfield(L, -2, "lua_bytes");
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
 }
 
 static int core_log(lua_State *L) {
@@ -463,8 +506,61 @@ static int core_script_names(lua_State *L) {
     return 1;
 }
 
+/* The HTTP handler: web.c calls it on the main thread for every request, while
+ * the main VM is parked inside core.host_run (same thread, so re-entering it is
+ * legal). It calls the Lua handler given to host_run with a request table
+ * {method, uri, body, auth, origin, host} and expects status, content_type,
+ * body back. A Lua error is logged and becomes a 500; the stack is restored
+ * either way, so host_run's anchored arguments stay where they are. */
+struct vm_web { lua_State *L; int ref; };
+
+static int vm_web_handle(void *ud, const struct web_request *req, struct web_response *out) {
+    struct vm_web *w = ud;
+    lua_State *L = w->L;
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref); /* [handler] */
+    lua_createtable(L, 0, 6);                  /* [handler, req] */
+    lua_pushstring(L, req->method);
+    lua_setfield(L, -2, "method");
+    lua_pushstring(L, req->uri);
+    lua_setfield(L, -2, "uri");
+    lua_pushlstring(L, req->body, req->blen);
+    lua_setfield(L, -2, "body");
+    lua_pushstring(L, req->auth);
+    lua_setfield(L, -2, "auth");
+    lua_pushstring(L, req->origin);
+    lua_setfield(L, -2, "origin");
+    lua_pushstring(L, req->host);
+    lua_setfield(L, -2, "host");
+    if (vm_pcall(L, 1, 3) != 0) {              /* [err] */
+        const char *msg = lua_tostring(L, -1);
+        log_fmt(LOG_ERROR, "web: %s %s: %s", req->method, req->uri, msg ? msg : "(error object is not a string)");
+        lua_settop(L, top);
+        return -1;
+    }
+    int rc = -1;                               /* [status, content_type, body] */
+    size_t len;
+    const char *body = lua_tolstring(L, top + 3, &len);
+    if (lua_isnumber(L, top + 1) && body) {
+        out->status = (int)lua_tointeger(L, top + 1);
+        snprintf(out->content_type, sizeof out->content_type, "%s",
+                 lua_isstring(L, top + 2) ? lua_tostring(L, top + 2) : "");
+        out->body = malloc(len ? len : 1);
+        if (out->body) {
+            memcpy(out->body, body, len);
+            out->len = len;
+            rc = 0;
+        }
+    } else {
+        log_fmt(LOG_ERROR, "web: %s %s: the handler returned no status and body", req->method, req->uri);
+    }
+    lua_settop(L, top);
+    return rc;
+}
+
 /* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread},
- *               dump_path = p} -> exit code. Main thread only; blocks until the host stops. */
+ *               dump_path = p, web = {addr = "ADDR:PORT", handler = fn(req), max_body = n}}
+ *   -> exit code. Main thread only; blocks until the host stops. */
 static int core_host_run(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     if (runner_self()) return luaL_error(L, "host_run: only the main thread runs the host");
@@ -515,7 +611,36 @@ static int core_host_run(lua_State *L) {
     plan.nroutes = k;
     plan.route_prefix = prefixes;
     plan.route_thread = threads;
+    struct vm_web web = {L, LUA_NOREF};
+    lua_getfield(L, 1, "web");       /* anchors web.addr while host_run blocks */
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "addr");
+        plan.web_addr = lua_tostring(L, -1);
+        lua_pop(L, 1);
+        lua_getfield(L, -1, "max_body");
+        plan.web_max_body = lua_isnumber(L, -1) ? (size_t)lua_tonumber(L, -1) : 1048576;
+        lua_pop(L, 1);
+        lua_getfield(L, -1, "handler");
+        if (plan.web_addr && lua_isfunction(L, -1)) {
+            web.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            plan.web_handle = vm_web_handle;
+            plan.web_ud = &web;
+        } else {
+            lua_pop(L, 1);
+            plan.web_addr = NULL;
+        }
+    }
+    vm_tstats = calloc((size_t)n + 1, sizeof *vm_tstats);
+    vm_ntstats = vm_tstats ? n : 0;
+    for (int i = 0; i < vm_ntstats; i++) {
+        atomic_init(&vm_tstats[i].jobs, 0);
+        atomic_init(&vm_tstats[i].lua_bytes, 0);
+    }
     int code = ok ? host_run(&plan) : 2;
+    vm_ntstats = 0;
+    free(vm_tstats);
+    vm_tstats = NULL;
+    if (web.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, web.ref);
     free(boots); free(prefixes); free(threads);
     if (!ok) return luaL_error(L, "host_run: boots must be strings");
     lua_pushinteger(L, code);
@@ -533,7 +658,8 @@ static const luaL_Reg core_funcs[] = {
     {"token", core_token},         {"free_port", core_free_port},
     {"getpid", core_getpid},       {"rss", core_rss},
     {"script_source", core_script_source}, {"script_names", core_script_names},
-    {"host_run", core_host_run},   {NULL, NULL}};
+    {"host_run", core_host_run},   {"thread_stats", core_thread_stats},
+    {NULL, NULL}};
 
 static const luaL_Reg redis_methods[] = {
     {"call", vm_redis_call},         {"pcall", vm_redis_pcall},

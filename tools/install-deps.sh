@@ -2,15 +2,29 @@
 # Installs what luakiq needs to build and test, from Debian 12's packages only.
 # Does nothing when everything is already there.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake pkg-config libluajit-5.1-dev luajit libhiredis-dev libevent-dev
       zlib1g-dev lua-busted lua-cjson redis-server)
+# The web specs (spec/web): curl for the API, headless Chromium driven by
+# playwright-core (an npm package, tools/web-test) for the dashboard. Node from
+# elsewhere (e.g. NodeSource) is fine: Debian's is only added when none is there.
+pkgs+=(curl chromium)
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "installing: ${missing[*]}" >&2
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# playwright-core at the version pinned in tools/web-test/package-lock.json
+# (it drives /usr/bin/chromium; it downloads no browser).
+if [ ! -d tools/web-test/node_modules/playwright-core ]; then
+  echo "installing: playwright-core (npm ci in tools/web-test)" >&2
+  (cd tools/web-test && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -1,0 +1,386 @@
+-- luakiq.dashboard: the page served at GET / by `luakiq run --web` (luakiq.web).
+-- One self-contained HTML page (inline CSS and JS, no build step, no external
+-- requests) kept as a Lua string so the embedder compiles it into the binary
+-- like every other module. It polls /api/web/dashboard every second and shows
+-- the enqueued, busy and dead jobs of a worker from /api/web/workers/NAME/jobs;
+-- every action sits behind a confirm() dialog. Job data is user data: it only
+-- ever reaches the page through textContent, never as HTML.
+return [==[<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>luakiq</title>
+<link rel="icon" href="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Crect width='16' height='16' rx='3' fill='%231d2330'/%3E%3Cpath d='M4 3v10h8' stroke='%23fff' stroke-width='2' fill='none'/%3E%3C/svg%3E">
+<style>
+  :root { --fg:#1d2330; --muted:#6b7385; --bg:#f5f6f8; --card:#fff; --line:#e2e5eb;
+          --accent:#2f6fde; --ok:#1f9d55; --bad:#d64545; --warn:#c98a00; }
+  * { box-sizing: border-box; }
+  body { margin:0; font:14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color:var(--fg); background:var(--bg); }
+  header { display:flex; align-items:center; gap:16px; padding:10px 20px; background:#1d2330; color:#fff; }
+  header a { color:#fff; text-decoration:none; font-weight:600; }
+  header .status { margin-left:auto; font-size:12px; color:#b8c0d0; }
+  header .status.err { color:#ff9b9b; }
+  main { padding:16px 20px; max-width:1400px; margin:0 auto; }
+  h2 { font-size:16px; margin:18px 0 8px; }
+  .cards { display:grid; grid-template-columns:repeat(auto-fill, minmax(120px, 1fr)); gap:8px; }
+  .card { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:8px 10px; }
+  .card .k { font-size:11px; color:var(--muted); text-transform:uppercase; letter-spacing:.04em; }
+  .card .v { font-size:20px; font-weight:600; font-variant-numeric:tabular-nums; }
+  table { width:100%; border-collapse:collapse; background:var(--card); border:1px solid var(--line); }
+  th, td { text-align:left; padding:6px 8px; border-bottom:1px solid var(--line); vertical-align:top; }
+  th { font-size:12px; color:var(--muted); font-weight:600; background:#fafbfc; }
+  td.n, th.n { text-align:right; font-variant-numeric:tabular-nums; }
+  td a { color:var(--accent); text-decoration:none; }
+  td a:hover { text-decoration:underline; }
+  pre { margin:0; white-space:pre-wrap; word-break:break-all; max-height:8em; overflow:auto; font-size:12px; }
+  .err { color:var(--bad); }
+  .chart { background:var(--card); border:1px solid var(--line); border-radius:6px; padding:8px; }
+  canvas { width:100%; height:180px; display:block; }
+  .legend span { margin-right:14px; font-size:12px; }
+  .legend i { display:inline-block; width:10px; height:10px; margin-right:4px; border-radius:2px; }
+  .bar { display:flex; flex-wrap:wrap; gap:8px; align-items:center; margin:8px 0; }
+  .bar label { font-size:12px; color:var(--muted); }
+  input, select, button { font:inherit; padding:4px 8px; border:1px solid var(--line); border-radius:4px; background:#fff; }
+  button { cursor:pointer; }
+  button.act { border-color:var(--accent); color:var(--accent); }
+  button.danger { border-color:var(--bad); color:var(--bad); }
+  button:disabled { opacity:.5; cursor:default; }
+  .tabs a { margin-right:12px; color:var(--accent); text-decoration:none; }
+  .tabs a.on { font-weight:700; color:var(--fg); }
+  #toast { position:fixed; right:16px; bottom:16px; padding:8px 12px; border-radius:6px; background:#1d2330; color:#fff; display:none; max-width:50ch; }
+  .muted { color:var(--muted); }
+</style>
+</head>
+<body>
+<header>
+  <a href="#/">luakiq</a>
+  <span id="hostinfo" class="muted"></span>
+  <span id="status" class="status">connecting...</span>
+</header>
+<main id="view"></main>
+<div id="toast"></div>
+<script>
+"use strict";
+(function () {
+  var HISTORY = 300;               // chart samples: 5 minutes at one per second
+  var samples = [];                // {t, processed, failed} totals as polled
+  var last = null;                 // last /api/web/dashboard answer
+  var pending = false;
+  var viewEl = document.getElementById("view");
+  var statusEl = document.getElementById("status");
+
+  // --- DOM helpers: data only ever goes in as text --------------------------
+  function h(tag, attrs) {
+    var el = document.createElement(tag);
+    if (attrs) for (var k in attrs) {
+      var v = attrs[k];
+      if (v == null || v === false) continue;
+      if (k === "text") el.textContent = String(v);
+      else if (k.slice(0, 2) === "on") el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (var i = 2; i < arguments.length; i++) {
+      var c = arguments[i];
+      if (c == null) continue;
+      if (Array.isArray(c)) c.forEach(function (x) { if (x != null) el.appendChild(x.nodeType ? x : document.createTextNode(String(x))); });
+      else el.appendChild(c.nodeType ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+  function fmtNum(n) { return n == null ? "-" : Number(n).toLocaleString("en-US"); }
+  function fmtLag(s) {
+    if (!s) return "0 s";
+    if (s < 60) return s.toFixed(s < 10 ? 2 : 1) + " s";
+    if (s < 3600) return (s / 60).toFixed(1) + " min";
+    if (s < 86400) return (s / 3600).toFixed(1) + " h";
+    return (s / 86400).toFixed(1) + " d";
+  }
+  function fmtTime(t) {
+    if (t == null) return "-";
+    var d = new Date(t * 1000);
+    return isNaN(d.getTime()) ? String(t) : d.toISOString().replace("T", " ").replace("Z", " UTC");
+  }
+  function toast(msg, bad) {
+    var el = document.getElementById("toast");
+    el.textContent = msg;
+    el.style.background = bad ? "#d64545" : "#1d2330";
+    el.style.display = "block";
+    clearTimeout(toast.t);
+    toast.t = setTimeout(function () { el.style.display = "none"; }, 4000);
+  }
+  function enc(s) { return encodeURIComponent(s); }
+
+  // --- HTTP ----------------------------------------------------------------
+  function getJSON(url) {
+    return fetch(url, { cache: "no-store" }).then(function (r) {
+      return r.json().then(function (body) {
+        if (!r.ok) throw new Error(body && body.error || ("HTTP " + r.status));
+        return body;
+      });
+    });
+  }
+  // POST with the bearer token when one is known; asks for it on 401.
+  function post(url, body, retried) {
+    var headers = { "Content-Type": "application/json" };
+    var token = sessionStorage.getItem("luakiq-token");
+    if (token) headers.Authorization = "Bearer " + token;
+    return fetch(url, { method: "POST", headers: headers, body: JSON.stringify(body || {}) }).then(function (r) {
+      return r.json().then(function (res) {
+        if (r.status === 401 && !retried) {
+          var t = window.prompt("This action needs the web token (web_token / LUAKIQ_WEB_TOKEN):");
+          if (t) { sessionStorage.setItem("luakiq-token", t); return post(url, body, true); }
+        }
+        if (!r.ok) throw new Error(res && res.error || ("HTTP " + r.status));
+        return res;
+      });
+    });
+  }
+  // An action behind confirm(); reports what was done, then refreshes.
+  function action(question, worker, path, body, after) {
+    if (!window.confirm(question)) return;
+    post("/api/web/workers/" + enc(worker) + "/" + path, body).then(function (res) {
+      var parts = [];
+      for (var k in res) parts.push(k + " " + res[k]);
+      toast(worker + ": " + parts.join(", "));
+      if (after) after(res);
+      render(true);
+    }).catch(function (e) { toast(e.message, true); });
+  }
+
+  // --- routing: #/, #/w/NAME/queue|busy|morgue?order=..&dir=..&min=..&max=..&offset=.. --
+  function route() {
+    var hash = location.hash.replace(/^#/, "") || "/";
+    var qs = {}, qi = hash.indexOf("?");
+    if (qi >= 0) {
+      hash.slice(qi + 1).split("&").forEach(function (p) {
+        if (!p) return;
+        var kv = p.split("=");
+        qs[decodeURIComponent(kv[0])] = decodeURIComponent((kv[1] || "").replace(/\+/g, " "));
+      });
+      hash = hash.slice(0, qi);
+    }
+    var m = hash.match(/^\/w\/([^\/]+)\/(queue|busy|morgue)$/);
+    if (m) return { page: m[2], worker: decodeURIComponent(m[1]), q: qs };
+    return { page: "dashboard", q: qs };
+  }
+  function link(worker, page, q) {
+    var s = "#/w/" + enc(worker) + "/" + page, parts = [];
+    for (var k in (q || {})) if (q[k] !== "" && q[k] != null) parts.push(enc(k) + "=" + enc(q[k]));
+    return parts.length ? s + "?" + parts.join("&") : s;
+  }
+
+  // --- dashboard -------------------------------------------------------------
+  function poll() {
+    if (pending) return;
+    pending = true;
+    getJSON("/api/web/dashboard").then(function (d) {
+      pending = false;
+      last = d;
+      samples.push({ t: d.host.now, processed: d.total.processed, failed: d.total.failed });
+      if (samples.length > HISTORY + 1) samples.shift();
+      statusEl.textContent = "updated " + new Date().toLocaleTimeString();
+      statusEl.className = "status";
+      document.getElementById("hostinfo").textContent = "v" + d.host.version + " \u00b7 pid " + d.host.pid +
+        " \u00b7 " + d.host.threads + " threads \u00b7 Redis " + (d.redis_info.version || "?");
+      if (route().page === "dashboard") renderDashboard(); else if (autoRefresh()) render(false);
+    }).catch(function (e) {
+      pending = false;
+      statusEl.textContent = "error: " + e.message;
+      statusEl.className = "status err";
+    });
+  }
+  function autoRefresh() { var c = document.getElementById("auto"); return !c || c.checked; }
+
+  function card(k, v, id) { return h("div", { class: "card", id: id }, h("div", { class: "k", text: k }), h("div", { class: "v", text: v })); }
+
+  function renderDashboard() {
+    if (!last) { viewEl.replaceChildren(h("p", { class: "muted", text: "loading..." })); return; }
+    var d = last, t = d.total, r = d.redis_info;
+    var rows = d.queues.map(function (q) {
+      function cell(v, page, extra) { return h("td", { class: "n" }, h("a", { href: link(q.name, page, extra), text: fmtNum(v) })); }
+      return h("tr", { "data-worker": q.name },
+        h("td", null, h("a", { href: link(q.name, "queue"), text: q.name })),
+        h("td", { class: "n", "data-field": "processed", text: fmtNum(q.processed) }),
+        h("td", { class: "n", "data-field": "failed", text: fmtNum(q.failed) }),
+        h("td", { class: "n", "data-field": "lag", text: fmtLag(q.lag) }),
+        cell(q.busy, "busy"),
+        cell(q.enqueued, "queue"),
+        cell(q.fresh, "queue", { order: "retry_count", dir: "desc", max: "-1" }),
+        cell(q.retries, "queue", { order: "retry_count", min: "0" }),
+        cell(q.dead, "morgue"));
+    });
+    var canvas = h("canvas", { id: "chart", width: 1200, height: 180 });
+    viewEl.replaceChildren(
+      h("div", { class: "cards", id: "totals" },
+        card("Processed", fmtNum(t.processed), "total-processed"), card("Failed", fmtNum(t.failed), "total-failed"),
+        card("Lag", fmtLag(t.lag), "total-lag"), card("Busy", fmtNum(t.busy), "total-busy"),
+        card("Enqueued", fmtNum(t.enqueued), "total-enqueued"), card("Fresh", fmtNum(t.fresh), "total-fresh"),
+        card("Retries", fmtNum(t.retries), "total-retries"), card("Dead", fmtNum(t.dead), "total-dead")),
+      h("h2", { text: "Jobs per second" }),
+      h("div", { class: "chart" }, canvas,
+        h("div", { class: "legend" },
+          h("span", null, h("i", { style: "background:#1f9d55" }), "processed/s"),
+          h("span", null, h("i", { style: "background:#d64545" }), "failed/s"),
+          h("span", { class: "muted", id: "chart-note" }))),
+      h("h2", { text: "Workers" }),
+      h("table", { id: "workers" },
+        h("thead", null, h("tr", null, ["Worker", "Processed", "Failed", "Lag", "Busy", "Enqueued", "Fresh", "Retries", "Dead"]
+          .map(function (x, i) { return h("th", { class: i ? "n" : null, text: x }); }))),
+        h("tbody", null, rows)),
+      h("h2", { text: "Redis" }),
+      h("div", { class: "cards", id: "redis" },
+        card("Version", r.version || "-"), card("Uptime", fmtLag(r.uptime_in_seconds)),
+        card("Clients", fmtNum(r.connected_clients)), card("Memory", r.used_memory_human || "-"),
+        card("Peak memory", r.used_memory_peak_human || "-"), card("Host RSS", d.host.rss ? (d.host.rss / 1048576).toFixed(1) + "M" : "-")),
+      h("p", { class: "muted", text: r.url }));
+    drawChart(canvas);
+  }
+
+  // Per-second rates from consecutive samples, drawn as two lines. The x axis
+  // spans the samples gathered so far (at least one minute, at most five).
+  function drawChart(canvas) {
+    var ctx = canvas.getContext("2d");
+    var W = canvas.width, H = canvas.height, left = 40, top = 8, bottom = 18;
+    ctx.clearRect(0, 0, W, H);
+    var pts = [];
+    for (var i = 1; i < samples.length; i++) {
+      var a = samples[i - 1], b = samples[i], dt = b.t - a.t;
+      if (dt <= 0) continue;
+      pts.push({ t: b.t, p: Math.max(0, (b.processed - a.processed) / dt), f: Math.max(0, (b.failed - a.failed) / dt) });
+    }
+    var max = 1;
+    pts.forEach(function (x) { max = Math.max(max, x.p, x.f); });
+    var now = pts.length ? pts[pts.length - 1].t : 0;
+    var span = Math.max(60, pts.length ? now - pts[0].t : 0);
+    var plotH = H - top - bottom;
+    function X(t) { return left + (W - left) * (1 - (now - t) / span); }
+    ctx.strokeStyle = "#e2e5eb"; ctx.fillStyle = "#6b7385"; ctx.font = "11px system-ui, sans-serif";
+    for (var g = 0; g <= 4; g++) {
+      var y = top + plotH * g / 4;
+      ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(W, y); ctx.stroke();
+      ctx.fillText((max * (4 - g) / 4).toFixed(max < 4 ? 1 : 0), 2, y + 4);
+    }
+    ctx.fillText("-" + Math.round(span) + " s", left, H - 4);
+    ctx.fillText("now", W - 24, H - 4);
+    function line(field, color) {
+      ctx.strokeStyle = color; ctx.lineWidth = 2; ctx.beginPath();
+      pts.forEach(function (x, j) {
+        var py = top + plotH * (1 - x[field] / max);
+        if (j === 0) ctx.moveTo(X(x.t), py); else ctx.lineTo(X(x.t), py);
+      });
+      ctx.stroke(); ctx.lineWidth = 1;
+    }
+    line("p", "#1f9d55"); line("f", "#d64545");
+    var cur = pts.length ? pts[pts.length - 1] : { p: 0, f: 0 };
+    var note = document.getElementById("chart-note");
+    if (note) note.textContent = "now " + cur.p.toFixed(1) + " processed/s, " + cur.f.toFixed(1) +
+      " failed/s \u00b7 since this page opened, up to 5 min";
+  }
+
+  // --- job lists -----------------------------------------------------------------
+  var ORDERS = { queue: ["perform_in", "id", "retry_count"], morgue: ["updated_at", "id"] };
+
+  function renderJobs(r) {
+    var w = r.worker, page = r.page, q = r.q;
+    var known = last && last.queues.some(function (x) { return x.name === w; });
+    var tabs = h("div", { class: "tabs" }, ["queue", "busy", "morgue"].map(function (p) {
+      return h("a", { href: link(w, p), class: p === page ? "on" : null, id: "tab-" + p,
+        text: { queue: "Enqueued", busy: "Busy", morgue: "Dead" }[p] });
+    }));
+    var params = { what: page };
+    var filters = null, bulk = null;
+    if (page !== "busy") {
+      var order = q.order || ORDERS[page][0], dir = q.dir || "asc";
+      params.order = order; params.dir = dir; params.min = q.min || ""; params.max = q.max || "";
+      params.offset = q.offset || "0";
+      var sel = h("select", { id: "f-order" }, ORDERS[page].map(function (o) { return h("option", { value: o, selected: o === order, text: o }); }));
+      var dsel = h("select", { id: "f-dir" }, ["asc", "desc"].map(function (o) { return h("option", { value: o, selected: o === dir, text: o === "asc" ? "ascending" : "descending" }); }));
+      var min = h("input", { id: "f-min", size: 14, value: q.min || "", placeholder: "min" });
+      var max = h("input", { id: "f-max", size: 14, value: q.max || "", placeholder: "max" });
+      filters = h("form", { class: "bar", onsubmit: function (e) {
+        e.preventDefault();
+        location.hash = link(w, page, { order: sel.value, dir: dsel.value, min: min.value, max: max.value });
+      } }, h("label", { text: "order by" }), sel, dsel, min, max, h("button", { type: "submit", text: "filter" }),
+        h("span", { class: "muted", text: "ids: exact value or Redis lex range ([a, (a, -, +); numbers: value, (value, -inf, +inf" }));
+      if (page === "queue") {
+        bulk = h("div", { class: "bar" },
+          h("button", { class: "act", id: "perform-now", text: "perform all now",
+            onclick: function () { action("Make every queued job of " + w + " due now?", w, "queue/perform_now"); } }),
+          h("button", { class: "danger", id: "kill-failed", text: "kill all failed",
+            onclick: function () { action("Move every queued job of " + w + " that failed before to the morgue?", w, "queue/kill_failed"); } }),
+          h("button", { class: "danger", id: "delete-failed", text: "delete all failed",
+            onclick: function () { action("Delete every queued job of " + w + " that failed before?", w, "queue/delete_failed"); } }));
+      } else {
+        bulk = h("div", { class: "bar" },
+          h("button", { class: "act", id: "requeue-all", text: "requeue all",
+            onclick: function () { action("Requeue every dead job of " + w + "?", w, "morgue/requeue", { all: true }); } }),
+          h("button", { class: "danger", id: "delete-all", text: "delete all",
+            onclick: function () { action("Delete every dead job of " + w + " for good?", w, "morgue/delete", { all: true }); } }));
+      }
+    }
+    var qs = Object.keys(params).map(function (k) { return enc(k) + "=" + enc(params[k]); }).join("&");
+    return getJSON("/api/web/workers/" + enc(w) + "/jobs?" + qs).then(function (res) {
+      var rows = res.jobs.map(function (j) {
+        var payloads = j.payloads.map(function (p) { return JSON.stringify(p[0]) + "  (score " + p[1] + ")"; }).join("\n");
+        var cells = [h("td", { class: "id", text: j.id })];
+        if (page === "morgue") cells.push(h("td", { text: fmtTime(j.updated_at) }));
+        else cells.push(h("td", { text: fmtTime(j.perform_in) }), h("td", { class: "n", text: j.retry_count }));
+        cells.push(h("td", null, h("pre", { text: payloads })), h("td", null, j.error != null ? h("pre", { class: "err", text: typeof j.error === "string" ? j.error : JSON.stringify(j.error) }) : null));
+        var acts = h("td");
+        if (page === "morgue") {
+          acts.appendChild(h("button", { class: "act", "data-action": "requeue", "data-id": j.id, text: "requeue",
+            onclick: function () { action("Requeue dead job " + j.id + "?", w, "morgue/requeue", { ids: [j.id] }); } }));
+          acts.appendChild(document.createTextNode(" "));
+          acts.appendChild(h("button", { class: "danger", "data-action": "delete", "data-id": j.id, text: "delete",
+            onclick: function () { action("Delete dead job " + j.id + " for good?", w, "morgue/delete", { ids: [j.id] }); } }));
+        } else if (page === "queue") {
+          acts.appendChild(h("button", { class: "danger", "data-action": "delete", "data-id": j.id, text: "delete",
+            onclick: function () { action("Delete queued job " + j.id + "?", w, "queue/delete", { ids: [j.id] }); } }));
+        }
+        cells.push(acts);
+        return h("tr", { "data-id": j.id }, cells);
+      });
+      var head = page === "morgue" ? ["id", "updated at", "payloads", "error", ""] : ["id", "perform in", "retries", "payloads", "error", ""];
+      var off = Number(res.offset) || 0;
+      var pager = page === "busy" ? null : h("div", { class: "bar" },
+        h("button", { text: "\u2190 previous", disabled: off === 0, onclick: function () {
+          location.hash = link(w, page, Object.assign({}, q, { offset: Math.max(0, off - res.limit) })); } }),
+        h("span", { class: "muted", text: res.jobs.length ? (off + 1) + "\u2013" + (off + res.jobs.length) : "none" }),
+        h("button", { text: "next \u2192", disabled: !res.more, onclick: function () {
+          location.hash = link(w, page, Object.assign({}, q, { offset: off + res.limit })); } }));
+      var auto = document.getElementById("auto");
+      var keep = auto ? auto.checked : true;
+      viewEl.replaceChildren(
+        h("h2", null, h("a", { href: "#/", text: "\u2190" }), " " + w + (known ? "" : " (unknown worker?)")),
+        tabs, filters, bulk,
+        h("div", { class: "bar" }, h("label", null, h("input", { type: "checkbox", id: "auto", checked: keep }), " refresh every second")),
+        h("table", { id: "jobs", "data-page": page }, h("thead", null, h("tr", null, head.map(function (x) { return h("th", { text: x }); }))),
+          h("tbody", null, rows.length ? rows : h("tr", null, h("td", { colspan: head.length, class: "muted", text: "no jobs" })))),
+        pager);
+    });
+  }
+
+  var rendering = false;
+  function render(force) {
+    var r = route();
+    if (r.page === "dashboard") { renderDashboard(); return; }
+    if (rendering && !force) return;
+    // Do not replace the form while someone types in it.
+    var a = document.activeElement;
+    if (!force && a && (a.tagName === "INPUT" && a.type !== "checkbox" || a.tagName === "SELECT")) return;
+    rendering = true;
+    renderJobs(r).catch(function (e) {
+      viewEl.replaceChildren(h("p", { class: "err", text: e.message }), h("a", { href: "#/", text: "back to the dashboard" }));
+    }).then(function () { rendering = false; });
+  }
+
+  window.addEventListener("hashchange", function () { render(true); });
+  render(true);
+  poll();
+  setInterval(poll, 1000);
+})();
+</script>
+</body>
+</html>
+]==]

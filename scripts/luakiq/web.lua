@@ -1,0 +1,406 @@
+-- luakiq.web: the HTTP side of `luakiq run --web ADDR:PORT` (docs/operations.md).
+--
+-- Runs in the main thread's VM. host/web.c accepts the connections on the main
+-- event loop and hands every request to the function made by M.handler, which
+-- routes it, checks auth, calls the same luakiq.admin / luakiq.client functions
+-- as the CLI (so `luakiq stats`, `jobs`, `morgue`, `admin`, `enqueue` and the
+-- endpoints give the same answers) over this VM's own Redis connection, and
+-- returns status, content type, body. Errors never escape: luakiq.errors kinds
+-- map to statuses (input 400, notfound 404), anything else is a 500 with the
+-- first line of the message (the traceback goes to the log).
+local core = require "luakiq.core"
+local errors = require "luakiq.errors"
+local json = require "luakiq.json"
+local log = require "luakiq.log"
+
+local M = {}
+
+M.MAX_BODY = 1048576 -- request bodies over this get 413 (web.c and evhttp)
+local PAGE = 100       -- default listing page
+local MAX_PAGE = 500   -- largest page one request may ask for
+
+-- --- addresses and auth ------------------------------------------------------
+
+-- "ADDR:PORT" or "[V6]:PORT" -> host, port; raises an input error otherwise.
+function M.parse_addr(s)
+  local host, port = tostring(s):match("^%[([^%]]+)%]:(%d+)$")
+  if not host then host, port = tostring(s):match("^([^:]+):(%d+)$") end
+  port = tonumber(port)
+  if not host or not port or port > 65535 then
+    errors.input("--web must be ADDR:PORT (e.g. 127.0.0.1:8080), got '" .. tostring(s) .. "'")
+  end
+  return host, port
+end
+
+-- Is host (no port, no brackets) a loopback address or name?
+function M.is_loopback(host)
+  host = host:lower()
+  return host == "localhost" or host == "::1" or host:match("^127%.%d+%.%d+%.%d+$") ~= nil
+end
+
+-- The listener check done at start-up: a non-loopback address without a token
+-- would let anyone who can reach it delete and requeue jobs.
+function M.check_listen(addr, token)
+  local host = M.parse_addr(addr)
+  if not M.is_loopback(host) and not token then
+    errors.input("--web " .. addr .. " is not a loopback address: set web_token in config.lua " ..
+      "or LUAKIQ_WEB_TOKEN (mutating endpoints then need 'Authorization: Bearer TOKEN')")
+  end
+  return true
+end
+
+-- Compares two strings in time that depends on their lengths only.
+local function same(a, b)
+  if #a ~= #b then return false end
+  local diff = 0
+  for i = 1, #a do diff = bit.bor(diff, bit.bxor(a:byte(i), b:byte(i))) end
+  return diff == 0
+end
+
+-- The host part of a Host header value ("127.0.0.1:8080", "[::1]:8080").
+local function host_of(h)
+  return h:match("^%[([^%]]+)%]") or h:match("^([^:]*)")
+end
+
+-- --- small helpers -------------------------------------------------------------
+
+local function unescape(s)
+  return (s:gsub("%+", " "):gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+local function parse_query(q)
+  local out = {}
+  for pair in (q or ""):gmatch("[^&]+") do
+    local k, v = pair:match("^([^=]*)=?(.*)$")
+    out[unescape(k)] = unescape(v)
+  end
+  return out
+end
+
+local function reply(status, value)
+  return status, "application/json", json.encode(value)
+end
+
+local function fail(status, msg) return reply(status, { error = msg }) end
+
+-- A redis:// URL without its password.
+local function safe_url(url)
+  return (url:gsub("^(%a+://[^/@]-):[^/@]*@", "%1:***@"))
+end
+
+-- Decodes a JSON request body (an object unless want_array); raises input errors.
+local function body_json(body, what)
+  if not body:match("%S") then errors.input("the request body must be " .. what) end
+  local ok, v = pcall(json.decode, body)
+  if not ok then errors.input("invalid JSON: " .. tostring(v):gsub("^json: ", "")) end
+  return v
+end
+
+-- Jobs for enqueue: one JSON array, or JSON lines (like `luakiq enqueue`).
+local function read_jobs(body)
+  if body:match("^%s*%[") or not body:match("%S") then return body_json(body, "a JSON array of jobs") end
+  local jobs, n = {}, 0
+  for line in (body .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    if line:match("%S") then
+      local ok, v = pcall(json.decode, line)
+      if not ok then errors.input("line " .. n .. ": invalid JSON: " .. tostring(v):gsub("^json: ", "")) end
+      jobs[#jobs + 1] = v
+    end
+  end
+  return jobs
+end
+
+-- ids from {"ids": [...]} (nil with {"all": true} when allow_all).
+local function ids_of(body, allow_all)
+  local v = body_json(body, allow_all and '{"ids":[...]} or {"all":true}' or '{"ids":[...]}')
+  if type(v) ~= "table" then errors.input("the request body must be a JSON object") end
+  if v.all == true and allow_all then
+    if v.ids ~= nil then errors.input("give ids or all, not both") end
+    return nil
+  end
+  local ids = v.ids
+  if type(ids) ~= "table" or #ids == 0 then
+    errors.input(allow_all and 'give {"ids":[...]} (non-empty) or {"all":true}' or 'give {"ids":[...]} (non-empty)')
+  end
+  for k in pairs(ids) do
+    if type(k) ~= "number" then errors.input("ids must be an array") end
+  end
+  return ids
+end
+
+local function num(x)
+  if x == math.floor(x) and math.abs(x) < 2 ^ 53 then return string.format("%.0f", x) end
+  return string.format("%.6f", x)
+end
+
+-- --- range parameters --------------------------------------------------------------
+
+local ORDERS = {
+  queue = { id = true, perform_in = true, retry_count = true },
+  morgue = { id = true, updated_at = true },
+}
+
+-- A bound in Redis range syntax; bare values are made inclusive.
+local function bound(v, lex, default)
+  if v == nil or v == "" then return default end
+  if lex then
+    if v == "-" or v == "+" or v:match("^[%[%(]") then return v end
+    return "[" .. v
+  end
+  if v == "-inf" or v == "+inf" or v == "inf" then return v end
+  local n = v:match("^%((.*)$") or v
+  if not tonumber(n) then errors.input("'" .. v .. "' is not a number or a Redis score bound") end
+  return v
+end
+
+local function int_param(q, name, default, lo, hi)
+  local v = q[name]
+  if v == nil or v == "" then return default end
+  local n = tonumber(v)
+  if not n or n ~= math.floor(n) or n < lo or n > hi then
+    errors.input(name .. " must be an integer from " .. lo .. " to " .. hi)
+  end
+  return n
+end
+
+-- --- the API -------------------------------------------------------------------------
+
+-- Every endpoint's function gets (ctx, req, query, worker) and returns status, type, body.
+local function api(ctx)
+  local admin = require "luakiq.admin"
+  local client = require "luakiq.client"
+  local cfg = ctx.cfg
+  local A = {}
+
+  function A.stats(c) return reply(200, admin.stats(c.conn(), cfg)) end
+
+  local function redis_info(conn)
+    local text = conn:call("INFO")
+    local info = {}
+    for k, v in text:gmatch("([%w_]+):([^\r\n]*)") do info[k] = v end
+    return {
+      url = safe_url(cfg.redis),
+      version = info.redis_version,
+      uptime_in_seconds = tonumber(info.uptime_in_seconds),
+      uptime_in_days = tonumber(info.uptime_in_days),
+      connected_clients = tonumber(info.connected_clients),
+      used_memory_human = info.used_memory_human,
+      used_memory_peak_human = info.used_memory_peak_human,
+    }
+  end
+
+  function A.dashboard(c)
+    local conn = c.conn()
+    local by = admin.worker_stats(conn, cfg)
+    local queues = json.array()
+    local total = { lag = 0, processed = 0, failed = 0, busy = 0, enqueued = 0, fresh = 0, retries = 0, dead = 0 }
+    for _, w in ipairs(cfg.workers) do
+      local s = by[w.name]
+      local q = { name = w.name, lag = s.lag, processed = s.processed, failed = s.failed, busy = s.busy,
+                  enqueued = s.length, fresh = s.fresh, retries = s.retries, dead = s.morgue_length,
+                  shards_count = w.shards_count }
+      queues[#queues + 1] = q
+      for k in pairs(total) do
+        if k == "lag" then total.lag = math.max(total.lag, q.lag) else total[k] = total[k] + q[k] end
+      end
+    end
+    return reply(200, {
+      queues = queues, total = total, redis_info = redis_info(conn),
+      host = { version = require("luakiq").version, pid = core.getpid(), threads = ctx.threads,
+               rss = core.rss(), now = core.now(), auth = ctx.token ~= nil },
+    })
+  end
+
+  function A.jobs(c, _, q, worker)
+    admin.worker_of(cfg, worker)
+    local what = q.what or "queue"
+    local list, offset, limit, more
+    if what == "busy" then
+      list = admin.busy(c.conn(), cfg, worker)
+      table.sort(list, function(a, b) return a.id < b.id end)
+      offset, limit, more = 0, #list, false
+    elseif ORDERS[what] then
+      local order = q.order or (what == "queue" and "perform_in" or "updated_at")
+      if order == "" then order = what == "queue" and "perform_in" or "updated_at" end
+      if not ORDERS[what][order] then errors.input("order must be one of the " .. what .. " fields, not '" .. order .. "'") end
+      local dir = q.dir or "asc"
+      if dir == "" then dir = "asc" end
+      if dir ~= "asc" and dir ~= "desc" then errors.input("dir must be asc or desc") end
+      local lex = order == "id"
+      local min = bound(q.min, lex, lex and "-" or "-inf")
+      local max = bound(q.max, lex, lex and "+" or "+inf")
+      offset = int_param(q, "offset", 0, 0, 1e9)
+      limit = int_param(q, "limit", PAGE, 1, MAX_PAGE)
+      list = admin.list(c.conn(), cfg, worker, what, order, dir, min, max, limit + 1, offset)
+      more = #list > limit
+      if more then list[#list] = nil end
+    else
+      errors.input("what must be queue, morgue or busy")
+    end
+    return reply(200, { jobs = json.array(list), offset = offset, limit = limit, more = more })
+  end
+
+  function A.enqueue(c, req, _, worker)
+    admin.worker_of(cfg, worker)
+    local jobs = read_jobs(req.body)
+    return reply(200, { enqueued = client.push(c.conn(), cfg, worker, jobs) })
+  end
+
+  A.actions = {
+    ["morgue/requeue"] = function(conn, req, w) return admin.morgue_requeue(conn, cfg, w, ids_of(req.body, true)) end,
+    ["morgue/delete"] = function(conn, req, w) return admin.morgue_delete(conn, cfg, w, ids_of(req.body, true)) end,
+    ["queue/delete"] = function(conn, req, w) return admin.delete_queued(conn, cfg, w, ids_of(req.body, false)) end,
+    ["queue/perform_now"] = function(conn, _, w) return admin.perform_all_now(conn, cfg, w) end,
+    ["queue/kill_failed"] = function(conn, _, w) return admin.kill_failed(conn, cfg, w) end,
+    ["queue/delete_failed"] = function(conn, _, w) return admin.delete_failed(conn, cfg, w) end,
+  }
+
+  -- Prometheus text format 0.0.4.
+  function A.metrics(c)
+    local out = {}
+    local function metric(name, typ, help, samples)
+      out[#out + 1] = "# HELP " .. name .. " " .. help
+      out[#out + 1] = "# TYPE " .. name .. " " .. typ
+      for _, s in ipairs(samples) do
+        local labels = ""
+        if s[1] then
+          labels = "{" .. s[1] .. '="' .. s[2]:gsub('[\\"\n]', { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }) .. '"}'
+        end
+        out[#out + 1] = name .. labels .. " " .. num(s[3])
+      end
+    end
+    local ok, by = pcall(function() return admin.worker_stats(c.conn(), cfg) end)
+    metric("luakiq_redis_up", "gauge", "1 when Redis answered this scrape.", { { nil, nil, ok and 1 or 0 } })
+    if ok then
+      local function per(field)
+        local s = {}
+        for _, w in ipairs(cfg.workers) do s[#s + 1] = { "worker", w.name, by[w.name][field] } end
+        return s
+      end
+      metric("luakiq_queue_length", "gauge", "Queued jobs (fresh + retries), in-flight ones not included.", per("length"))
+      metric("luakiq_queue_fresh", "gauge", "Queued jobs that never failed.", per("fresh"))
+      metric("luakiq_queue_retries", "gauge", "Queued jobs waiting for a retry.", per("retries"))
+      metric("luakiq_morgue_length", "gauge", "Dead jobs (the morgue).", per("morgue_length"))
+      metric("luakiq_queue_lag_seconds", "gauge", "Seconds since the earliest due job became due (0 when none is due).", per("lag"))
+      metric("luakiq_busy_jobs", "gauge", "Jobs in flight.", per("busy"))
+      metric("luakiq_processed_total", "counter", "Jobs performed successfully (all hosts).", per("processed"))
+      metric("luakiq_failed_total", "counter", "Job failures (all hosts).", per("failed"))
+    else
+      log.warn("metrics: " .. tostring(by):match("^[^\n]*"))
+    end
+    local rss = core.rss()
+    if rss then metric("process_resident_memory_bytes", "gauge", "Resident memory of this host process.", { { nil, nil, rss } }) end
+    local jobs, mem = {}, { { "thread", "main", collectgarbage("count") * 1024 } }
+    for i, t in ipairs(core.thread_stats()) do
+      jobs[#jobs + 1] = { "thread", "t" .. (i - 1), t.jobs }
+      mem[#mem + 1] = { "thread", "t" .. (i - 1), t.lua_bytes }
+    end
+    metric("luakiq_thread_jobs_performed_total", "counter", "Jobs this host's thread performed (success or failure).", jobs)
+    metric("luakiq_thread_lua_memory_bytes", "gauge", "Memory of the thread's Lua VM.", mem)
+    return 200, "text/plain; version=0.0.4; charset=utf-8", table.concat(out, "\n") .. "\n"
+  end
+
+  return A
+end
+
+-- --- the handler -----------------------------------------------------------------------
+
+local MUTATING = { POST = true, PUT = true, DELETE = true, PATCH = true }
+
+-- Returns function(req) -> status, content_type, body for web.c (via vm.c).
+-- opts: token (nil: none), threads (count, for the dashboard).
+function M.handler(cfg, opts)
+  opts = opts or {}
+  local ctx = { cfg = cfg, token = opts.token, threads = opts.threads }
+  local A = api(ctx)
+  local conn
+  local c = {}
+  -- This VM's own connection for the web, made on first use and re-made after
+  -- an I/O error. A short timeout: while it waits, the main loop waits too.
+  function c.conn()
+    if conn and conn:broken() then
+      if not conn:reconnect() then conn:close() conn = nil end
+    end
+    if not conn then
+      local err
+      conn, err = core.connect(cfg.redis, math.min(cfg.redis_timeout or 10, 5))
+      if not conn then error(err, 0) end
+    end
+    return conn
+  end
+
+  local function route(req)
+    local method = req.method == "HEAD" and "GET" or req.method
+    local path, query = req.uri:match("^([^?#]*)%??([^#]*)")
+    path = path or "/"
+    local q = parse_query(query)
+    local parts = {}
+    for seg in path:gmatch("[^/]+") do parts[#parts + 1] = unescape(seg) end
+
+    -- Without a token the listener is on loopback (check_listen): only accept
+    -- loopback Host names, so a web page on another site cannot reach it by
+    -- DNS rebinding, and refuse cross-site mutating requests (Origin differs).
+    if not ctx.token then
+      local h = host_of(req.host)
+      if req.host == "" or not M.is_loopback(h) then
+        return fail(403, "Host must be a loopback address (set web_token to serve other names)")
+      end
+      if MUTATING[method] and req.origin ~= "" and req.origin:gsub("^https?://", "") ~= req.host then
+        return fail(403, "cross-site request refused")
+      end
+    end
+    local function authorized()
+      if not ctx.token then return true end
+      local given = req.auth:match("^[Bb]earer%s+(.-)%s*$") or ""
+      return same(given, ctx.token)
+    end
+    local function only(m, fn, ...)
+      if method ~= m then return fail(405, "use " .. m .. " for " .. path) end
+      if MUTATING[m] and not authorized() then return fail(401, "missing or wrong bearer token") end
+      return fn(c, req, q, ...)
+    end
+
+    local n = #parts
+    if n == 0 or (n == 1 and parts[1] == "index.html") then
+      return only("GET", function() return 200, "text/html; charset=utf-8", require("luakiq.dashboard") end)
+    elseif n == 1 and parts[1] == "metrics" then
+      return only("GET", A.metrics)
+    elseif parts[1] == "api" then
+      if n == 3 and parts[2] == "v1" and parts[3] == "stats" then return only("GET", A.stats) end
+      if n == 3 and parts[2] == "web" and parts[3] == "dashboard" then return only("GET", A.dashboard) end
+      if n == 5 and parts[2] == "v1" and parts[3] == "workers" and parts[5] == "jobs" then
+        return only("POST", A.enqueue, parts[4])
+      end
+      if n == 5 and parts[2] == "web" and parts[3] == "workers" and parts[5] == "jobs" then
+        return only("GET", A.jobs, parts[4])
+      end
+      if n == 6 and parts[2] == "web" and parts[3] == "workers" then
+        local act = A.actions[parts[5] .. "/" .. parts[6]]
+        if act then
+          return only("POST", function()
+            require("luakiq.admin").worker_of(cfg, parts[4])
+            return reply(200, act(c.conn(), req, parts[4]))
+          end)
+        end
+      end
+    end
+    return fail(404, "not found: " .. path)
+  end
+
+  return function(req)
+    local tb
+    local ok, status, ctype, body = xpcall(route, function(e)
+      if errors.describe(e) == "runtime" then tb = debug.traceback(tostring(e), 2) end
+      return e
+    end, req)
+    if ok then return status, ctype, body end
+    local kind, msg = errors.describe(status)
+    if kind == "input" then return fail(400, msg) end
+    if kind == "notfound" then return fail(404, msg) end
+    log.error("web: " .. req.method .. " " .. req.uri .. ": " .. (tb or msg))
+    return fail(500, msg:match("^[^\n]*"))
+  end
+end
+
+return M

@@ -1,0 +1,449 @@
+-- The HTTP API of `luakiq run --web` against a running host and a real Redis:
+-- status codes, shapes, effects in Redis, auth, limits; and that the CLI
+-- (stats, jobs, morgue, admin) answers the same as the endpoints.
+local core = require "luakiq.core"
+local json = require "luakiq.json"
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+local web = require "web.support"
+local q = host.quote
+
+local srv, dir, proc, base
+
+local function env() return "REDIS_URL=" .. srv.url end
+local function req(method, path, opts) return web.request(base, method, path, opts) end
+local function get(path) return req("GET", path) end
+local function post(path, body) return req("POST", path, { body = body }) end
+
+local function cli(args)
+  local rc, out, err = host.exec(args, nil, env())
+  assert.are.equal(0, rc, err)
+  return out
+end
+
+local FUTURE = core.now() + 86400 -- jobs that will not come due while the spec runs
+
+-- Enqueues Parked jobs through the API; jobs = {{id=, ...}}.
+local function push(worker, jobs)
+  local st, body, v = post("/api/v1/workers/" .. worker .. "/jobs", json.encode(jobs))
+  assert.are.equal(200, st, body)
+  return v
+end
+
+setup(function()
+  srv = redis.start()
+  dir = web.scriptdir()
+  proc, base = web.start(dir, env())
+end)
+teardown(function()
+  if proc then
+    proc:signal("TERM")
+    if proc:wait(10) == nil then proc:kill() end
+  end
+  if srv then srv:stop() end
+  if dir then host.sh("rm -rf " .. q(dir)) end
+end)
+before_each(function()
+  -- Only the Parked queue and the spec's own keys: the host keeps its registry
+  -- and leases. Flaky and Slow jobs are drained by the host itself.
+  local keys = srv.conn:call("KEYS", "luakiq:{Parked:*")
+  for _, k in ipairs(keys) do srv.conn:call("DEL", k) end
+  srv.conn:call("DEL", "web:fail", "web:hold", "web:done")
+end)
+
+describe("GET /api/v1/stats", function()
+  it("answers exactly what `luakiq stats` prints (Lowkiq's shape)", function()
+    push("Parked", { { id = "a", perform_in = FUTURE }, { id = "b", perform_in = FUTURE } })
+    local st, body, v, headers = get("/api/v1/stats")
+    assert.are.equal(200, st)
+    assert.truthy(headers:lower():find("content%-type: application/json"))
+    assert.are.equal(2, v.by_worker.Parked.length)
+    assert.are.equal(0, v.by_worker.Parked.morgue_length)
+    assert.are.equal(0, v.by_worker.Parked.lag)
+    assert.is_number(v.total.length)
+    assert.are.same(json.decode(cli("stats " .. q(dir))), v)
+    assert.are.equal(cli("stats " .. q(dir)), body .. "\n")
+  end)
+end)
+
+describe("GET /api/web/dashboard", function()
+  it("has every worker's numbers, totals and Redis info", function()
+    push("Parked", { { id = "a", perform_in = FUTURE }, { id = "b", perform_in = FUTURE, retry_count = 2 } })
+    local st, _, v = get("/api/web/dashboard")
+    assert.are.equal(200, st)
+    local names = {}
+    for i, w in ipairs(v.queues) do
+      names[i] = w.name
+      for _, f in ipairs { "processed", "failed", "busy", "enqueued", "fresh", "retries", "dead", "lag" } do
+        assert.is_number(w[f], w.name .. "." .. f)
+      end
+    end
+    assert.are.same({ "Flaky", "Parked", "Slow" }, names)
+    local parked = v.queues[2]
+    assert.are.equal(2, parked.enqueued)
+    assert.are.equal(1, parked.fresh)
+    assert.are.equal(1, parked.retries)
+    assert.is_true(v.total.enqueued >= 2)
+    assert.truthy(v.redis_info.version:match("^%d+%.%d+"))
+    assert.is_string(v.redis_info.used_memory_human)
+    assert.is_number(v.redis_info.connected_clients)
+    assert.is_number(v.redis_info.uptime_in_seconds)
+    assert.are.equal(2, v.host.threads)
+    assert.is_false(v.host.auth)
+  end)
+end)
+
+describe("job listings", function()
+  local function jobs(query)
+    local st, body, v = get("/api/web/workers/Parked/jobs?" .. query)
+    assert.are.equal(200, st, body)
+    return v
+  end
+  local function ids(list)
+    local out = {}
+    for i, j in ipairs(list) do out[i] = j.id end
+    return out
+  end
+
+  it("orders queued jobs by id, perform_in and retry_count, both ways", function()
+    push("Parked", {
+      { id = "b", perform_in = FUTURE + 1, retry_count = 0, payload = { n = 1 } },
+      { id = "a", perform_in = FUTURE + 3, retry_count = 2 },
+      { id = "c", perform_in = FUTURE + 2 },
+    })
+    assert.are.same({ "a", "b", "c" }, ids(jobs("what=queue&order=id").jobs))
+    assert.are.same({ "c", "b", "a" }, ids(jobs("what=queue&order=id&dir=desc").jobs))
+    assert.are.same({ "b", "c", "a" }, ids(jobs("what=queue&order=perform_in").jobs))
+    assert.are.same({ "a", "c", "b" }, ids(jobs("order=perform_in&dir=desc").jobs))
+    assert.are.same({ "c", "b", "a" }, ids(jobs("what=queue&order=retry_count").jobs))
+    assert.are.same({ "a", "b" }, ids(jobs("what=queue&order=retry_count&min=0&dir=desc").jobs))
+    assert.are.same({ "c" }, ids(jobs("what=queue&order=retry_count&max=-1").jobs))
+    assert.are.same({ "b", "c" }, ids(jobs("what=queue&order=id&min=b&max=%5Bc").jobs))
+    local v = jobs("what=queue&order=id&max=a")
+    assert.are.same({ id = "a", perform_in = FUTURE + 3, retry_count = 2, payloads = { { "", v.jobs[1].payloads[1][2] } } },
+      v.jobs[1])
+    assert.are.same({ n = 1 }, jobs("what=queue&order=id&min=b&max=b").jobs[1].payloads[1][1])
+  end)
+
+  it("pages by 100 and says whether there is more", function()
+    local list = {}
+    for i = 1, 150 do list[i] = { id = string.format("j%03d", i), perform_in = FUTURE + i } end
+    push("Parked", list)
+    local p1 = jobs("what=queue&order=id")
+    assert.are.equal(100, #p1.jobs)
+    assert.is_true(p1.more)
+    assert.are.equal("j001", p1.jobs[1].id)
+    local p2 = jobs("what=queue&order=id&offset=100")
+    assert.are.equal(50, #p2.jobs)
+    assert.is_false(p2.more)
+    assert.are.equal("j101", p2.jobs[1].id)
+    assert.are.equal("j150", jobs("what=queue&order=perform_in&dir=desc").jobs[1].id)
+  end)
+
+  it("gives the same records as `luakiq jobs` and `luakiq morgue list`", function()
+    push("Parked", { { id = "x", perform_in = FUTURE, retry_count = 1, payload = "p" }, { id = "y", perform_in = FUTURE } })
+    assert.are.same(web.lines(cli("jobs " .. q(dir) .. " Parked queue --order id --desc")),
+      jobs("what=queue&order=id&dir=desc").jobs)
+    assert.are.equal(200, (post("/api/web/workers/Parked/queue/kill_failed", "")))
+    local morgue = jobs("what=morgue&order=id").jobs
+    assert.are.same({ "x" }, ids(morgue))
+    assert.is_number(morgue[1].updated_at)
+    assert.are.same({ { "p", morgue[1].payloads[1][2] } }, morgue[1].payloads)
+    assert.are.same(web.lines(cli("jobs " .. q(dir) .. " Parked morgue --order updated_at")), jobs("what=morgue").jobs)
+    assert.are.same(web.lines(cli("morgue " .. q(dir) .. " Parked list")), jobs("what=morgue&order=id").jobs)
+  end)
+
+  it("lists jobs in flight", function()
+    srv.conn:call("SET", "web:hold", "1")
+    push("Slow", { { id = "s1", payload = "held" } })
+    local v = host.eventually(function()
+      local st, _, r = get("/api/web/workers/Slow/jobs?what=busy")
+      return st == 200 and #r.jobs == 1 and r
+    end, 10, "the held job in flight")
+    assert.are.equal("s1", v.jobs[1].id)
+    assert.are.same(web.lines(cli("jobs " .. q(dir) .. " Slow busy")), v.jobs)
+    srv.conn:call("DEL", "web:hold")
+    host.eventually(function()
+      local _, _, r = get("/api/web/workers/Slow/jobs?what=busy")
+      return #r.jobs == 0
+    end, 10, "the held job done")
+  end)
+
+  it("refuses bad parameters with 400 and unknown workers with 404", function()
+    for _, query in ipairs { "what=nope", "what=queue&order=updated_at", "what=morgue&order=perform_in",
+                             "dir=sideways", "order=perform_in&min=soon", "offset=-1", "limit=0", "limit=501" } do
+      local st, _, v = get("/api/web/workers/Parked/jobs?" .. query)
+      assert.are.equal(400, st, query)
+      assert.is_string(v.error)
+    end
+    local st, _, v = get("/api/web/workers/Nope/jobs")
+    assert.are.equal(404, st)
+    assert.truthy(v.error:find("unknown worker"))
+  end)
+end)
+
+describe("admin actions", function()
+  local function kill_all()
+    local st, _, v = post("/api/web/workers/Parked/queue/kill_failed", "")
+    assert.are.equal(200, st)
+    return v
+  end
+  local function stats() return select(3, get("/api/v1/stats")).by_worker.Parked end
+
+  it("morgue requeue and delete by ids and all, with counts", function()
+    push("Parked", { { id = "1", retry_count = 0, perform_in = FUTURE }, { id = "2", retry_count = 0, perform_in = FUTURE },
+                     { id = "3", retry_count = 0, perform_in = FUTURE }, { id = "4", retry_count = 0, perform_in = FUTURE } })
+    assert.are.same({ killed = 4 }, kill_all())
+    assert.are.same({ length = 0, morgue_length = 4 }, { length = stats().length, morgue_length = stats().morgue_length })
+    local st, _, v = post("/api/web/workers/Parked/morgue/requeue", '{"ids":["1","nope"]}')
+    assert.are.equal(200, st)
+    assert.are.same({ requeued = 1 }, v)
+    assert.are.equal(1, stats().length)
+    assert.are.same({ deleted = 1 }, select(3, post("/api/web/workers/Parked/morgue/delete", '{"ids":[2]}')))
+    assert.are.equal(2, stats().morgue_length)
+    assert.are.same({ requeued = 2 }, select(3, post("/api/web/workers/Parked/morgue/requeue", '{"all":true}')))
+    assert.are.same({ length = 3, morgue_length = 0 }, { length = stats().length, morgue_length = stats().morgue_length })
+    -- the requeued job is due now, fresh again
+    local j = select(3, get("/api/web/workers/Parked/jobs?order=id&min=1&max=1")).jobs[1]
+    assert.are.equal(-1, j.retry_count)
+    assert.is_true(j.perform_in <= core.now())
+    push("Parked", { { id = "5", retry_count = 1, perform_in = FUTURE } })
+    assert.are.same({ killed = 1 }, kill_all())
+    assert.are.same({ deleted = 1 }, select(3, post("/api/web/workers/Parked/morgue/delete", '{"all":true}')))
+    assert.are.equal(0, stats().morgue_length)
+  end)
+
+  it("perform all now, delete all failed, delete queued ids; the CLI agrees", function()
+    push("Parked", { { id = "f1", perform_in = FUTURE }, { id = "f2", perform_in = FUTURE },
+                     { id = "r1", retry_count = 3, perform_in = FUTURE }, { id = "r2", retry_count = 0, perform_in = FUTURE } })
+    assert.are.same({ changed = 4 }, select(3, post("/api/web/workers/Parked/queue/perform_now", "")))
+    for _, j in ipairs(select(3, get("/api/web/workers/Parked/jobs?order=id")).jobs) do
+      assert.is_true(j.perform_in <= core.now(), j.id)
+    end
+    assert.are.same({ deleted = 2 }, select(3, post("/api/web/workers/Parked/queue/delete_failed", "")))
+    assert.are.same({ deleted = 1 }, select(3, post("/api/web/workers/Parked/queue/delete", '{"ids":["f1","zz"]}')))
+    assert.are.same({ "f2" }, (function()
+      local out = {}
+      for i, j in ipairs(select(3, get("/api/web/workers/Parked/jobs?order=id")).jobs) do out[i] = j.id end
+      return out
+    end)())
+    -- the same actions from the CLI print the same JSON
+    assert.are.same({ deleted = 1 }, json.decode(cli("admin " .. q(dir) .. " Parked delete f2")))
+    assert.are.same({ changed = 0 }, json.decode(cli("admin " .. q(dir) .. " Parked perform-now")))
+    assert.are.same({ killed = 0 }, json.decode(cli("admin " .. q(dir) .. " Parked kill-failed")))
+    assert.are.same({ requeued = 0 }, json.decode(cli("morgue " .. q(dir) .. " Parked requeue --all")))
+  end)
+
+  it("requeued dead jobs run again", function()
+    srv.conn:call("SET", "web:fail", "1")
+    push("Flaky", { { id = "d1" }, { id = "d2" } })
+    host.eventually(function()
+      local _, _, v = get("/api/web/workers/Flaky/jobs?what=morgue")
+      return #v.jobs == 2
+    end, 10, "both jobs dead")
+    srv.conn:call("DEL", "web:fail")
+    assert.are.same({ requeued = 1 }, select(3, post("/api/web/workers/Flaky/morgue/requeue", '{"ids":["d1"]}')))
+    host.eventually(function() return srv.conn:call("LRANGE", "web:done", 0, -1)[1] == "d1" end, 10, "d1 performed")
+    assert.are.same({ deleted = 1 }, select(3, post("/api/web/workers/Flaky/morgue/delete", '{"ids":["d2"]}')))
+  end)
+
+  it("refuses bad bodies (400), unknown workers and routes (404), wrong methods (405)", function()
+    for _, b in ipairs { "", "{", "[]", '{"ids":[]}', '{"ids":"1"}', '{"ids":[{}]}', '{"all":true,"ids":["1"]}' } do
+      local st, _, v = post("/api/web/workers/Parked/morgue/requeue", b)
+      assert.are.equal(400, st, b)
+      assert.is_string(v.error, b)
+    end
+    assert.are.equal(400, (post("/api/web/workers/Parked/queue/delete", '{"all":true}')))
+    assert.are.equal(404, (post("/api/web/workers/Nope/queue/perform_now", "")))
+    assert.are.equal(404, (post("/api/web/workers/Parked/queue/explode", "")))
+    assert.are.equal(404, (get("/api/v2/stats")))
+    assert.are.equal(404, (get("/nothing/here")))
+    local st, _, v = get("/api/web/workers/Parked/queue/perform_now")
+    assert.are.equal(405, st)
+    assert.is_string(v.error)
+    assert.are.equal(405, (post("/api/v1/stats", "")))
+  end)
+end)
+
+describe("POST /api/v1/workers/NAME/jobs", function()
+  local function parked()
+    return select(3, get("/api/web/workers/Parked/jobs?order=id&limit=500")).jobs
+  end
+
+  it("enqueues a JSON array through the client middlewares", function()
+    local st, _, v = post("/api/v1/workers/Parked/jobs",
+      json.encode { { id = "e1", payload = "tag:one", perform_in = FUTURE }, { id = 7, payload = { k = 1 }, score = 5 } })
+    assert.are.equal(200, st)
+    assert.are.same({ enqueued = 2 }, v)
+    local list = parked()
+    assert.are.equal(2, #list)
+    assert.are.same({ "7", "e1" }, { list[1].id, list[2].id })
+    assert.are.same({ { { k = 1 }, 5 } }, list[1].payloads)
+    assert.are.equal("tag:one:mw", list[2].payloads[1][1])
+  end)
+
+  it("accepts JSON lines like `luakiq enqueue`", function()
+    local st, _, v = post("/api/v1/workers/Parked/jobs", '{"id":"l1"}\n\n{"id":"l2","payload":2}\n')
+    assert.are.equal(200, st)
+    assert.are.same({ enqueued = 2 }, v)
+  end)
+
+  it("enqueues nothing from a bad request (400) and 404s unknown workers", function()
+    local cases = {
+      '[{"id":"ok1"},{"payload":1}]',            -- missing id
+      '[{"id":"ok1"},{"id":"x","bogus":1}]',     -- unknown field
+      '[{"id":"ok1"}',                           -- bad JSON
+      '{"id":"ok1"}\n{"id":',                    -- bad JSON line
+      '{"id":"ok1","perform_in":"soon"}',        -- bad field type
+      '"just a string"',
+      '',
+    }
+    for _, b in ipairs(cases) do
+      local st, _, v = post("/api/v1/workers/Parked/jobs", b)
+      assert.are.equal(400, st, b)
+      assert.is_string(v.error, b)
+    end
+    assert.are.equal(0, #parked())
+    local st, _, v = post("/api/v1/workers/Nope/jobs", '[{"id":"1"}]')
+    assert.are.equal(404, st)
+    assert.truthy(v.error:find("unknown worker 'Nope'", 1, true))
+    assert.are.equal(0, #parked())
+  end)
+
+  it("turns a Lua error into a 500 with a JSON body and keeps serving", function()
+    local st, _, v = post("/api/v1/workers/Parked/jobs", '[{"id":"1","payload":"explode"}]')
+    assert.are.equal(500, st)
+    assert.truthy(v.error:find("middleware exploded", 1, true))
+    assert.are.equal(0, #parked())
+    assert.are.equal(200, (get("/api/v1/stats")))
+    assert.truthy(proc:log():find("middleware exploded", 1, true))
+  end)
+
+  it("refuses bodies over 1 MiB with 413", function()
+    local big = '[{"id":"big","payload":"' .. string.rep("x", 1100000) .. '"}]'
+    assert.are.equal(413, (post("/api/v1/workers/Parked/jobs", big)))
+    assert.are.equal(413, (req("POST", "/api/v1/workers/Parked/jobs",
+      { body = big, headers = { "Transfer-Encoding: chunked" } })))
+    assert.are.equal(200, (get("/api/v1/stats")))
+    assert.are.equal(0, #parked())
+  end)
+end)
+
+describe("GET /metrics", function()
+  it("is Prometheus text with queue, morgue, lag, processed, failed, busy, RSS and threads", function()
+    push("Parked", { { id = "m1", perform_in = FUTURE }, { id = "m2", perform_in = FUTURE } })
+    push("Flaky", { { id = "ok" } })
+    host.eventually(function() return srv.conn:call("LLEN", "web:done") == 1 end, 10, "Flaky performed")
+    local st, body, _, headers = get("/metrics")
+    assert.are.equal(200, st)
+    assert.truthy(headers:find("text/plain; version=0.0.4", 1, true))
+    assert.truthy(body:find('\nluakiq_queue_length{worker="Parked"} 2\n', 1, true))
+    for _, name in ipairs { "luakiq_morgue_length", "luakiq_queue_lag_seconds", "luakiq_busy_jobs",
+                            "luakiq_processed_total", "luakiq_failed_total" } do
+      assert.truthy(body:find("# TYPE " .. name .. " ", 1, true), name)
+      assert.truthy(body:find("\n" .. name .. '{worker="Flaky"} [%d.]+\n'), name)
+    end
+    assert.truthy(tonumber(body:match('\nluakiq_processed_total{worker="Flaky"} (%d+)')) >= 1)
+    assert.truthy(tonumber(body:match("\nprocess_resident_memory_bytes (%d+)")) > 1e6)
+    assert.truthy(body:find('\nluakiq_thread_lua_memory_bytes{thread="main"} %d+'))
+    assert.truthy(body:find('\nluakiq_thread_lua_memory_bytes{thread="t1"} %d+'))
+    local done = 0
+    for n in body:gmatch('\nluakiq_thread_jobs_performed_total{thread="t%d"} (%d+)') do done = done + tonumber(n) end
+    assert.is_true(done >= 1)
+    assert.truthy(body:find("\nluakiq_redis_up 1\n", 1, true))
+    -- every sample line is NAME{labels} VALUE
+    for line in body:gmatch("[^\n]+") do
+      if not line:match("^#") then assert.truthy(line:match("^[%w_]+{?[^}]*}? %-?[%d.e+]+$"), line) end
+    end
+  end)
+end)
+
+describe("GET / (the dashboard page)", function()
+  it("is one self-contained HTML page", function()
+    local st, body, _, headers = get("/")
+    assert.are.equal(200, st)
+    assert.truthy(headers:lower():find("content%-type: text/html"))
+    assert.truthy(body:find("<title>luakiq</title>", 1, true))
+    -- nothing loaded from elsewhere: no script or style files, no external URLs
+    assert.falsy(body:find("<script src", 1, true))
+    assert.falsy(body:find("stylesheet", 1, true))
+    assert.falsy(body:find('src="http', 1, true))
+    assert.falsy(body:find('href="http', 1, true))
+    local hst, hbody = req("HEAD", "/", { head = true })
+    assert.are.equal(200, hst)
+    assert.falsy(hbody:find("<html", 1, true)) -- curl -I writes the headers only
+  end)
+end)
+
+describe("security", function()
+  it("refuses other Host names and cross-site mutations without a token", function()
+    assert.are.equal(403, (req("GET", "/api/v1/stats", { headers = { "Host: evil.example" } })))
+    assert.are.equal(200, (req("GET", "/api/v1/stats", { headers = { "Host: localhost:1" } })))
+    local st = req("POST", "/api/web/workers/Parked/queue/perform_now",
+      { body = "", headers = { "Origin: http://evil.example" } })
+    assert.are.equal(403, st)
+    st = req("POST", "/api/web/workers/Parked/queue/perform_now",
+      { body = "", headers = { "Origin: " .. base } })
+    assert.are.equal(200, st)
+  end)
+
+  it("needs the bearer token for mutating endpoints when one is set (401)", function()
+    local p, b = web.start(dir, env() .. " LUAKIQ_WEB_TOKEN=s3cret")
+    local ok, err = pcall(function()
+      local st, _, v, headers = web.request(b, "POST", "/api/v1/workers/Parked/jobs", { body = '[{"id":"t1"}]' })
+      assert.are.equal(401, st)
+      assert.is_string(v.error)
+      assert.truthy(headers:find("WWW-Authenticate: Bearer", 1, true))
+      for _, h in ipairs { "Authorization: Bearer wrong", "Authorization: Bearer s3creT", "Authorization: Basic czNjcmV0",
+                      "Authorization: Bearer s3cret2", "Authorization: s3cret" } do
+        assert.are.equal(401, (web.request(b, "POST", "/api/web/workers/Parked/morgue/delete",
+          { body = '{"all":true}', headers = { h } })), h)
+      end
+      assert.are.equal(0, select(3, web.request(b, "GET", "/api/v1/stats")).by_worker.Parked.length)
+      st, _, v = web.request(b, "POST", "/api/v1/workers/Parked/jobs",
+        { body = '[{"id":"t1","perform_in":' .. FUTURE .. '}]', headers = { "Authorization: Bearer s3cret" } })
+      assert.are.equal(200, st)
+      assert.are.same({ enqueued = 1 }, v)
+      -- reads stay open; any Host is fine with a token
+      assert.are.equal(200, (web.request(b, "GET", "/api/web/dashboard", { headers = { "Host: jobs.example" } })))
+      assert.is_true(select(3, web.request(b, "GET", "/api/web/dashboard")).host.auth)
+    end)
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(10), p:log())
+    assert(ok, err)
+  end)
+
+  it("refuses a non-loopback address without a token at start-up (exit 2, one line)", function()
+    local rc, out, err = host.exec("run " .. q(dir) .. " --web 0.0.0.0:" .. core.free_port(), nil, env())
+    assert.are.equal(2, rc)
+    assert.are.equal("", out)
+    assert.truthy(err:match("^luakiq: [^\n]*not a loopback address[^\n]*\n$"), err)
+    rc, _, err = host.exec("run " .. q(dir) .. " --web localhost", nil, env())
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("ADDR:PORT", 1, true))
+  end)
+
+  it("exits 1 with one error line when the port is taken", function()
+    local port = base:match(":(%d+)$")
+    local rc, _, err = host.exec("run " .. q(dir) .. " --web 127.0.0.1:" .. port, nil, env())
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("cannot listen on 127.0.0.1:" .. port, 1, true), err)
+  end)
+
+  it("takes web from config.lua", function()
+    local d2 = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 1, web = '127.0.0.1:" .. core.free_port() .. "' }",
+      ["workers/W.lua"] = "return { perform = function() end }",
+    }
+    local p = host.spawn("run " .. q(d2), env())
+    local url = "http://" .. host.read(d2 .. "/config.lua"):match("'([^']+)'")
+    local ok = pcall(host.eventually, function()
+      local okr, st = pcall(web.request, url, "GET", "/api/v1/stats")
+      return okr and st == 200
+    end, 15, "web from config")
+    p:signal("TERM")
+    p:wait(10)
+    host.sh("rm -rf " .. q(d2))
+    assert.is_true(ok, p:log())
+  end)
+end)

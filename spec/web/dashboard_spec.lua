@@ -1,0 +1,78 @@
+-- The dashboard page in a real headless Chromium (Debian's), driven by
+-- playwright-core from tools/web-test: no console errors, the numbers of a
+-- seeded host, and a morgue requeue clicked through its confirm() dialog.
+local core = require "luakiq.core"
+local json = require "luakiq.json"
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+local web = require "web.support"
+local q = host.quote
+
+local TOOLS = "tools/web-test"
+
+local function have(cmd) return host.sh("command -v " .. cmd .. " >/dev/null 2>&1") end
+
+-- Runs a shell command; returns its exit code and combined output.
+local function run(cmd)
+  local p = assert(io.popen("(" .. cmd .. ") 2>&1; echo \"rc=$?\""))
+  local out = p:read("*a")
+  p:close()
+  local rc = tonumber(out:match("rc=(%d+)%s*$"))
+  return rc, out:gsub("rc=%d+%s*$", "")
+end
+
+local chromium = os.getenv("CHROMIUM") or "/usr/bin/chromium"
+local missing = not host.sh("test -x " .. q(chromium)) and "chromium" or not have("node") and "node" or nil
+
+describe("the dashboard in headless Chromium", function()
+  if missing then
+    pending(missing .. " is not installed (tools/install-deps.sh installs it): dashboard not checked in a browser")
+    return
+  end
+
+  local srv, dir, proc, base
+  setup(function()
+    if not host.sh("test -d " .. TOOLS .. "/node_modules/playwright-core") then
+      local rc, out = run("cd " .. TOOLS .. " && npm ci --no-audit --no-fund")
+      assert(rc == 0, "npm ci in " .. TOOLS .. " failed:\n" .. out)
+    end
+    srv = redis.start()
+    dir = web.scriptdir()
+    proc, base = web.start(dir, "REDIS_URL=" .. srv.url)
+  end)
+  teardown(function()
+    if proc then
+      proc:signal("TERM")
+      if proc:wait(10) == nil then proc:kill() end
+    end
+    if srv then srv:stop() end
+    if dir then host.sh("rm -rf " .. q(dir)) end
+  end)
+
+  it("shows the seeded numbers and requeues a dead job from its page", function()
+    local future = core.now() + 86400
+    local function post(path, body)
+      local st, text = web.request(base, "POST", path, { body = body })
+      assert.are.equal(200, st, text)
+    end
+    -- Parked is never processed by this host, so what the page shows stays put.
+    post("/api/v1/workers/Parked/jobs", json.encode {
+      { id = "dead1", retry_count = 0, perform_in = future, payload = { order = 1 } },
+      { id = "dead2", retry_count = 1, perform_in = future },
+    })
+    post("/api/web/workers/Parked/queue/kill_failed", "")
+    post("/api/v1/workers/Parked/jobs", json.encode {
+      { id = "q1", perform_in = future, payload = "<b>not html</b>" },
+      { id = "q2", perform_in = future + 1 }, { id = "q3", perform_in = future + 2 },
+    })
+    local expect = json.encode { workers = { "Flaky", "Parked", "Slow" }, worker = "Parked",
+                                 enqueued = 3, dead = 2, dead_id = "dead1" }
+    local rc, out = run("CHROMIUM=" .. q(chromium) .. " node " .. TOOLS .. "/dashboard.test.js " .. q(base) .. " " .. q(expect))
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("dashboard: all checks passed", 1, true), out)
+    -- and Redis agrees: dead1 is queued again, dead2 still dead
+    local st, _, v = web.request(base, "GET", "/api/v1/stats")
+    assert.are.equal(200, st)
+    assert.are.same({ lag = v.by_worker.Parked.lag, length = 4, morgue_length = 1 }, v.by_worker.Parked)
+  end)
+end)
