@@ -56,7 +56,13 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
         memcpy(u->path, p, n);
         for (; q && *q; ) {
             q++;
-            if (strncmp(q, "db=", 3) == 0) u->db = atoi(q + 3);
+            if (strncmp(q, "db=", 3) == 0) {
+                /* digits only, up to '&' or the end (atoi took "-3" and "x") */
+                char *end;
+                long db = strtol(q + 3, &end, 10);
+                if (q[3] < '0' || q[3] > '9' || (*end && *end != '&') || db > 1000000) goto bad;
+                u->db = (int)db;
+            }
             else if (strncmp(q, "password=", 9) == 0) {
                 const char *e = strchr(q, '&');
                 size_t m = e ? (size_t)(e - q - 9) : strlen(q + 9);
@@ -95,7 +101,7 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
     if (slash && slash[1]) {
         char *end;
         long db = strtol(slash + 1, &end, 10);
-        if (*end || db < 0) goto bad;
+        if (*end || slash[1] < '0' || slash[1] > '9' || db > 1000000) goto bad;
         u->db = (int)db;
     }
     return 0;

@@ -75,8 +75,20 @@ static const char *vm_arg(lua_State *L, int idx, size_t *len, char *buf, size_t 
     if (t == LUA_TNUMBER) {
         double d = lua_tonumber(L, idx);
         if (!isfinite(d)) return NULL;
-        if (d == floor(d) && fabs(d) < 9007199254740992.0) snprintf(buf, cap, "%.0f", d);
-        else snprintf(buf, cap, "%.17g", d);
+        if (d == floor(d) && fabs(d) < 9007199254740992.0 && cap >= 24) {
+            /* The digits of "%.0f" without printf's multi-precision path
+             * (lease_ms, limits and counts go through here per batch). */
+            char tmp[24];
+            unsigned long long u = (unsigned long long)fabs(d);
+            int n = 0, o = 0;
+            do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+            if (signbit(d)) buf[o++] = '-'; /* "%.0f" writes -0 as "-0" */
+            while (n) buf[o++] = tmp[--n];
+            buf[o] = 0;
+            *len = (size_t)o;
+            return buf;
+        }
+        snprintf(buf, cap, "%.17g", d);
         *len = strlen(buf);
         return buf;
     }
@@ -141,6 +153,8 @@ static int core_connect(lua_State *L) {
 /* Builds store_cmds from Lua values and runs them in one round trip.
  * Shape of each command table: {"SET", "k", "v"} or {script = "fetch", numkeys = 1, key, arg...}.
  * Pushes an array of replies, or returns -1 with err filled (nothing pushed). */
+#define VM_PIPE_CMDS 4  /* a pipeline this small (every fetch) uses no heap */
+#define VM_PIPE_ARGS 32
 struct vm_pipe {
     int n;
     struct store_cmd *cmds;
@@ -148,16 +162,25 @@ struct vm_pipe {
     size_t *lens;
     char (*nums)[32];
     store_reply **replies;
+    struct store_cmd cmds_s[VM_PIPE_CMDS + 1];
+    const char *argv_s[VM_PIPE_ARGS + 1];
+    size_t lens_s[VM_PIPE_ARGS + 1];
+    char nums_s[VM_PIPE_ARGS + 1][32];
+    store_reply *replies_s[VM_PIPE_CMDS + 1];
 };
 
 static void vm_pipe_free(struct vm_pipe *p) {
-    free(p->cmds); free(p->argv); free(p->lens); free(p->nums); free(p->replies);
+    if (p->cmds != p->cmds_s) free(p->cmds);
+    if (p->argv != p->argv_s) free(p->argv);
+    if (p->lens != p->lens_s) free(p->lens);
+    if (p->nums != p->nums_s) free(p->nums);
+    if (p->replies != p->replies_s) free(p->replies);
 }
 
 /* Fills p from the Lua table at idx (an array of command tables). The strings
  * stay owned by Lua (the table is on the stack for the whole call). */
 static int vm_pipe_build(lua_State *L, int idx, struct vm_pipe *p, char *err, size_t errlen) {
-    memset(p, 0, sizeof *p);
+    p->cmds = NULL; p->argv = NULL; p->lens = NULL; p->nums = NULL; p->replies = NULL;
     p->n = (int)lua_objlen(L, idx);
     int total = 0;
     for (int i = 1; i <= p->n; i++) {
@@ -166,11 +189,18 @@ static int vm_pipe_build(lua_State *L, int idx, struct vm_pipe *p, char *err, si
         total += (int)lua_objlen(L, -1);
         lua_pop(L, 1);
     }
-    p->cmds = calloc((size_t)p->n + 1, sizeof *p->cmds);
-    p->argv = calloc((size_t)total + 1, sizeof *p->argv);
-    p->lens = calloc((size_t)total + 1, sizeof *p->lens);
-    p->nums = calloc((size_t)total + 1, sizeof *p->nums);
-    p->replies = calloc((size_t)p->n + 1, sizeof *p->replies);
+    if (p->n <= VM_PIPE_CMDS && total <= VM_PIPE_ARGS) {
+        memset(p->cmds_s, 0, sizeof p->cmds_s);
+        memset(p->replies_s, 0, sizeof p->replies_s);
+        p->cmds = p->cmds_s; p->argv = p->argv_s; p->lens = p->lens_s;
+        p->nums = p->nums_s; p->replies = p->replies_s;
+    } else {
+        p->cmds = calloc((size_t)p->n + 1, sizeof *p->cmds);
+        p->argv = calloc((size_t)total + 1, sizeof *p->argv);
+        p->lens = calloc((size_t)total + 1, sizeof *p->lens);
+        p->nums = malloc(((size_t)total + 1) * sizeof *p->nums); /* written before read */
+        p->replies = calloc((size_t)p->n + 1, sizeof *p->replies);
+    }
     if (!p->cmds || !p->argv || !p->lens || !p->nums || !p->replies) { snprintf(err, errlen, "out of memory"); return -1; }
     int k = 0;
     for (int i = 1; i <= p->n; i++) {
@@ -782,3 +812,52 @@ int vm_thread_main(const char *boot) {
     lua_close(L);
     return code;
 }
+
+#ifdef LUAKIQ_FUZZ
+/* Fuzzing entry (the fuzz/ harnesses, built only with -DLUAKIQ_FUZZ=ON): the first call
+ * makes one VM and runs the Lua file `driver`, which returns a function(bytes);
+ * every call hands it data. A Lua error (a property the driver checks failed,
+ * or an unexpected error) is printed and returned as -1, so the harness can
+ * abort() and libFuzzer keep the input. */
+/* Lua-level coverage for libFuzzer: the C code the inputs reach is mostly
+ * uninstrumented (LuaJIT, lua-cjson), so a line hook feeds Lua edges
+ * (previous line -> this line, AFL style) into libFuzzer's extra counters.
+ * The driver turns the JIT off, so that every line runs the hook. */
+__attribute__((used, section("__libfuzzer_extra_counters")))
+static uint8_t vm_fuzz_counters[1 << 16];
+static uintptr_t vm_fuzz_prev;
+static void vm_fuzz_hook(lua_State *L, lua_Debug *ar) {
+    if (!lua_getinfo(L, "S", ar)) return;
+    uintptr_t cur = (((uintptr_t)ar->source >> 4) * 2654435761u) ^ ((uintptr_t)ar->currentline * 40503u);
+    cur &= 0xffff;
+    vm_fuzz_counters[(cur ^ vm_fuzz_prev) & 0xffff]++;
+    vm_fuzz_prev = cur >> 1;
+}
+
+int vm_fuzz_one(const char *driver, const uint8_t *data, size_t len) {
+    static lua_State *L;
+    static int fn = LUA_NOREF;
+    if (!L) {
+        L = vm_new();
+        if (!L || luaL_loadfile(L, driver) != 0 || vm_pcall(L, 0, 1) != 0 || !lua_isfunction(L, -1)) {
+            fprintf(stderr, "vm_fuzz_one: cannot load %s: %s\n", driver,
+                    L && lua_isstring(L, -1) ? lua_tostring(L, -1) : "not a function");
+            return -1;
+        }
+        fn = luaL_ref(L, LUA_REGISTRYINDEX);
+        lua_sethook(L, vm_fuzz_hook, LUA_MASKLINE, 0);
+    }
+    vm_fuzz_prev = 0;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, fn);
+    lua_pushlstring(L, (const char *)data, len);
+    int rc = vm_pcall(L, 1, 0);
+    if (rc != 0) {
+        const char *msg = lua_tostring(L, -1);
+        fprintf(stderr, "vm_fuzz_one: %s\n", msg ? msg : "(error object is not a string)");
+        lua_pop(L, 1);
+        return -1;
+    }
+    lua_gc(L, LUA_GCSTEP, 0);
+    return 0;
+}
+#endif

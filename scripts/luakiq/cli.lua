@@ -125,8 +125,7 @@ local function print_json(v) io.stdout:write(json.encode(v), "\n") end
 -- The splitter's groups for cfg: arrays of {worker=, shard=}.
 local function plan(cfg)
   local groups = cfg.splitter(runtime.handlers(cfg), cfg.threads_per_node)
-  if type(groups) ~= "table" then usage("splitter must return an array of groups") end
-  return groups
+  return runtime.check_groups(cfg, groups) -- usage error on a malformed or duplicated shard
 end
 
 local commands = {}

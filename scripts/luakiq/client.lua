@@ -14,6 +14,14 @@ local allowed = { id = true, payload = true, score = true, perform_in = true, re
 
 local function finite(x) return type(x) == "number" and x == x and x ~= math.huge and x ~= -math.huge end
 
+-- A user-given string (id, field, worker name) inside an error message: one
+-- line (control characters as \xNN) and at most 100 bytes.
+local function esc(s)
+  s = tostring(s)
+  if #s > 100 then s = s:sub(1, 100) .. "..." end
+  return (s:gsub("%c", function(c) return string.format("\\x%02x", c:byte()) end))
+end
+
 -- Returns the id as a string, or raises an input error.
 function M.id_string(id, where)
   if type(id) == "string" then
@@ -26,35 +34,37 @@ function M.id_string(id, where)
     (id == nil and "none" or type(id) .. " " .. tostring(id)))
 end
 
+-- A job's optional number field (no closure per job: this runs per job).
+local function num(job, name, default, where, id)
+  local v = job[name]
+  if v == nil then return default end
+  if not finite(v) then errors.input(where .. " (id " .. esc(id) .. "): " .. name .. " must be a finite number") end
+  return v
+end
+
 -- Checks one job and returns {id, perform_in, retry_count, score, payload_bytes}.
 local function prepare(cfg, worker, job, i, now)
   local where = "job " .. i
   if type(job) ~= "table" then errors.input(where .. ": must be an object") end
   for k in pairs(job) do
     if not allowed[k] then
-      errors.input(where .. ": unknown field '" .. tostring(k) .. "' (allowed: id, payload, score, perform_in, retry_count)")
+      errors.input(where .. ": unknown field '" .. esc(k) .. "' (allowed: id, payload, score, perform_in, retry_count)")
     end
   end
   local id = M.id_string(job.id, where)
-  local function num(name, default)
-    local v = job[name]
-    if v == nil then return default end
-    if not finite(v) then errors.input(where .. " (id " .. id .. "): " .. name .. " must be a finite number") end
-    return v
-  end
-  local perform_in, score = num("perform_in", now), num("score", now)
-  local retry_count = num("retry_count", -1)
+  local perform_in, score = num(job, "perform_in", now, where, id), num(job, "score", now, where, id)
+  local retry_count = num(job, "retry_count", -1, where, id)
   if retry_count ~= math.floor(retry_count) or retry_count < -1 then
-    errors.input(where .. " (id " .. id .. "): retry_count must be an integer >= -1")
+    errors.input(where .. " (id " .. esc(id) .. "): retry_count must be an integer >= -1")
   end
   local payload = job.payload
   if payload == nil then payload = "" end
   local ok, bytes = pcall(cfg.dump_payload, payload)
-  if not ok then errors.input(where .. " (id " .. id .. "): cannot dump payload: " .. tostring(bytes)) end
-  if type(bytes) ~= "string" then errors.input(where .. " (id " .. id .. "): dump_payload must return a string") end
+  if not ok then errors.input(where .. " (id " .. esc(id) .. "): cannot dump payload: " .. esc(tostring(bytes):match("^[^\n]*"))) end
+  if type(bytes) ~= "string" then errors.input(where .. " (id " .. esc(id) .. "): dump_payload must return a string") end
   if #bytes > cfg.max_payload_bytes then
     errors.input(string.format("%s (id %s): payload is %d bytes, over max_payload_bytes (%d)",
-      where, id, #bytes, cfg.max_payload_bytes))
+      where, esc(id), #bytes, cfg.max_payload_bytes))
   end
   return { id, perform_in, retry_count, score, bytes }
 end
@@ -94,18 +104,23 @@ local function push_now(conn, cfg, worker, jobs)
   if n == 0 then return 0 end
   check_registry(conn, cfg, worker)
   local channel = keys.wake_channel(cfg.namespace)
+  -- The defaults as strings, formatted once here rather than per job in C
+  -- (the same %.17g digits; push.lua normalizes every number anyway).
+  local now_s = string.format("%.17g", now)
   local cmds = {}
   for _, s in ipairs(order) do
     local list, prefix = by_shard[s], keys.prefix(cfg.namespace, worker.queue_name, s)
     for from = 1, #list, CHUNK do
-      local cmd = { script = "push", prefix, channel, now }
+      local cmd = { script = "push", prefix, channel, now_s }
+      local k = 4
       for j = from, math.min(from + CHUNK - 1, #list) do
         local p = list[j]
-        cmd[#cmd + 1] = p[1]
-        cmd[#cmd + 1] = p[2]
-        cmd[#cmd + 1] = p[3]
-        cmd[#cmd + 1] = p[4]
-        cmd[#cmd + 1] = p[5]
+        cmd[k] = p[1]
+        cmd[k + 1] = p[2] == now and now_s or p[2]
+        cmd[k + 2] = p[3] == -1 and "-1" or p[3]
+        cmd[k + 3] = p[4] == now and now_s or p[4]
+        cmd[k + 4] = p[5]
+        k = k + 5
       end
       cmds[#cmds + 1] = cmd
     end
@@ -121,7 +136,7 @@ end
 -- A middleware gets (worker, jobs, next) and may change jobs before next().
 function M.push(conn, cfg, worker_name, jobs)
   local worker = cfg.by_name[worker_name]
-  if not worker then errors.notfound("unknown worker '" .. tostring(worker_name) .. "'") end
+  if not worker then errors.notfound("unknown worker '" .. esc(worker_name) .. "'") end
   local result
   local run = middleware.chain(cfg.client_middlewares, function(w, js)
     result = push_now(conn, cfg, w, js)

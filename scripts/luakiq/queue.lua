@@ -39,9 +39,11 @@ function M.parse_fetch(r, h, t)
   end
   local n, i, jobs = tonumber(r[6]), 7, {}
   for j = 1, n do
-    local job = { id = r[i], perform_in = tonumber(r[i + 1]), retry_count = tonumber(r[i + 2]),
+    -- (defaults: fetch.lua already replaces junk in busy entries, but a
+    -- nil here would break the failure path and loop on the batch forever)
+    local job = { id = r[i], perform_in = tonumber(r[i + 1]) or core.now(), retry_count = tonumber(r[i + 2]) or -1,
                   error = r[i + 3] ~= "" and r[i + 3] or nil, payloads = {} }
-    local np = tonumber(r[i + 4])
+    local np = tonumber(r[i + 4]) or 0
     i = i + 5
     for k = 1, np do
       job.payloads[k] = { r[i], tonumber(r[i + 1]) }
@@ -81,6 +83,27 @@ function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at)
     morgued[#morgued + 1] = { id = r[5 + 3 * j], payload = r[6 + 3 * j], score = tonumber(r[7 + 3 * j]) }
   end
   return morgued
+end
+
+-- Moves payloads that cannot be loaded ({id=, payload=bytes, error=dumped})
+-- out of h's batch in flight into the morgue (bury.lua), at once. Returns
+-- false when the shard's lease is gone (another holder has the batch now).
+function M.bury(conn, h, t, now, bad)
+  local cmd = { script = "bury", h.prefix, t.token, t.lease_ms, now, h.batch or "" }
+  for _, b in ipairs(bad) do
+    cmd[#cmd + 1] = b.id
+    cmd[#cmd + 1] = b.payload
+    cmd[#cmd + 1] = b.error
+  end
+  local r = conn:pipeline({ cmd })[1]
+  if type(r) ~= "table" or r.err then error("bury.lua failed: " .. tostring(r and r.err), 0) end
+  if r[1] ~= "OK" then
+    log.warn("lease lost before unloadable payloads were moved to the morgue; the next holder handles the batch",
+      { worker = h.worker, shard = h.shard })
+    h.batch = nil
+    return false
+  end
+  return true
 end
 
 -- Gives every shard lease of this thread back (graceful stop).

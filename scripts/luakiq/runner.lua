@@ -18,6 +18,8 @@ local luakiq = require "luakiq"
 
 local M = {}
 
+local POLL_EVERY = 0.002 -- seconds between mailbox checks of a busy thread (ctx.poll)
+
 local function traceback(e)
   if type(e) == "string" then return debug.traceback(e, 2) end
   return e
@@ -34,6 +36,9 @@ local function setup(boot)
     handlers = {}, by_prefix = {},
     pending = nil,   -- handler whose last batch succeeded and awaits its ack
     refused = {},    -- prefix -> true while another holder has the lease
+    -- the per-batch debug line is built only when it is printed (its fields
+    -- cost more than a blank job's whole batch otherwise)
+    debug = boot.log_level == "debug",
   }
   for i, h in ipairs(boot.handlers) do
     local w = cfg.by_name[h.worker]
@@ -95,6 +100,57 @@ local function fail(t, h, jobs, err, tb)
   end
 end
 
+-- Loads the payloads of fetched jobs with load_payload. A payload that
+-- cannot be loaded will never load: it goes to the morgue at once, with the
+-- error (bury.lua, one atomic step; retrying it would hold back the id's other
+-- payloads for max_retry_count retries), and the rest of the batch runs
+-- without it. Returns the jobs left and their payloads by id (jobs with no
+-- payload left are dropped), or nil when the lease was lost meanwhile.
+local function load_batch(t, h, jobs)
+  local cfg, w = t.cfg, h.def
+  local batch, kept, bad = {}, {}, {}
+  for _, job in ipairs(jobs) do
+    local list, good = {}, {}
+    for _, p in ipairs(job.payloads) do
+      local ok, v = pcall(cfg.load_payload, p[1])
+      if ok then
+        list[#list + 1] = v
+        good[#good + 1] = p
+      else
+        if v == luakiq.FATAL then error(v, 0) end
+        bad[#bad + 1] = { id = job.id, payload = p[1], score = p[2],
+                          message = "load_payload failed: " .. tostring(v):match("^[^\n]*") }
+      end
+    end
+    if #list > 0 or #job.payloads == 0 then -- (fetch.lua never sends a job without payloads)
+      job.payloads = good
+      batch[job.id] = list
+      kept[#kept + 1] = job
+    end
+  end
+  if #bad == 0 then return jobs, batch end
+  for _, b in ipairs(bad) do
+    local ok, dumped = pcall(cfg.dump_error, b.message)
+    b.error = (ok and type(dumped) == "string") and dumped or b.message
+  end
+  local ok = queue.bury(t.conn, h, t, core.now(), bad)
+  if not ok then return nil end
+  local bad_ids = {}
+  for i, b in ipairs(bad) do bad_ids[i] = b.id end
+  log.error("payloads that cannot be loaded went to the morgue: " .. bad[1].message,
+    { worker = w.name, shard = h.shard, ids = bad_ids })
+  if w.retries_exhausted then
+    local dead = {}
+    for i, b in ipairs(bad) do dead[i] = { id = b.id, payloads = { { b.payload, b.score } }, error = b.message } end
+    local okx, e = xpcall(w.retries_exhausted, traceback, dead)
+    if not okx then
+      if e == luakiq.FATAL then error(e, 0) end
+      log.error("retries_exhausted failed: " .. tostring(e), { worker = w.name })
+    end
+  end
+  return kept, batch
+end
+
 -- One batch of shard h. Returns ok (a batch ran and succeeded), head (the
 -- shard's earliest perform_in left, or nil).
 local function process(t, h)
@@ -110,17 +166,15 @@ local function process(t, h)
   local jobs = res.jobs
   if #jobs == 0 then return false, res.head end
   local cfg, w = t.cfg, h.def
+  local batch
+  jobs, batch = load_batch(t, h, jobs)
+  if not jobs then return false, nil end -- lease lost while burying
+  if #jobs == 0 then return false, nil end -- every payload was unloadable
   local ids = queue.ids(jobs)
   core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
   local tb -- the traceback, kept apart so format_error gets the error value itself
   local ok, err = xpcall(function()
-    local batch = {}
-    for _, job in ipairs(jobs) do
-      local list = {}
-      for i, p in ipairs(job.payloads) do list[i] = cfg.load_payload(p[1]) end
-      batch[job.id] = list
-    end
     return h.perform(w, batch)
   end, function(e)
     tb = debug.traceback(tostring(e), 2)
@@ -129,7 +183,9 @@ local function process(t, h)
   core.set_state("fetching", w.name, h.shard)
   if ok then
     t.pending = h
-    log.debug("batch done", { worker = w.name, shard = h.shard, ids = ids, duration = core.now() - started })
+    if t.debug then
+      log.debug("batch done", { worker = w.name, shard = h.shard, ids = ids, duration = core.now() - started })
+    end
     return true, res.head
   end
   if err == luakiq.FATAL then error(err, 0) end
@@ -145,10 +201,11 @@ local function scheduler_ctx(t)
   }
   function ctx.process(h) return process(t, h) end
   -- Earliest perform_in per handler; a shard with orphaned in-flight jobs
-  -- counts as long overdue, so its fetch restores them (heads.lua).
+  -- (a dead holder's, or our own whose ack/failure never reached Redis)
+  -- counts as long overdue, so its fetch restores or redelivers them (heads.lua).
   function ctx.heads()
     local cmds = {}
-    for i, h in ipairs(t.handlers) do cmds[i] = { script = "heads", h.prefix } end
+    for i, h in ipairs(t.handlers) do cmds[i] = { script = "heads", h.prefix, t.token } end
     local replies = t.conn:pipeline(cmds)
     local heads = {}
     for i, r in ipairs(replies) do
@@ -177,8 +234,16 @@ local function scheduler_ctx(t)
     if hint and hint < timeout then timeout = math.max(hint, 0.001) end
     return woken_of(core.wait(timeout))
   end
-  -- Wake-ups that arrived while busy (never blocks).
-  function ctx.poll() return woken_of(core.wait(0)) end
+  -- Wake-ups that arrived while busy (never blocks). Looking at the mailbox
+  -- is a timed wait that expires at once, a syscall that cost as much as a
+  -- blank batch, so a busy thread looks at most every POLL_EVERY seconds.
+  local next_poll = 0
+  function ctx.poll()
+    local now = core.now()
+    if now < next_poll then return {} end
+    next_poll = now + POLL_EVERY
+    return woken_of(core.wait(0))
+  end
   return ctx
 end
 

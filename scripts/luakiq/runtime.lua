@@ -45,7 +45,12 @@ function M.connect(cfg, retry_for)
       M.ctx.conn = conn
       return conn
     end
-    if core.now() >= deadline or core.stopping() then return nil, err end
+    if core.now() >= deadline or core.stopping() then
+      if (retry_for or 0) > 0 then
+        err = string.format("%s (gave up after %g s of retrying, redis_retry)", err, retry_for)
+      end
+      return nil, err
+    end
     if not warned then log.warn(err .. "; retrying") warned = true end
     core.sleep(delay)
     delay = math.min(delay * 2, 2)
@@ -65,6 +70,32 @@ function M.register(conn, cfg)
     end
   end
   return true
+end
+
+-- Checks a splitter's result: an array of non-empty arrays of {worker =
+-- a worker of cfg, shard = 0..shards_count-1}, no shard twice. Threads of one
+-- host share its lease token, so a shard given to two threads would not be
+-- fenced between them (both could run one batch at once). Raises a usage error.
+function M.check_groups(cfg, groups)
+  local function bad(msg) errors.input("splitter: " .. msg) end
+  if type(groups) ~= "table" then bad("must return an array of groups") end
+  local seen = {}
+  for i, g in ipairs(groups) do
+    if type(g) ~= "table" or #g == 0 then bad("group " .. i .. " must be a non-empty array of {worker=, shard=}") end
+    for _, h in ipairs(g) do
+      local w = type(h) == "table" and cfg.by_name[h.worker]
+      if not w then bad("group " .. i .. ": unknown worker " .. tostring(type(h) == "table" and h.worker or h)) end
+      if type(h.shard) ~= "number" or h.shard % 1 ~= 0 or h.shard < 0 or h.shard >= w.shards_count then
+        bad("group " .. i .. ": " .. w.name .. " has no shard " .. tostring(h.shard))
+      end
+      local key = w.name .. "\0" .. h.shard
+      if seen[key] then
+        bad(string.format("%s%d is in group %d and group %d; a shard belongs to one thread", w.name, h.shard, seen[key], i))
+      end
+      seen[key] = i
+    end
+  end
+  return groups
 end
 
 -- The flat handler list, Lowkiq's order: workers in config order, shards 0..n-1.

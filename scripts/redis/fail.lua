@@ -81,7 +81,8 @@ for _, l in ipairs(listed) do
   if v then
     seen[id] = true
     failed = failed + 1
-    local rc = tonumber(string.match(v, "\n(.*)$")) or -1
+    local rc = tonumber(string.match(v, "\n(.*)$"))
+    if not finite(rc) or rc ~= math.floor(rc) or rc < -1 then rc = -1 end -- junk
     rc = rc + 1
     local src = P .. "busy:payloads:" .. id
     if rc >= max_rc then
@@ -109,8 +110,11 @@ local flat = redis.call("HGETALL", busy)
 for i = 1, #flat, 2 do
   local id = flat[i]
   if not seen[id] then
+    -- junk (not "perform_in\nretry_count") must not break ZADD half-way
     local pin, rc = string.match(flat[i + 1], "^(.-)\n(.*)$")
-    back(id, pin or now_s, rc or "-1", redis.call("HGET", berrs, id), P .. "busy:payloads:" .. id)
+    if not finite(tonumber(pin)) then pin = now_s end
+    if not (rc and rc:match("^%-?%d+$")) then rc = "-1" end
+    back(id, pin, rc, redis.call("HGET", berrs, id), P .. "busy:payloads:" .. id)
   end
 end
 redis.call("DEL", busy, berrs)

@@ -36,6 +36,20 @@ if ack == nil or (want ~= "0" and want ~= "1") then
 end
 local busy, berrs = P .. "busy", P .. "busy:errors"
 
+-- A busy entry is "perform_in\nretry_count" (Redis score strings). Junk
+-- written by someone else reads as perform_in = now, retry_count = -1: it
+-- must neither break a ZADD half-way through this script (no rollback) nor
+-- reach the host as a non-number.
+local function busy_entry(v)
+  local pin, rc = string.match(v, "^(.-)\n(.*)$")
+  local p = tonumber(pin)
+  if not (p and p == p and (pin:match("^[-+]?%d*%.?%d*[eE]?[-+]?%d*$") or pin:match("^[-+]?inf$"))) then
+    pin = string.format("%.17g", now)
+  end
+  if not (rc and rc:match("^%-?%d+$") and tonumber(rc) >= -1) then rc = "-1" end
+  return pin, rc
+end
+
 -- Lease.
 local cur = redis.call("GET", P .. "lease")
 if cur and cur ~= token then
@@ -46,11 +60,11 @@ if not cur and redis.call("GET", P .. "holder") ~= token then
   local flat = redis.call("HGETALL", busy)
   for i = 1, #flat, 2 do
     local id = flat[i]
-    local pin, rc = string.match(flat[i + 1], "^(.-)\n(.*)$")
+    local pin, rc = busy_entry(flat[i + 1])
     local src, dst = P .. "busy:payloads:" .. id, P .. "payloads:" .. id
     if redis.call("EXISTS", src) == 1 then
-      redis.call("ZADD", P .. "queue", pin or string.format("%.17g", now), id)
-      redis.call("ZADD", P .. "retries", rc or "-1", id)
+      redis.call("ZADD", P .. "queue", pin, id)
+      redis.call("ZADD", P .. "retries", rc, id)
       redis.call("ZADD", P .. "ids", 0, id)
       if redis.call("EXISTS", dst) == 1 then
         redis.call("ZUNIONSTORE", dst, 2, dst, src, "AGGREGATE", "MIN")
@@ -68,37 +82,64 @@ if not cur and redis.call("GET", P .. "holder") ~= token then
 end
 redis.call("SET", P .. "lease", token, "PX", lease_ms)
 
--- Ack.
+-- Ack: one variadic DEL for the batch's keys. GET batch first, so a call
+-- that acks nothing costs no HKEYS.
 local acked = 0
-local inflight = redis.call("EXISTS", busy) == 1
-if inflight and ack ~= "" and ack == redis.call("GET", P .. "batch") then
+local inflight
+local function del_keys(list)
+  for i = 1, #list, 1000 do redis.call("DEL", unpack(list, i, math.min(i + 999, #list))) end
+end
+if ack ~= "" and ack == redis.call("GET", P .. "batch") then
   local ids = redis.call("HKEYS", busy)
-  for _, id in ipairs(ids) do redis.call("DEL", P .. "busy:payloads:" .. id) end
-  redis.call("DEL", busy, berrs)
-  redis.call("HINCRBY", P .. "counters", "processed", #ids)
-  acked = #ids
+  if #ids > 0 then
+    local dels = { busy, berrs }
+    for i, id in ipairs(ids) do dels[i + 2] = P .. "busy:payloads:" .. id end
+    del_keys(dels)
+    redis.call("HINCRBY", P .. "counters", "processed", #ids)
+    acked = #ids
+  end
   inflight = false
+else
+  inflight = redis.call("EXISTS", busy) == 1
 end
 
 -- Fetch.
 local out = { "OK", "", "", tostring(restored), tostring(acked), "0" }
-local function add_job(id, pin, rc, err)
-  local pl = redis.call("ZRANGE", P .. "busy:payloads:" .. id, 0, -1, "WITHSCORES")
-  out[#out + 1] = id
-  out[#out + 1] = pin
-  out[#out + 1] = rc
-  out[#out + 1] = err or ""
-  out[#out + 1] = tostring(#pl / 2)
-  for k = 1, #pl do out[#out + 1] = pl[k] end
+-- (Redis's Lua formats every number argument with sprintf: the hot calls
+-- below pass strings.)
+local COUNT = { "1", "2", "3", "4" }
+local function add_job(id, pin, rc, err, key)
+  local pl = redis.call("ZRANGE", key or P .. "busy:payloads:" .. id, "0", "-1", "WITHSCORES")
+  local k = #out
+  out[k + 1] = id
+  out[k + 2] = pin
+  out[k + 3] = rc
+  out[k + 4] = err or ""
+  out[k + 5] = COUNT[#pl / 2] or tostring(#pl / 2)
+  k = k + 5
+  for j = 1, #pl do out[k + j] = pl[j] end
 end
-local n = 0
+-- Variadic commands over a list of arguments, at most 1000 per call.
+local function each_chunk(cmd, key, list, fn)
+  for i = 1, #list, 1000 do
+    local r = redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+    if fn then fn(r, i - 1) end
+  end
+end
+local n, head = 0, nil
 if want == "1" and limit > 0 then
   if inflight then
-    -- Deliver the unacked batch again, in perform_in order.
+    -- Deliver the unacked batch again, in perform_in order. An entry
+    -- without payloads (junk) is dropped, not delivered empty.
     local flat, jobs = redis.call("HGETALL", busy), {}
     for i = 1, #flat, 2 do
-      local pin, rc = string.match(flat[i + 1], "^(.-)\n(.*)$")
-      jobs[#jobs + 1] = { flat[i], pin or "0", rc or "-1", tonumber(pin) or 0 }
+      if redis.call("EXISTS", P .. "busy:payloads:" .. flat[i]) == 1 then
+        local pin, rc = busy_entry(flat[i + 1])
+        jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin) }
+      else
+        redis.call("HDEL", busy, flat[i])
+        redis.call("HDEL", berrs, flat[i])
+      end
     end
     table.sort(jobs, function(a, b)
       if a[4] ~= b[4] then return a[4] < b[4] end
@@ -108,28 +149,49 @@ if want == "1" and limit > 0 then
     n = #jobs
     out[2] = redis.call("GET", P .. "batch") or ""
   else
-    local due = redis.call("ZRANGEBYSCORE", P .. "queue", "-inf", string.format("%.17g", now),
-      "WITHSCORES", "LIMIT", 0, limit)
-    for i = 1, #due, 2 do
-      local id, pin = due[i], due[i + 1]
-      local rc = redis.call("ZSCORE", P .. "retries", id) or "-1"
-      redis.call("ZREM", P .. "queue", id)
-      redis.call("ZREM", P .. "retries", id)
-      redis.call("ZREM", P .. "ids", id)
-      local err = redis.call("HGET", P .. "errors", id)
-      if err then redis.call("HDEL", P .. "errors", id) end
-      local src = P .. "payloads:" .. id
-      if redis.call("EXISTS", src) == 1 then
-        if n == 0 then out[2] = tostring(redis.call("INCR", P .. "batch")) end
-        redis.call("RENAME", src, P .. "busy:payloads:" .. id)
-        if err then redis.call("HSET", berrs, id, err) end
-        redis.call("HSET", busy, id, pin .. "\n" .. rc)
-        add_job(id, pin, rc, err)
-        n = n + 1
+    -- One due id more than the limit: when it exists it stays queued and is
+    -- the new head, so the usual ZRANGE for the head is not needed.
+    local now_s = ARGV[3]
+    if not now_s:match("^%-?%d+%.?%d*$") then now_s = string.format("%.17g", now) end
+    local due = redis.call("ZRANGEBYSCORE", P .. "queue", "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(limit + 1))
+    local m = #due / 2
+    if m > limit then
+      head = due[2 * limit + 2]
+      m = limit
+    end
+    if m > 0 then
+      local ids = {}
+      for i = 1, m do ids[i] = due[2 * i - 1] end
+      local rcs = {}
+      each_chunk("ZMSCORE", P .. "retries", ids, function(r, off) for j = 1, #r do rcs[off + j] = r[j] end end)
+      each_chunk("ZREM", P .. "queue", ids)
+      each_chunk("ZREM", P .. "retries", ids)
+      each_chunk("ZREM", P .. "ids", ids)
+      local errs = {}
+      if redis.call("EXISTS", P .. "errors") == 1 then
+        each_chunk("HMGET", P .. "errors", ids, function(r, off) for j = 1, #r do errs[off + j] = r[j] end end)
+        each_chunk("HDEL", P .. "errors", ids)
       end
+      local fields = {}
+      for i = 1, m do
+        local id, pin = ids[i], due[2 * i]
+        local rc, err = rcs[i] or "-1", errs[i] or nil
+        -- An id without a payload key is dropped (RENAME fails on a missing key).
+        local dst = P .. "busy:payloads:" .. id
+        local moved = redis.pcall("RENAME", P .. "payloads:" .. id, dst)
+        if type(moved) ~= "table" or not moved.err then
+          if n == 0 then out[2] = tostring(redis.call("INCR", P .. "batch")) end
+          if err then redis.call("HSET", berrs, id, err) end
+          fields[#fields + 1] = id
+          fields[#fields + 1] = pin .. "\n" .. rc
+          add_job(id, pin, rc, err, dst)
+          n = n + 1
+        end
+      end
+      if #fields > 0 then each_chunk("HSET", busy, fields) end
     end
   end
 end
-out[3] = redis.call("ZRANGE", P .. "queue", 0, 0, "WITHSCORES")[2] or ""
+out[3] = head or redis.call("ZRANGE", P .. "queue", "0", "0", "WITHSCORES")[2] or ""
 out[6] = tostring(n)
 return out

@@ -1,10 +1,19 @@
 -- heads.lua: what the Lag scheduler's probe needs of one shard, cheaply.
--- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". No ARGV.
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] (optional) = the
+-- caller's lease token.
 -- Returns {head, orphaned}: head = the lowest perform_in in the queue ("" if
 -- empty); orphaned = "1" when jobs are in flight but nobody holds the lease
--- (their holder died or stopped without acking): the shard must be fetched so
--- that fetch.lua restores them, even if its queue is empty.
+-- (their holder died or stopped without acking), or the caller itself holds
+-- it: the caller's thread is between batches, so a batch in flight under its
+-- own lease is one whose ack or failure never reached Redis (a Redis error
+-- in between). Either way the shard must be fetched, even if its queue is
+-- empty: fetch.lua restores (dead holder) or redelivers (own batch) them, or
+-- the pending ack settles it.
 local P = KEYS[1]
 local head = redis.call("ZRANGE", P .. "queue", 0, 0, "WITHSCORES")[2] or ""
-local orphaned = redis.call("EXISTS", P .. "busy") == 1 and redis.call("EXISTS", P .. "lease") == 0
+local orphaned = false
+if redis.call("EXISTS", P .. "busy") == 1 then
+  local lease = redis.call("GET", P .. "lease")
+  orphaned = not lease or (ARGV[1] ~= nil and ARGV[1] ~= "" and lease == ARGV[1])
+end
 return { head, orphaned and "1" or "0" }

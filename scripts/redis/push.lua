@@ -15,33 +15,50 @@
 -- due job" and "the next wake-up time moved earlier". At most one PUBLISH.
 local P = KEYS[1]
 local channel = ARGV[1]
+-- Numbers are normalized to %.17g; jobs of one call mostly share their
+-- strings (perform_in = score = now, retry_count = -1), so each distinct
+-- string is checked and formatted once.
+local memo = {}
 local function finite(v, what)
+  local s = memo[v]
+  if s then return s end
   local x = tonumber(v)
   if not x or x ~= x or x == math.huge or x == -math.huge then
     error("luakiq push: " .. what .. " must be a finite number, got '" .. tostring(v) .. "'", 0)
   end
-  return string.format("%.17g", x)
+  s = string.format("%.17g", x)
+  memo[v] = s
+  return s
 end
 if (#ARGV - 2) % 5 ~= 0 then error("luakiq push: ARGV must be channel, now, then groups of 5", 0) end
 finite(ARGV[2], "now")
--- Validate everything before the first write: a script error does not roll back.
-local jobs = {}
+-- Validate everything before the first write: a script error does not roll
+-- back. The arguments of the three variadic ZADDs are built on the way.
+local qargs, rargs, iargs = {}, {}, {}
+local k = 0
 for i = 3, #ARGV, 5 do
   local n = (i - 3) / 5 + 1
-  if ARGV[i] == "" then error("luakiq push: job " .. n .. ": id is empty", 0) end
-  jobs[n] = { ARGV[i], finite(ARGV[i + 1], "job " .. n .. " perform_in"),
-              finite(ARGV[i + 2], "job " .. n .. " retry_count"),
-              finite(ARGV[i + 3], "job " .. n .. " score"), ARGV[i + 4] }
+  local id = ARGV[i]
+  if id == "" then error("luakiq push: job " .. n .. ": id is empty", 0) end
+  qargs[k + 1], qargs[k + 2] = finite(ARGV[i + 1], "job " .. n .. " perform_in"), id
+  rargs[k + 1], rargs[k + 2] = finite(ARGV[i + 2], "job " .. n .. " retry_count"), id
+  iargs[k + 1], iargs[k + 2] = "0", id
+  k = k + 2
+  finite(ARGV[i + 3], "job " .. n .. " score")
 end
 local queue = P .. "queue"
 local before = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
+-- new + queued: ZADD NX keeps a queued job's perform_in/retry_count, and
+-- within one variadic ZADD NX the first occurrence of an id wins.
 local added = 0
-for _, j in ipairs(jobs) do
-  local id = j[1]
-  added = added + redis.call("ZADD", queue, "NX", j[2], id)
-  redis.call("ZADD", P .. "retries", "NX", j[3], id)
-  redis.call("ZADD", P .. "ids", "NX", 0, id)
-  redis.call("ZADD", P .. "payloads:" .. id, "LT", j[4], j[5])
+for from = 1, k, 2000 do
+  local to = math.min(from + 1999, k)
+  added = added + redis.call("ZADD", queue, "NX", unpack(qargs, from, to))
+  redis.call("ZADD", P .. "retries", "NX", unpack(rargs, from, to))
+  redis.call("ZADD", P .. "ids", "NX", unpack(iargs, from, to))
+end
+for i = 3, #ARGV, 5 do
+  redis.call("ZADD", P .. "payloads:" .. ARGV[i], "LT", memo[ARGV[i + 3]], ARGV[i + 4])
 end
 local head = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
 if channel ~= "" and head and (not before or tonumber(head) < tonumber(before)) then

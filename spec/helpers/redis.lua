@@ -9,7 +9,32 @@ local function sh(cmd)
   return ok == 0 or ok == true
 end
 
+local function command(port, dir, appendonly)
+  return string.format(
+    "redis-server --port %d --bind 127.0.0.1 --dir %s --daemonize yes --pidfile %s/redis.pid " ..
+    "--logfile %s/redis.log --save '' --appendonly %s >/dev/null 2>&1",
+    port, dir, dir, dir, appendonly and "yes" or "no")
+end
+
+-- Waits until the server on srv.url answers; sets srv.conn and srv.pid.
+local function await(srv)
+  for _ = 1, 250 do
+    local c = core.connect(srv.url, 2)
+    if c and c:pcall("PING") == "PONG" then
+      srv.conn = c
+      local f = io.open(srv.dir .. "/redis.pid")
+      srv.pid = f and tonumber(f:read("*l"))
+      if f then f:close() end
+      return true
+    end
+    if c then c:close() end
+    core.sleep(0.02)
+  end
+  return false
+end
+
 -- Starts a server; returns {url=, port=, dir=, pid=, conn=}.
+-- opts.appendonly: keep data across :restart() (AOF, fsync on clean shutdown).
 function M.start(opts)
   opts = opts or {}
   local dir = os.tmpname()
@@ -17,24 +42,10 @@ function M.start(opts)
   assert(sh("mkdir -p " .. dir))
   for _ = 1, 20 do
     local port = core.free_port()
-    local cmd = string.format(
-      "redis-server --port %d --bind 127.0.0.1 --dir %s --daemonize yes --pidfile %s/redis.pid " ..
-      "--logfile %s/redis.log --save '' --appendonly %s >/dev/null 2>&1",
-      port, dir, dir, dir, opts.appendonly and "yes" or "no")
-    if sh(cmd) then
-      local srv = { port = port, dir = dir, url = "redis://127.0.0.1:" .. port .. "/0" }
-      for _ = 1, 200 do
-        local c = core.connect(srv.url, 2)
-        if c and c:pcall("PING") == "PONG" then
-          srv.conn = c
-          local f = io.open(dir .. "/redis.pid")
-          srv.pid = f and tonumber(f:read("*l"))
-          if f then f:close() end
-          setmetatable(srv, { __index = M })
-          return srv
-        end
-        core.sleep(0.02)
-      end
+    if sh(command(port, dir, opts.appendonly)) then
+      local srv = setmetatable({ port = port, dir = dir, url = "redis://127.0.0.1:" .. port .. "/0",
+                                 appendonly = opts.appendonly }, { __index = M })
+      if await(srv) then return srv end
     end
   end
   error("cannot start redis-server")
@@ -44,44 +55,42 @@ function M:flush()
   self.conn:call("FLUSHALL")
 end
 
--- Stops the server by its pid and removes its dir.
-function M:stop()
+-- Stops the server process (TERM: a clean shutdown, the AOF is flushed) and
+-- waits until it is gone. The directory stays, so :up() can start it again.
+function M:down()
   if self.conn then self.conn:close() self.conn = nil end
   if self.pid then
     sh("kill " .. self.pid .. " 2>/dev/null")
-    for _ = 1, 200 do
+    for _ = 1, 500 do
       if not sh("kill -0 " .. self.pid .. " 2>/dev/null") then break end
       core.sleep(0.02)
     end
     self.pid = nil
   end
+end
+
+-- Starts the server again on the same port and directory (data survives
+-- only with appendonly).
+function M:up()
+  for _ = 1, 50 do
+    if sh(command(self.port, self.dir, self.appendonly)) and await(self) then return end
+    core.sleep(0.1)
+  end
+  error("cannot restart redis-server on port " .. self.port)
+end
+
+-- Stops the server by its pid and removes its dir.
+function M:stop()
+  self:down()
   sh("rm -rf " .. self.dir)
 end
 
 -- Restarts on the same port (for fault tests): data is lost unless appendonly.
-function M:restart()
-  if self.conn then self.conn:close() self.conn = nil end
-  sh("kill " .. self.pid)
-  for _ = 1, 200 do
-    if not sh("kill -0 " .. self.pid .. " 2>/dev/null") then break end
-    core.sleep(0.02)
-  end
-  local cmd = string.format(
-    "redis-server --port %d --bind 127.0.0.1 --dir %s --daemonize yes --pidfile %s/redis.pid " ..
-    "--logfile %s/redis.log --save '' --appendonly no >/dev/null 2>&1", self.port, self.dir, self.dir, self.dir)
-  assert(sh(cmd))
-  for _ = 1, 200 do
-    local c = core.connect(self.url, 2)
-    if c and c:pcall("PING") == "PONG" then
-      self.conn = c
-      local f = io.open(self.dir .. "/redis.pid")
-      self.pid = tonumber(f:read("*l"))
-      f:close()
-      return
-    end
-    core.sleep(0.02)
-  end
-  error("cannot restart redis-server")
+-- down_for: seconds to stay down in between (default 0).
+function M:restart(down_for)
+  self:down()
+  if down_for and down_for > 0 then core.sleep(down_for) end
+  self:up()
 end
 
 return M

@@ -1,0 +1,69 @@
+-- bury.lua: moves single payloads of the batch in flight straight to the
+-- morgue, leaving the rest of the batch in flight. The host sends it when a
+-- payload cannot be loaded (load_payload fails: bytes written by another
+-- producer in another format, or corrupted): retrying would fail the same way
+-- max_retry_count times and hold back every other payload of the id.
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
+-- ARGV[1] token, [2] lease_ms, [3] now, [4] batch id (from fetch.lua), then
+-- triples: id, payload (bytes, exactly as fetched), error (already dumped).
+-- Lease as in fail.lua: refused with {"LEASE", pttl} unless this token holds
+-- the lease, or holds nothing but was the last holder. A batch id that is not
+-- the one in flight changes nothing ({"OK", "0"}).
+-- Per triple whose payload is in busy:payloads:<id>: it leaves the batch and
+-- joins morgue:payloads:<id> (min score merge), morgue[id] = now,
+-- morgue:errors[id] = error. An id left without payloads leaves the batch
+-- (busy, busy:errors). counters.failed += ids touched.
+-- Returns {"OK", buried} (buried = payloads moved).
+local P = KEYS[1]
+local token, lease_ms, now, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+if not token or token == "" then error("luakiq bury: token is empty", 0) end
+if not lease_ms or lease_ms ~= math.floor(lease_ms) or lease_ms < 1 or lease_ms > 1e12 then
+  error("luakiq bury: lease_ms must be a positive integer, got '" .. tostring(ARGV[2]) .. "'", 0)
+end
+if not now or now ~= now or now == math.huge or now == -math.huge then
+  error("luakiq bury: now must be a finite number, got '" .. tostring(ARGV[3]) .. "'", 0)
+end
+if not batch or batch == "" or (#ARGV - 4) % 3 ~= 0 then
+  error("luakiq bury: ARGV must be token, lease_ms, now, batch, then id/payload/error triples", 0)
+end
+
+local cur = redis.call("GET", P .. "lease")
+if cur ~= token then
+  if cur or redis.call("GET", P .. "holder") ~= token then
+    return { "LEASE", tostring(redis.call("PTTL", P .. "lease")) }
+  end
+end
+redis.call("SET", P .. "lease", token, "PX", lease_ms)
+local busy = P .. "busy"
+if redis.call("EXISTS", busy) == 0 or batch ~= redis.call("GET", P .. "batch") then
+  return { "OK", "0" }
+end
+
+local now_s = string.format("%.17g", now)
+local buried, touched = 0, {}
+for i = 5, #ARGV, 3 do
+  local id, payload, err = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local src = P .. "busy:payloads:" .. id
+  local score = redis.call("HEXISTS", busy, id) == 1 and redis.call("ZSCORE", src, payload)
+  if score then
+    redis.call("ZREM", src, payload)
+    redis.call("ZADD", P .. "morgue:payloads:" .. id, "LT", score, payload)
+    redis.call("ZADD", P .. "morgue", now_s, id)
+    redis.call("ZADD", P .. "morgue:ids", 0, id)
+    if err ~= "" then redis.call("HSET", P .. "morgue:errors", id, err)
+    else redis.call("HDEL", P .. "morgue:errors", id) end
+    buried = buried + 1
+    if not touched[id] then
+      touched[id] = true
+      touched[#touched + 1] = id
+    end
+  end
+end
+for _, id in ipairs(touched) do
+  if redis.call("EXISTS", P .. "busy:payloads:" .. id) == 0 then
+    redis.call("HDEL", busy, id)
+    redis.call("HDEL", P .. "busy:errors", id)
+  end
+end
+if #touched > 0 then redis.call("HINCRBY", P .. "counters", "failed", #touched) end
+return { "OK", tostring(buried) }

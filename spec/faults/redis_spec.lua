@@ -1,0 +1,179 @@
+-- Redis faults: a restart in the middle of a run (appendonly: data survives,
+-- scripts are flushed), Redis away at start-up, a lost fetch reply.
+-- docs/guarantees.md names these tests.
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+local keys = require "luakiq.keys"
+local S = require "faults.support"
+
+local srv
+local procs = {}
+setup(function() srv = redis.start { appendonly = true } end)
+teardown(function()
+  for _, p in ipairs(procs) do p:kill() end
+  if srv then srv:stop() end
+end)
+before_each(function()
+  if not srv.conn then srv:up() end
+  srv:flush()
+end)
+after_each(function()
+  for _, p in ipairs(procs) do p:kill() end
+  procs = {}
+end)
+
+local function spawn(dir, env)
+  local p = S.spawn(srv, dir, env)
+  procs[#procs + 1] = p
+  return p
+end
+
+local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
+
+-- A worker whose batch for id "stall" waits (without touching Redis) until
+-- the file FLAG exists, then optionally calls Redis.
+-- The wait is the last thing perform does (after the recorder's own calls).
+local function stall_dir(flag, after)
+  return S.dir("threads_per_node = 1, poll_interval = 0.2, lease_ttl = 30", {
+    shards = 2, batch = 1,
+    after = ([[if batch.stall and not r.call("GET", "t:stalled") then
+        r.call("SET", "t:stalled", pid)
+        while not io.open(%q) do core.sleep(0.02) end
+        %s
+      end]]):format(flag, after or ""),
+  })
+end
+
+describe("Redis restarted mid-run", function()
+  it("an ack that could not be sent is sent after the restart; the batch does not run twice", function()
+    local flag = os.tmpname()
+    os.remove(flag)
+    local dir = stall_dir(flag)
+    local p = spawn(dir)
+    S.push(srv, dir, { { id = "stall", payload = "s", score = 1 } })
+    S.eventually(function() return srv.conn:call("GET", "t:stalled") end, 10, "stall batch running")
+    srv:down()
+    host.write(flag, "go") -- perform returns; its ack cannot reach Redis
+    S.eventually(function() return p:log():match("Redis I/O error") or p:log():match("cannot connect") end,
+      10, "host noticed")
+    S.sleep(1)
+    srv:up() -- same data (AOF), empty script cache: NOSCRIPT must be handled
+    S.eventually(function() return p:log():match("reconnected to Redis") end, 15, "reconnect")
+    -- it carries on: new jobs (woken by the resubscribed wake-up) run
+    S.push(srv, dir, { { id = "after", payload = "a", score = 2 }, { id = "stall", payload = "s2", score = 3 } })
+    S.eventually(function() return #S.seen(srv.conn, "after") == 1 and #S.seen(srv.conn, "stall") == 2 end,
+      10, "jobs after the restart: " .. p:log() .. table.concat(S.seen(srv.conn, "stall"), ","))
+    S.sleep(0.5)
+    assert.are.same({ "s", "s2" }, S.seen(srv.conn, "stall"))
+    local prefix = keys.prefix("luakiq", "Rec", keys.shard("stall", 2))
+    assert.are.equal(0, srv.conn:call("EXISTS", prefix .. "busy"))
+    assert.are.equal(0, S.stop(p), p:log())
+    assert.falsy(p:log():match("restored"), p:log())
+    assert.are.same({}, S.overlaps(srv.conn))
+    os.remove(flag)
+  end)
+
+  it("a batch whose failure could not be recorded runs again at once after the restart, not after lease_ttl", function()
+    local flag = os.tmpname()
+    os.remove(flag)
+    local dir = stall_dir(flag, [[r.call("PING")]]) -- raises: Redis is down
+    local p = spawn(dir)
+    S.push(srv, dir, { { id = "stall", payload = "s", score = 1 } })
+    S.eventually(function() return srv.conn:call("GET", "t:stalled") end, 10, "stall batch running")
+    srv:down()
+    host.write(flag, "go")
+    S.eventually(function() return p:log():match("retrying in") end, 10, "host noticed")
+    S.sleep(0.5)
+    srv:up()
+    local t0 = S.now()
+    -- lease_ttl is 30 s: the host redelivers its own unsettled batch itself
+    S.eventually(function() return #S.seen(srv.conn, "stall") == 2 end, 10, "batch ran again")
+    assert.is_true(S.now() - t0 < 8, "took " .. (S.now() - t0))
+    assert.are.equal(0, S.stop(p), p:log())
+    assert.are.same({}, S.overlaps(srv.conn, { [p.pidstr] = true }))
+    os.remove(flag)
+  end)
+
+  it("SCRIPT FLUSH while running is handled (NOSCRIPT reloads)", function()
+    local dir = S.dir("threads_per_node = 2, poll_interval = 0.2", { shards = 3 })
+    local p = spawn(dir)
+    S.push_range(srv, dir, 10, 1, 1)
+    S.eventually(function() return S.all_seen(srv.conn, 10, 1) end, 10, "first round")
+    srv.conn:call("SCRIPT", "FLUSH")
+    S.push_range(srv, dir, 10, 2, 2)
+    S.eventually(function() return S.all_seen(srv.conn, 10, 2) end, 10, "second round")
+    assert.are.equal(0, S.stop(p), p:log())
+    assert.falsy(p:log():match("ERROR"), p:log())
+  end)
+end)
+
+describe("Redis unreachable at start-up", function()
+  it("run retries for redis_retry seconds, then exits 1 with one clear line", function()
+    local dir = S.dir("redis_retry = 1")
+    srv:down()
+    local t0 = S.now()
+    local rc, _, err = host.exec("run " .. host.quote(dir), nil, "REDIS_URL=" .. srv.url)
+    local took = S.now() - t0
+    srv:up()
+    assert.are.equal(1, rc, err)
+    assert.is_true(took >= 0.9 and took < 4, "took " .. took)
+    local last = err:gsub("\n$", ""):match("[^\n]*$")
+    assert.truthy(last:match("^luakiq: cannot connect to Redis at [^ ]*:" .. srv.port .. "[/:]"), err)
+    assert.truthy(last:match("redis_retry"), last)
+  end)
+
+  it("run starts normally when Redis comes up within redis_retry", function()
+    local dir = S.dir("redis_retry = 10, poll_interval = 0.2")
+    srv:down()
+    local p = host.spawn("run " .. host.quote(dir), "REDIS_URL=" .. srv.url)
+    procs[#procs + 1] = p
+    S.sleep(1)
+    assert.is_true(p:alive())
+    srv:up()
+    S.eventually(function() return p:log():match("thread started") end, 10, "host start")
+    S.push(srv, dir, { { id = "1", payload = "x" } })
+    S.eventually(function() return #S.seen(srv.conn, "1") == 1 end, 10, "performed")
+    assert.are.equal(0, S.stop(p), p:log())
+  end)
+
+  it("enqueue fails at once with exit 1 and one line", function()
+    local dir = S.dir("")
+    srv:down()
+    local rc, _, err = host.exec("enqueue " .. host.quote(dir) .. " Rec", '{"id":1}', "REDIS_URL=" .. srv.url)
+    srv:up()
+    assert.are.equal(1, rc)
+    assert.is_true(one_line(err), err)
+  end)
+end)
+
+describe("a lost fetch reply (fetch.lua, by batch id)", function()
+  it("redelivers the batch in flight instead of fetching more, and acks only by its id", function()
+    local dir = S.dir("", { shards = 1 })
+    S.push_range(srv, dir, 3, 1, 1)
+    local P = keys.prefix("luakiq", "Rec", 0)
+    local function fetch(ack, limit)
+      return srv.conn:script("fetch", P, "tok", 30000, S.now(), limit or 2, ack or "", "1")
+    end
+    local r1 = fetch()
+    assert.are.equal("OK", r1[1])
+    assert.are.equal("2", r1[6])
+    -- the reply is "lost": the caller asks again without an ack
+    local r2 = fetch()
+    assert.are.same(r1, r2)
+    -- an ack naming another batch acks nothing and redelivers
+    local r3 = fetch(tostring(tonumber(r1[2]) - 1))
+    assert.are.equal("0", r3[5])
+    assert.are.equal(r1[2], r3[2])
+    -- the right id acks, and the rest comes
+    local r4 = fetch(r1[2])
+    assert.are.equal("2", r4[5])
+    assert.are.equal("1", r4[6])
+    assert.are_not.equal(r1[2], r4[2])
+    -- an ack re-sent after a lost ack reply acks nothing more
+    local r5 = srv.conn:script("fetch", P, "tok", 30000, S.now(), 0, r4[2], "0")
+    assert.are.equal("1", r5[5])
+    local r6 = srv.conn:script("fetch", P, "tok", 30000, S.now(), 0, r4[2], "0")
+    assert.are.equal("0", r6[5])
+    assert.are.equal("3", srv.conn:call("HGET", P .. "counters", "processed"))
+  end)
+end)

@@ -1,0 +1,369 @@
+-- tools/soak.lua: a soak test with an invariant checker.
+--
+--   luakiq lua tools/soak.lua [--payloads N] [--ids K] [--hosts H] [--threads T]
+--       [--shards S] [--batch B] [--fail F] [--kill-every SECS] [--redis-restarts R]
+--       [--max-retry M] [--lease-ttl L] [--work MS] [--backlog X] [--bin PATH]
+--       [--timeout SECS] [--seed N] [--quiet]
+--
+-- Starts a private redis-server (appendonly, free port) and H hosts (`luakiq
+-- run`, same script directory) of the binary running this script (or --bin),
+-- pushes N payloads over K ids while they process (payload = per-id sequence
+-- number = score), and meanwhile: about F of the batches fail (retry_in is
+-- small, max_retry_count M, so some payloads reach the morgue), a random host
+-- is killed with -9 (sometimes stopped with TERM) every ~SECS seconds and
+-- started again, and Redis is restarted R times. Every perform appends one
+-- record "S|F, start, end, pid, id:payloads;..." to the list soak:log with
+-- one RPUSH (atomic per batch), before it returns or raises.
+--
+-- When everything is pushed and the queues are drained, the hosts stop and the
+-- checker verifies, per id:
+--   lost     every pushed payload succeeded at least once or is in the morgue
+--   overlap  no two recorded batches of the id overlapped in time
+--   order    payloads inside a batch ascend; no payload is seen after a
+--            higher one had succeeded for good (a success whose payloads never
+--            ran again). A batch that ran again (a kill -9 before its ack) is
+--            at-least-once delivery: it counts as a duplicate, not an error.
+-- It prints the counts and exits 0 when every invariant holds, 1 otherwise.
+local root = (arg and arg[0] or ""):match("^(.*)/tools/[^/]*$") or "."
+package.path = root .. "/spec/?.lua;" .. package.path
+
+local core = require "luakiq.core"
+local json = require "luakiq.json"
+local keys = require "luakiq.keys"
+local runtime = require "luakiq.runtime"
+local client = require "luakiq.client"
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+
+-- Options ----------------------------------------------------------------------
+local opt = {
+  payloads = 20000, ids = 0, hosts = 2, threads = 3, shards = 8, batch = 10, fail = 0.1,
+  ["kill-every"] = 4, ["redis-restarts"] = 1, ["max-retry"] = 4, ["lease-ttl"] = 1.5, work = 1,
+  backlog = 0, timeout = 0, seed = 0,
+}
+local flags = { quiet = true, keep = true }
+do
+  local a = { ... }
+  if #a == 0 and arg then for i = 1, #arg do a[i] = arg[i] end end
+  local i = 1
+  while a[i] do
+    local name = a[i]:match("^%-%-(.+)$")
+    if not name then error("soak: unexpected argument " .. a[i], 0) end
+    if flags[name] then
+      opt[name] = true
+      i = i + 1
+    elseif name == "bin" then
+      opt.bin = a[i + 1]
+      i = i + 2
+    elseif opt[name] ~= nil then
+      opt[name] = tonumber(a[i + 1]) or error("soak: --" .. name .. " needs a number", 0)
+      i = i + 2
+    else
+      error("soak: unknown option --" .. name, 0)
+    end
+  end
+end
+local N = math.floor(opt.payloads)
+local IDS = opt.ids > 0 and math.floor(opt.ids) or math.max(50, math.floor(N / 50))
+local BACKLOG = opt.backlog > 0 and opt.backlog or math.max(2 * IDS, 1000) -- payloads not yet done
+local seed = opt.seed > 0 and opt.seed or math.floor(core.now() * 1000) % 2 ^ 31
+math.randomseed(seed)
+local function say(...)
+  if not opt.quiet then io.stdout:write(string.format("[%7.1f] ", core.now() - (opt.t0 or core.now())), ...) io.stdout:write("\n") io.stdout:flush() end
+end
+opt.t0 = core.now()
+
+-- The binary: --bin, else the one running this script.
+local bin = opt.bin
+if not bin then
+  local p = io.popen("readlink -f /proc/" .. core.getpid() .. "/exe")
+  bin = p:read("*l")
+  p:close()
+end
+host.bin = bin
+
+-- Redis and the script directory ----------------------------------------------
+local srv = redis.start { appendonly = true }
+local WORKER = ([[
+local luakiq = require "luakiq"
+local core = require "luakiq.core"
+local pid = tostring(core.getpid())
+math.randomseed(core.getpid() * 1000 + (core.thread_index() or 0) + math.floor(core.now() * 1000) %% 100000)
+local FAIL, WORK = %s, %s
+return {
+  shards_count = %d, batch_size = %d, max_retry_count = %d,
+  retry_in = function(count) return 0.05 * (count + 1) end,
+  perform = function(batch)
+    local t0 = core.now()
+    local parts = {}
+    for id, ps in pairs(batch) do
+      local s = {}
+      for i, p in ipairs(ps) do s[i] = string.format("%%d", p) end
+      parts[#parts + 1] = id .. ":" .. table.concat(s, ",")
+    end
+    if WORK > 0 then core.sleep(math.random() * WORK) end
+    local failed = math.random() < FAIL
+    local t1 = core.now()
+    luakiq.redis.call("RPUSH", "soak:log", string.format("%%s|%%.6f|%%.6f|%%s|%%s",
+      failed and "F" or "S", t0, t1, pid, table.concat(parts, ";")))
+    if failed then error("soak: random failure") end
+    local n = 0
+    for _, ps in pairs(batch) do n = n + #ps end
+    luakiq.redis.call("INCRBY", "soak:done", n) -- for the pusher's pacing only
+  end,
+}
+]]):format(opt.fail, opt.work / 1000, opt.shards, opt.batch, opt["max-retry"])
+local dir = host.scriptdir {
+  ["config.lua"] = ("return { threads_per_node = %d, poll_interval = 0.2, lease_ttl = %s, redis_retry = 60 }")
+    :format(opt.threads, opt["lease-ttl"]),
+  ["workers/Soak.lua"] = WORKER,
+}
+local cfg = runtime.load(dir)
+local prefixes = {}
+for s = 0, opt.shards - 1 do prefixes[#prefixes + 1] = keys.prefix("luakiq", "Soak", s) end
+
+-- Hosts ----------------------------------------------------------------------
+local hosts, dead_pids, stats = {}, {}, { kills = 0, terms = 0, restarts = 0, redis_restarts = 0 }
+local logs = {}
+local function start_host(i)
+  hosts[i] = host.spawn("run " .. host.quote(dir), "REDIS_URL=" .. srv.url)
+  logs[#logs + 1] = hosts[i]
+end
+for i = 1, opt.hosts do start_host(i) end
+
+local function conn() return srv.conn end
+
+-- Sum of queued ids and in-flight batches over the shards.
+local function backlog()
+  local cmds = {}
+  for i, P in ipairs(prefixes) do
+    cmds[2 * i - 1] = { "ZCARD", P .. "queue" }
+    cmds[2 * i] = { "EXISTS", P .. "busy" }
+  end
+  local r = conn():pipeline(cmds)
+  local queued, busy = 0, 0
+  for i = 1, #prefixes do
+    queued = queued + r[2 * i - 1]
+    busy = busy + r[2 * i]
+  end
+  return queued, busy
+end
+
+-- Pushing --------------------------------------------------------------------
+local pushed, total = {}, 0
+for id = 1, IDS do pushed[id] = 0 end
+local function push_chunk(n)
+  local jobs = {}
+  local now = core.now()
+  for _ = 1, n do
+    if total >= N then break end
+    local id = math.random(1, IDS)
+    pushed[id] = pushed[id] + 1
+    total = total + 1
+    local seq = pushed[id]
+    local job = { id = tostring(id), payload = seq, score = seq }
+    if math.random() < 0.03 then job.perform_in = now + math.random() * 1.5 end -- a few scheduled ones
+    jobs[#jobs + 1] = job
+  end
+  if #jobs > 0 then client.push(conn(), cfg, "Soak", jobs) end
+end
+
+-- The run ----------------------------------------------------------------------
+local restarts_due = {}
+for r = 1, opt["redis-restarts"] do restarts_due[r] = r / (opt["redis-restarts"] + 1) end
+local next_kill = opt["kill-every"] > 0 and core.now() + opt["kill-every"] * (0.5 + math.random()) or math.huge
+local last_report = core.now()
+local deadline = opt.timeout > 0 and core.now() + opt.timeout or math.huge
+
+local function fault_step()
+  local now = core.now()
+  if now >= next_kill then
+    local i = math.random(1, #hosts)
+    local p = hosts[i]
+    if math.random() < 0.25 then
+      p:signal("TERM")
+      stats.terms = stats.terms + 1
+      if p:wait(20) ~= 0 then stats.bad_exit = (stats.bad_exit or 0) + 1 end
+    else
+      p:signal("KILL")
+      p:wait(5)
+      dead_pids[tostring(p.pid)] = true
+      stats.kills = stats.kills + 1
+    end
+    core.sleep(math.random() * 0.5)
+    start_host(i)
+    stats.restarts = stats.restarts + 1
+    next_kill = core.now() + opt["kill-every"] * (0.5 + math.random())
+  end
+  if restarts_due[1] and total >= restarts_due[1] * N then
+    table.remove(restarts_due, 1)
+    say("restarting Redis")
+    srv:restart(0.5 + math.random())
+    stats.redis_restarts = stats.redis_restarts + 1
+  end
+end
+
+say(("soak: %d payloads over %d ids, %d hosts x %d threads, %d shards, batch %d, fail %.2f, kill every ~%gs, " ..
+  "%d Redis restarts, seed %d, Redis %s"):format(N, IDS, opt.hosts, opt.threads, opt.shards, opt.batch, opt.fail,
+  opt["kill-every"], opt["redis-restarts"], seed, srv.url))
+local chunk = math.max(100, math.floor(BACKLOG / 4))
+while core.now() < deadline do
+  fault_step()
+  local queued, busy = backlog()
+  if total < N then
+    local done = tonumber(conn():call("GET", "soak:done")) or 0
+    if total - done < BACKLOG then push_chunk(chunk) else core.sleep(0.02) end
+  elseif queued == 0 and busy == 0 then
+    -- drained: confirm after a moment (retries scheduled in the future, restores)
+    core.sleep(0.5)
+    local q2, b2 = backlog()
+    if q2 == 0 and b2 == 0 then break end
+  else
+    core.sleep(0.05)
+  end
+  if core.now() - last_report >= 5 then
+    last_report = core.now()
+    say(("pushed %d/%d, queued ids %d, busy shards %d, records %d, kills %d, terms %d"):format(
+      total, N, queued, busy, conn():call("LLEN", "soak:log"), stats.kills, stats.terms))
+  end
+end
+local timed_out = core.now() >= deadline
+local run_time = core.now() - opt.t0
+for _, p in ipairs(hosts) do
+  p:signal("TERM")
+  if p:wait(20) ~= 0 then stats.bad_exit = (stats.bad_exit or 0) + 1 end
+end
+
+-- The checker ------------------------------------------------------------------
+say("checking")
+local records = {}  -- id -> array of {kind, t0, t1, pid, payloads, n}
+local nrec, nlog = 0, conn():call("LLEN", "soak:log")
+local bad_records = 0
+for from = 0, nlog - 1, 20000 do
+  for _, line in ipairs(conn():call("LRANGE", "soak:log", from, from + 19999)) do
+    local kind, t0, t1, pid, rest = line:match("^([SF])|([^|]+)|([^|]+)|([^|]+)|(.*)$")
+    if not kind then
+      bad_records = bad_records + 1
+    else
+      nrec = nrec + 1
+      for part in rest:gmatch("[^;]+") do
+        local id, list = part:match("^([^:]+):(.*)$")
+        local ps = {}
+        for p in list:gmatch("[^,]+") do ps[#ps + 1] = tonumber(p) end
+        local recs = records[id]
+        if not recs then recs = {} records[id] = recs end
+        recs[#recs + 1] = { kind = kind, t0 = tonumber(t0), t1 = tonumber(t1), pid = pid, ps = ps, n = nrec }
+      end
+    end
+  end
+end
+
+-- The morgue, per id.
+local morgue = {}
+local morgued = 0
+for _, P in ipairs(prefixes) do
+  for _, id in ipairs(conn():call("ZRANGE", P .. "morgue", 0, -1)) do
+    local set = {}
+    for _, p in ipairs(conn():call("ZRANGE", P .. "morgue:payloads:" .. id, 0, -1)) do
+      set[tonumber(json.decode(p))] = true
+      morgued = morgued + 1
+    end
+    morgue[id] = set
+  end
+end
+
+local c = { lost = 0, overlaps = 0, order = 0, inner_order = 0, duplicates = 0, succeeded = 0, executions = 0,
+            failed_attempts = 0, reruns = 0, morgued_and_succeeded = 0, unknown = 0 }
+local examples = {}
+local function example(kind, msg)
+  c[kind] = c[kind] + 1
+  if #examples < 10 then examples[#examples + 1] = kind .. ": " .. msg end
+end
+for idn = 1, IDS do
+  local id = tostring(idn)
+  local recs = records[id] or {}
+  table.sort(recs, function(a, b) if a.t0 ~= b.t0 then return a.t0 < b.t0 end return a.n < b.n end)
+  -- overlap: each batch starts after every earlier one ended
+  local max_t1 = -math.huge
+  for i, r in ipairs(recs) do
+    if r.t0 < max_t1 then
+      example("overlaps", ("id %s: batch at %.6f (pid %s) started before %.6f"):format(id, r.t0, r.pid, max_t1))
+    end
+    if r.t1 > max_t1 then max_t1 = r.t1 end
+    for k = 2, #r.ps do
+      if r.ps[k] <= r.ps[k - 1] then example("inner_order", "id " .. id .. " batch " .. i .. " not ascending") break end
+    end
+  end
+  -- successes for good: no payload of theirs ever ran again
+  local later, final = {}, {}
+  for i = #recs, 1, -1 do
+    local r, again = recs[i], false
+    for _, p in ipairs(r.ps) do if later[p] then again = true end end
+    final[i] = r.kind == "S" and not again
+    if r.kind == "S" and again then c.reruns = c.reruns + 1 end
+    for _, p in ipairs(r.ps) do later[p] = true end
+  end
+  local high, ok_count = -math.huge, {}
+  for i, r in ipairs(recs) do
+    for _, p in ipairs(r.ps) do
+      if p < high then
+        example("order", ("id %s: payload %d seen after %d had succeeded"):format(id, p, high))
+        break
+      end
+    end
+    if r.kind == "S" then
+      c.executions = c.executions + #r.ps
+      for _, p in ipairs(r.ps) do ok_count[p] = (ok_count[p] or 0) + 1 end
+      if final[i] then high = math.max(high, r.ps[#r.ps] or high) end
+    else
+      c.failed_attempts = c.failed_attempts + #r.ps
+    end
+  end
+  local dead = morgue[id] or {}
+  for p = 1, pushed[idn] do
+    local n = ok_count[p] or 0
+    if n > 0 then
+      c.succeeded = c.succeeded + 1
+      c.duplicates = c.duplicates + n - 1
+      if dead[p] then c.morgued_and_succeeded = c.morgued_and_succeeded + 1 end
+    elseif not dead[p] then
+      example("lost", ("id %s: payload %d neither succeeded nor in the morgue"):format(id, p))
+    end
+  end
+  for p in pairs(ok_count) do if p > pushed[idn] then example("unknown", "id " .. id .. " payload " .. p) end end
+end
+
+local host_errors = 0
+for _, p in ipairs(logs) do
+  local log = p:log()
+  if log:match("worker thread failed") or log:match("fatal") then host_errors = host_errors + 1 end
+end
+
+local ok = c.lost == 0 and c.overlaps == 0 and c.order == 0 and c.inner_order == 0 and c.unknown == 0
+  and bad_records == 0 and not timed_out and host_errors == 0 and (stats.bad_exit or 0) == 0
+  and c.succeeded + morgued - c.morgued_and_succeeded == N
+local out = io.stdout
+out:write(("soak %s: %d payloads over %d ids in %.1f s (%.0f payloads/s), seed %d\n"):format(
+  ok and "PASSED" or "FAILED", N, IDS, run_time, N / run_time, seed))
+out:write(("  hosts %d x %d threads, %d shards, batch %d; faults: %d kill -9, %d TERM, %d Redis restarts, " ..
+  "~%.0f%% batches failing\n"):format(opt.hosts, opt.threads, opt.shards, opt.batch, stats.kills, stats.terms,
+  stats.redis_restarts, opt.fail * 100))
+out:write(("  batches recorded %d (ids x batches %d); payload executions %d ok, %d failed attempts\n"):format(
+  nrec, (function() local n = 0 for _, r in pairs(records) do n = n + #r end return n end)(), c.executions,
+  c.failed_attempts))
+out:write(("  succeeded %d, in morgue %d (of which also succeeded %d), lost %d\n"):format(
+  c.succeeded, morgued, c.morgued_and_succeeded, c.lost))
+out:write(("  duplicates %d (re-runs of batches killed before their ack: %d)\n"):format(c.duplicates, c.reruns))
+out:write(("  overlaps %d, order violations %d, unsorted batches %d, unknown payloads %d, bad records %d, " ..
+  "host errors %d, bad exits %d%s\n"):format(c.overlaps, c.order, c.inner_order, c.unknown, bad_records, host_errors,
+  stats.bad_exit or 0, timed_out and ", TIMED OUT" or ""))
+for _, e in ipairs(examples) do out:write("  ! ", e, "\n") end
+
+if opt.keep then
+  out:write("  kept: ", dir, " ", srv.dir, " (Redis ", srv.url, " still running, pid ", tostring(srv.pid), ")\n")
+else
+  srv:stop()
+  host.sh("rm -rf " .. host.quote(dir))
+  for _, p in ipairs(logs) do host.sh("rm -rf " .. host.quote(p.dir)) end
+end
+return ok and 0 or 1
