@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every spec with
-# ctest against real redis-servers (each on a free port), then the fast specs
+# ctest against real redis-servers (each on a free port), then every spec
 # again under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
