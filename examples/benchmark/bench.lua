@@ -1,0 +1,592 @@
+-- luakiq benchmark: `luakiq lua examples/benchmark/bench.lua [options]`
+-- (or examples/benchmark/run.sh). See docs/benchmarks.md.
+--
+-- Starts a private redis-server on a free port in a temp dir, then per shape:
+-- enqueues N blank jobs (timed), starts `luakiq run examples/benchmark/app`,
+-- polls the shard keys every 10 ms until nothing is queued or in flight, and
+-- stops the host. Then the same N jobs through Sidekiq (when installed), and
+-- the latency mode (idle host, one job at a time). Prints one table.
+local core = require "luakiq.core"
+local runtime = require "luakiq.runtime"
+local client = require "luakiq.client"
+local keys = require "luakiq.keys"
+
+local USAGE = [[
+usage: luakiq lua examples/benchmark/bench.lua [options]
+  --jobs N            jobs per shape (default 100000)
+  --shapes LIST       comma-separated, from lag1,seq1,b10,b100 (default all)
+  --latency N         latency mode over N jobs (default 1000; 0 = skip)
+  --sidekiq auto|no   run Sidekiq too when ruby + ruby-sidekiq are installed (default auto)
+  --install-sidekiq   apt-get install ruby ruby-sidekiq ruby-hiredis first (root)
+  --markdown          print the tables as Markdown
+  --redis-server PATH redis-server binary (default: from PATH)
+  --unix              every client talks to Redis over a Unix socket (default: TCP on 127.0.0.1)
+  --keep              keep the temp dir (logs, Redis dir)
+  --commandstats      also print, per shape, each Redis command's calls and time per job]]
+
+local SHAPES = {
+  lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },
+  seq1 = { name = "seq, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "seq" },
+  b10 = { name = "lag, 24 shards, batch 10", shards = 24, batch = 10, scheduler = "lag" },
+  b100 = { name = "lag, 24 shards, batch 100", shards = 24, batch = 100, scheduler = "lag" },
+}
+local SHAPE_ORDER = { "lag1", "seq1", "b10", "b100" }
+local THREADS = 5
+local ENQUEUE_CALL = 10000 -- jobs per perform_async call (Lowkiq's benchmark: 10 x 10,000)
+local POLL = 0.01
+
+-- --- options ------------------------------------------------------------------
+local opt = { jobs = 100000, shapes = SHAPE_ORDER, latency = 1000, sidekiq = "auto" }
+do
+  local i = 1
+  while arg[i] do
+    local a = arg[i]
+    local function val() i = i + 1; return arg[i] or error("missing value for " .. a, 0) end
+    if a == "--jobs" then opt.jobs = assert(tonumber(val()), "--jobs: a number")
+    elseif a == "--shapes" then
+      opt.shapes = {}
+      for s in val():gmatch("[^,]+") do
+        if not SHAPES[s] then io.stderr:write("unknown shape " .. s .. "\n", USAGE, "\n") os.exit(2) end
+        opt.shapes[#opt.shapes + 1] = s
+      end
+    elseif a == "--latency" then opt.latency = assert(tonumber(val()), "--latency: a number")
+    elseif a == "--sidekiq" then opt.sidekiq = val()
+    elseif a == "--install-sidekiq" then opt.install = true
+    elseif a == "--markdown" then opt.markdown = true
+    elseif a == "--redis-server" then opt.redis_server = val()
+    elseif a == "--unix" then opt.unix = true
+    elseif a == "--keep" then opt.keep = true
+    elseif a == "--commandstats" then opt.commandstats = true
+    else io.stderr:write(USAGE, "\n") os.exit(a == "--help" and 0 or 2) end
+    i = i + 1
+  end
+end
+
+-- --- processes ----------------------------------------------------------------
+local function here()
+  local src = debug.getinfo(1, "S").source:sub(2)
+  local dir = src:match("^(.*)/[^/]*$") or "."
+  local p = io.popen("cd '" .. dir .. "' && pwd")
+  local abs = p:read("*l")
+  p:close()
+  return abs
+end
+local BENCH_DIR = here()
+local APP = BENCH_DIR .. "/app"
+
+local function self_exe()
+  local p = io.popen("readlink /proc/" .. core.getpid() .. "/exe")
+  local exe = p:read("*l")
+  p:close()
+  return exe
+end
+local LUAKIQ = self_exe()
+
+local function capture(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
+local function ok(cmd)
+  local r = os.execute(cmd)
+  return r == 0 or r == true
+end
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- Kills pid (then runs `after`, a shell command) once this driver is gone,
+-- e.g. after a Ctrl-C: no redis-server or host outlives the benchmark.
+local DRIVER_PID = core.getpid()
+local function watchdog(pid, after)
+  os.execute("(while kill -0 " .. DRIVER_PID .. " && kill -0 " .. pid .. "; do sleep 0.5; done 2>/dev/null;"
+    .. " kill " .. pid .. " && sleep 5 && kill -9 " .. pid .. "; " .. (after or ":") .. ") >/dev/null 2>&1 </dev/null &")
+end
+
+-- Starts cmd in the background with output to logfile; returns its pid.
+local function spawn(env, cmd, logfile)
+  local e = {}
+  for k, v in pairs(env or {}) do e[#e + 1] = k .. "=" .. q(v) end
+  local line = (#e > 0 and "exec env " .. table.concat(e, " ") .. " " or "exec ") .. cmd
+  local pid = capture("(" .. line .. ") > " .. q(logfile) .. " 2>&1 & echo $!")
+  pid = assert(tonumber(pid), "spawn failed: " .. cmd)
+  watchdog(pid)
+  return pid
+end
+
+local function alive(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return false end
+  local s = f:read("*a")
+  f:close()
+  return not s:match("^%d+ %b() Z")
+end
+
+local function peak_rss(pid)
+  local f = io.open("/proc/" .. pid .. "/status")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  local kb = s:match("VmHWM:%s*(%d+)")
+  return kb and tonumber(kb) * 1024
+end
+
+-- CPU seconds (user + system) a process has used so far.
+local CLK = tonumber(capture("getconf CLK_TCK")) or 100
+local function cpu_secs(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return 0 end
+  local s = f:read("*a")
+  f:close()
+  local rest = s:match("^%d+ %b() (.*)$")
+  local fields = {}
+  for x in rest:gmatch("%S+") do fields[#fields + 1] = x end
+  return (tonumber(fields[12]) + tonumber(fields[13])) / CLK -- utime, stime (fields 14, 15 of stat)
+end
+
+local function stop(pid, timeout)
+  os.execute("kill -TERM " .. pid .. " 2>/dev/null")
+  local deadline = core.now() + (timeout or 10)
+  while alive(pid) and core.now() < deadline do core.sleep(0.02) end
+  if alive(pid) then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
+end
+
+local TMP = capture("mktemp -d /tmp/luakiq-bench.XXXXXX"):gsub("%s+$", "")
+
+-- --- Sidekiq ------------------------------------------------------------------
+if opt.install then
+  io.stderr:write("installing ruby, ruby-sidekiq, ruby-hiredis (apt-get)\n")
+  if not ok("DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ruby ruby-sidekiq ruby-hiredis >"
+      .. q(TMP .. "/apt.log") .. " 2>&1") then
+    io.stderr:write("apt-get install failed, see " .. TMP .. "/apt.log\n")
+    os.exit(1)
+  end
+end
+local SIDEKIQ_VERSION
+if opt.sidekiq ~= "no" then
+  local v = capture("ruby -e 'require \"sidekiq\"; require \"hiredis\"; print Sidekiq::VERSION' 2>/dev/null")
+  if v:match("^%d") and ok("command -v sidekiq >/dev/null 2>&1") then SIDEKIQ_VERSION = v end
+end
+
+-- --- Redis ----------------------------------------------------------------------
+local REDIS_PORT = core.free_port()
+local REDIS_SOCK = TMP .. "/redis.sock"
+local REDIS_URL = opt.unix and ("unix://" .. REDIS_SOCK) or ("redis://127.0.0.1:" .. REDIS_PORT .. "/0")
+local redis_bin = opt.redis_server or "redis-server"
+if not ok(q(redis_bin) .. " --port " .. REDIS_PORT .. " --bind 127.0.0.1 --save '' --appendonly no"
+    .. " --dir " .. q(TMP) .. " --daemonize yes --pidfile " .. q(TMP .. "/redis.pid")
+    .. " --logfile " .. q(TMP .. "/redis.log")
+    .. (opt.unix and (" --unixsocket " .. q(REDIS_SOCK) .. " --unixsocketperm 700") or "")) then
+  error("cannot start " .. redis_bin, 0)
+end
+local conn
+for _ = 1, 200 do
+  conn = core.connect(REDIS_URL, 10)
+  if conn and conn:pcall("PING") then break end
+  conn = nil
+  core.sleep(0.02)
+end
+assert(conn, "redis-server did not come up, see " .. TMP .. "/redis.log")
+local REDIS_PID = tonumber((io.open(TMP .. "/redis.pid"):read("*l")))
+watchdog(REDIS_PID, opt.keep and ":" or ("sleep 0.5; rm -rf " .. q(TMP)))
+local REDIS_VERSION = conn:call("INFO", "server"):match("redis_version:([%d%.]+)")
+
+local function cleanup()
+  if REDIS_PID then stop(REDIS_PID) end
+  if not opt.keep then os.execute("rm -rf " .. q(TMP)) end
+end
+
+-- Driver commands sent since the last reset: subtracted from commandstats.
+local driver_cmds = 0
+local function call(...)
+  driver_cmds = driver_cmds + 1
+  return conn:call(...)
+end
+local function pipeline(cmds)
+  driver_cmds = driver_cmds + #cmds
+  return conn:pipeline(cmds)
+end
+
+local function info_field(section, field)
+  return tonumber(call("INFO", section):match(field .. ":([%d%.]+)"))
+end
+
+local function commandstats()
+  local t, us = {}, {}
+  for name, calls, usec in call("INFO", "commandstats"):gmatch("cmdstat_([^:]+):calls=(%d+),usec=(%d+)") do
+    t[name], us[name] = tonumber(calls), tonumber(usec)
+  end
+  return t, us
+end
+
+-- --commandstats: per command, calls and Redis time per job of one drain.
+local function print_commandstats(title, n, b, bu, a, au)
+  if not opt.commandstats then return end
+  local rows = {}
+  for name, calls in pairs(a) do
+    local d = calls - (b[name] or 0)
+    if d > 0 then rows[#rows + 1] = { name, d / n, ((au[name] or 0) - (bu[name] or 0)) / n } end
+  end
+  table.sort(rows, function(x, y) return x[3] > y[3] end)
+  io.stderr:write("  commandstats per job, " .. title .. " (driver's ZCARD/HLEN/LLEN/INFO included):\n")
+  for _, r in ipairs(rows) do io.stderr:write(string.format("    %-22s %8.3f calls %8.2f us\n", r[1], r[2], r[3])) end
+end
+
+-- Requests a client sends itself; every other command ran inside a script.
+local TOP = { evalsha = true, eval = true, evalsha_ro = true, eval_ro = true, ["script|load"] = true,
+              subscribe = true, select = true, auth = true, ping = true, hello = true }
+
+-- Deltas between two commandstats snapshots, minus the driver's own commands
+-- (those sent after the first snapshot, the first INFO included).
+local function command_delta(before, after)
+  local total, top = 0, 0
+  for name, n in pairs(after) do
+    local d = n - (before[name] or 0)
+    total = total + d
+    if TOP[name] then top = top + d end
+  end
+  return total - driver_cmds, top
+end
+
+local function fresh_db()
+  call("FLUSHALL")
+  call("MEMORY", "PURGE")
+  core.sleep(0.05)
+end
+
+-- --- luakiq shapes ---------------------------------------------------------------
+local function shape_env(s, extra)
+  local env = { BENCH_SHARDS = s.shards, BENCH_BATCH = s.batch, BENCH_SCHEDULER = s.scheduler,
+                BENCH_THREADS = THREADS, REDIS_URL = REDIS_URL }
+  for k, v in pairs(extra or {}) do env[k] = v end
+  return env
+end
+
+local function load_cfg(s)
+  local cfg = runtime.load(APP)
+  local w = cfg.by_name.Blank
+  w.shards_count, w.batch_size = s.shards, s.batch
+  cfg.redis = REDIS_URL
+  return cfg
+end
+
+-- Polls until pending() is 0. Returns the rate measured from the first poll
+-- that saw work taken (jobs left then / time to drain them), and times.
+local function wait_drain(n, pending, t_spawn, limit)
+  local t_first, left_first, t_end
+  local deadline = core.now() + (limit or 600)
+  while true do
+    core.sleep(POLL)
+    local left = pending()
+    local now = core.now()
+    if left < n and not t_first then t_first, left_first = now, left end
+    if left == 0 then t_end = now break end
+    if now > deadline then error("drain did not finish within " .. (limit or 600) .. " s (" .. left .. " left)", 0) end
+  end
+  local rate
+  if t_first and t_end > t_first and left_first > 0 then rate = left_first / (t_end - t_first)
+  else rate = n / (t_end - t_spawn) end
+  return rate, t_first and (t_first - t_spawn) or nil
+end
+
+local function run_luakiq(key)
+  local s = SHAPES[key]
+  local n = opt.jobs
+  fresh_db()
+  local cfg = load_cfg(s)
+  local rconn = assert(runtime.connect(cfg, 5))
+  assert(runtime.register(rconn, cfg))
+  local jobs = {}
+  for i = 1, n do jobs[i] = { id = i } end
+  local mem0 = info_field("memory", "used_memory")
+  collectgarbage()
+  local ecpu0 = cpu_secs(REDIS_PID)
+  local t0 = core.now()
+  for from = 1, n, ENQUEUE_CALL do
+    local chunk = {}
+    for i = from, math.min(from + ENQUEUE_CALL - 1, n) do chunk[#chunk + 1] = jobs[i] end
+    client.push(rconn, cfg, "Blank", chunk)
+  end
+  local enq = n / (core.now() - t0)
+  local ecpu = cpu_secs(REDIS_PID) - ecpu0
+  rconn:close()
+  jobs = nil
+  local mem1 = info_field("memory", "used_memory")
+  local prefixes = {}
+  for sh = 0, s.shards - 1 do prefixes[#prefixes + 1] = keys.prefix(cfg.namespace, "Blank", sh) end
+  local poll_cmds = {}
+  for _, p in ipairs(prefixes) do
+    poll_cmds[#poll_cmds + 1] = { "ZCARD", p .. "queue" }
+    poll_cmds[#poll_cmds + 1] = { "HLEN", p .. "busy" }
+  end
+  local function pending()
+    local sum = 0
+    for _, r in ipairs(pipeline(poll_cmds)) do sum = sum + r end
+    return sum
+  end
+  assert(pending() == n, "enqueue lost jobs")
+
+  driver_cmds = 0
+  local before, before_us = commandstats()
+  local rcpu0 = cpu_secs(REDIS_PID)
+  local t_spawn = core.now()
+  local pid = spawn(shape_env(s), q(LUAKIQ) .. " run " .. q(APP), TMP .. "/host-" .. key .. ".log")
+  local ok_, rate, startup = pcall(wait_drain, n, pending, t_spawn)
+  local after, after_us = commandstats()
+  print_commandstats(s.name, n, before, before_us, after, after_us)
+  local total, top = command_delta(before, after)
+  local rss, hcpu, rcpu = peak_rss(pid), cpu_secs(pid), cpu_secs(REDIS_PID) - rcpu0
+  stop(pid)
+  if not ok_ then error(rate .. "; host log: " .. TMP .. "/host-" .. key .. ".log", 0) end
+  return { name = "luakiq " .. s.name, enqueue = enq, drain = rate, calls = top / n, cmds = total / n,
+           rss = rss, mem = (mem1 - mem0) / n, startup = startup,
+           hcpu = hcpu / n, rcpu = rcpu / n, ercpu = ecpu / n, key = key,
+           script = ((after_us.evalsha or 0) - (before_us.evalsha or 0)) / n }
+end
+
+-- --- Sidekiq ------------------------------------------------------------------------
+local function run_sidekiq()
+  local n = opt.jobs
+  fresh_db()
+  local mem0 = info_field("memory", "used_memory")
+  local ecpu0 = cpu_secs(REDIS_PID)
+  local out = capture("cd " .. q(BENCH_DIR .. "/sidekiq") .. " && REDIS_URL=" .. q(REDIS_URL)
+    .. " ruby push.rb " .. n .. " 2>" .. q(TMP .. "/sidekiq-push.log"))
+  local secs = tonumber(out)
+  local ecpu = cpu_secs(REDIS_PID)
+  if not secs then error("sidekiq push failed, see " .. TMP .. "/sidekiq-push.log", 0) end
+  local mem1 = info_field("memory", "used_memory")
+  local function pending() driver_cmds = driver_cmds + 1 return conn:call("LLEN", "queue:default") end
+  assert(pending() == n, "sidekiq push lost jobs")
+  driver_cmds = 0
+  local before, before_us = commandstats()
+  local rcpu0 = cpu_secs(REDIS_PID)
+  local t_spawn = core.now()
+  local pid = spawn({ REDIS_URL = REDIS_URL }, "sidekiq -r " .. q(BENCH_DIR .. "/sidekiq/worker.rb")
+    .. " -c " .. THREADS .. " -t 2 -C /dev/null", TMP .. "/sidekiq.log")
+  local ok_, rate, startup = pcall(wait_drain, n, pending, t_spawn)
+  local after, after_us = commandstats()
+  print_commandstats("Sidekiq", n, before, before_us, after, after_us)
+  local total = command_delta(before, after)
+  local rss, hcpu, rcpu = peak_rss(pid), cpu_secs(pid), cpu_secs(REDIS_PID) - rcpu0
+  stop(pid)
+  if not ok_ then error(rate .. "; sidekiq log: " .. TMP .. "/sidekiq.log", 0) end
+  return { name = "Sidekiq " .. SIDEKIQ_VERSION .. " (concurrency 5, hiredis)", enqueue = n / secs, drain = rate,
+           calls = total / n, cmds = total / n, rss = rss, mem = (mem1 - mem0) / n, startup = startup,
+           hcpu = hcpu / n, rcpu = rcpu / n, ercpu = (ecpu - ecpu0) / n }
+end
+
+-- --- latency ----------------------------------------------------------------------------
+local function run_latency(m)
+  local s = SHAPES.lag1
+  fresh_db()
+  local cfg = load_cfg(s)
+  local rconn = assert(runtime.connect(cfg, 5))
+  assert(runtime.register(rconn, cfg))
+  local dir = TMP .. "/latency"
+  os.execute("mkdir -p " .. q(dir))
+  local pid = spawn(shape_env(s, { BENCH_LATENCY_DIR = dir }), q(LUAKIQ) .. " run " .. q(APP), TMP .. "/host-latency.log")
+  local prefixes = {}
+  for sh = 0, s.shards - 1 do prefixes[#prefixes + 1] = keys.prefix(cfg.namespace, "Blank", sh) end
+  local function pending()
+    local cmds = {}
+    for _, p in ipairs(prefixes) do
+      cmds[#cmds + 1] = { "ZCARD", p .. "queue" }
+      cmds[#cmds + 1] = { "HLEN", p .. "busy" }
+    end
+    local sum = 0
+    for _, r in ipairs(rconn:pipeline(cmds)) do sum = sum + r end
+    return sum
+  end
+  -- Warm-up (not recorded): every thread fetches once, the host goes idle.
+  client.push(rconn, cfg, "Blank", { { id = "warm-1" }, { id = "warm-2" }, { id = "warm-3" }, { id = "warm-4" }, { id = "warm-5" } })
+  local deadline = core.now() + 15
+  while pending() > 0 and core.now() < deadline do core.sleep(0.01) end
+  core.sleep(0.3)
+  math.randomseed(42)
+  for i = 1, m do
+    client.push(rconn, cfg, "Blank", { { id = "lat-" .. i, payload = { t = core.now() } } })
+    core.sleep(0.002 + math.random() * 0.002) -- idle in between: every job finds a sleeping host
+  end
+  deadline = core.now() + 15
+  while pending() > 0 and core.now() < deadline do core.sleep(0.01) end
+  stop(pid)
+  rconn:close()
+  local lat = {}
+  local p = io.popen("cat " .. q(dir) .. "/lat-*.txt 2>/dev/null")
+  for line in p:lines() do lat[#lat + 1] = tonumber(line) end
+  p:close()
+  table.sort(lat)
+  local function pct(x) return lat[math.max(1, math.ceil(#lat * x))] end
+  return { n = #lat, expected = m, p50 = pct(0.5), p90 = pct(0.9), p99 = pct(0.99), max = lat[#lat] }
+end
+
+-- --- output -------------------------------------------------------------------------------
+local function fmt_int(x)
+  local s = string.format("%.0f", x)
+  return (s:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""))
+end
+local function mb(x) return x and string.format("%.1f MB", x / 1048576) or "?" end
+
+local COLS = { "shape", "enqueue jobs/s", "drain jobs/s", "calls/job", "cmds/job", "peak RSS", "Redis B/job",
+               "host CPU/job", "Redis CPU/job" }
+local function row_cells(r)
+  return { r.name, fmt_int(r.enqueue), fmt_int(r.drain), string.format("%.3f", r.calls),
+           string.format("%.1f", r.cmds), mb(r.rss), string.format("%.0f", r.mem),
+           string.format("%.1f us", r.hcpu * 1e6), string.format("%.1f us", r.rcpu * 1e6) }
+end
+
+local function print_table(cols, rows)
+  if opt.markdown then
+    print("| " .. table.concat(cols, " | ") .. " |")
+    local sep = {}
+    for i = 1, #cols do sep[i] = i == 1 and "---" or "---:" end
+    print("|" .. table.concat(sep, "|") .. "|")
+    for _, r in ipairs(rows) do print("| " .. table.concat(r, " | ") .. " |") end
+    return
+  end
+  local w = {}
+  for i, c in ipairs(cols) do w[i] = #c end
+  for _, r in ipairs(rows) do for i, c in ipairs(r) do w[i] = math.max(w[i], #c) end end
+  local function line(r)
+    local out = {}
+    for i, c in ipairs(r) do
+      out[i] = i == 1 and c .. string.rep(" ", w[i] - #c) or string.rep(" ", w[i] - #c) .. c
+    end
+    print(table.concat(out, "  "))
+  end
+  line(cols)
+  local dash = {}
+  for i = 1, #cols do dash[i] = string.rep("-", w[i]) end
+  print(table.concat(dash, "  "))
+  for _, r in ipairs(rows) do line(r) end
+end
+
+-- --- limits ---------------------------------------------------------------------------------
+-- Round trips alone: redis-benchmark, 5 connections, one EVALSHA of
+-- "return 1" in flight each (what 5 worker threads with batch_size 1 do,
+-- minus all the work).
+local function evalsha_rate()
+  if not ok("command -v redis-benchmark >/dev/null 2>&1") then return nil end
+  local sha = call("SCRIPT", "LOAD", "return 1")
+  local where = opt.unix and (" -s " .. q(REDIS_SOCK)) or (" -h 127.0.0.1 -p " .. REDIS_PORT)
+  local out = capture("redis-benchmark" .. where .. " -c 5 -n 100000 -q evalsha " .. sha .. " 0 2>&1")
+  return tonumber(out:match("([%d%.]+) requests per second"))
+end
+
+-- --- main -------------------------------------------------------------------------------------
+local main_ok, main_err = xpcall(function()
+  local cpu = capture("grep -m1 'model name' /proc/cpuinfo"):match(":%s*(.-)%s*$") or "?"
+  print(string.format("luakiq benchmark, %s; %d jobs per shape, %d threads; Redis %s (%s); %s x %s",
+    os.date("%Y-%m-%d %H:%M"), opt.jobs, THREADS, REDIS_VERSION, opt.unix and "Unix socket" or ("TCP 127.0.0.1:" .. REDIS_PORT),
+    capture("nproc"):gsub("%s", ""), cpu))
+  local results, by_key = {}, {}
+  for _, key in ipairs(opt.shapes) do
+    io.stderr:write("  luakiq " .. SHAPES[key].name .. " ...\n")
+    results[#results + 1] = run_luakiq(key)
+    by_key[key] = results[#results]
+  end
+  local sk
+  if SIDEKIQ_VERSION then
+    io.stderr:write("  Sidekiq " .. SIDEKIQ_VERSION .. " ...\n")
+    sk = run_sidekiq()
+  elseif opt.sidekiq ~= "no" then
+    io.stderr:write("  Sidekiq: not installed (ruby, ruby-sidekiq, ruby-hiredis; --install-sidekiq), skipped\n")
+  end
+  local lat
+  if opt.latency > 0 then
+    io.stderr:write("  latency, " .. opt.latency .. " jobs one at a time ...\n")
+    lat = run_latency(opt.latency)
+  end
+  io.stderr:write("  redis-benchmark ...\n")
+  local rtt = evalsha_rate()
+
+  print()
+  local rows = {}
+  for _, r in ipairs(results) do rows[#rows + 1] = row_cells(r) end
+  if sk then rows[#rows + 1] = row_cells(sk) end
+  print_table(COLS, rows)
+  print()
+  print("enqueue: perform_async in calls of " .. ENQUEUE_CALL .. " jobs (Sidekiq: one push_bulk); drain: jobs left at the")
+  print("first poll that saw work taken / time until nothing is queued or in flight (10 ms polls, start-up excluded);")
+  print("calls/job: requests sent to Redis (EVALSHA...) per job; cmds/job: every command Redis ran, inside scripts too;")
+  print("peak RSS: VmHWM of the worker process; Redis B/job: used_memory growth per queued job;")
+  print("CPU/job: user+system time of the worker process (start-up included) and of redis-server during the drain.")
+  if sk then
+    print()
+    local rrows = {}
+    for _, r in ipairs(results) do
+      rrows[#rrows + 1] = { r.name, string.format("%.2fx", r.enqueue / sk.enqueue), string.format("%.2fx", r.drain / sk.drain),
+        string.format("%.3fx", r.calls / sk.calls), string.format("%.2fx", r.cmds / sk.cmds),
+        string.format("%.2fx", (r.rss or 0) / (sk.rss or 1)), string.format("%.2fx", r.mem / sk.mem) }
+    end
+    print_table({ "luakiq / Sidekiq", "enqueue", "drain", "calls/job", "cmds/job", "peak RSS", "Redis B/job" }, rrows)
+  end
+  local function ms(x) return x and string.format("%.3f ms", x * 1000) or "?" end
+  if lat then
+    print()
+    print_table({ "idle enqueue -> perform (lag, 5 shards, 5 threads)", "jobs", "p50", "p90", "p99", "max" },
+      { { "luakiq", lat.n .. "/" .. lat.expected, ms(lat.p50), ms(lat.p90), ms(lat.p99), ms(lat.max) } })
+  end
+
+  -- What bounds each rate: redis-server is one thread, so a rate cannot pass
+  -- 1 / (Redis CPU per job); 5 unpipelined connections cannot pass the raw
+  -- EVALSHA round-trip rate.
+  print()
+  local lrows = {}
+  for _, r in ipairs(results) do
+    lrows[#lrows + 1] = { r.name, string.format("%.1f us", r.ercpu * 1e6), fmt_int(1 / r.ercpu),
+      string.format("%.1f us", r.rcpu * 1e6), string.format("%.1f us", r.script), fmt_int(1 / r.rcpu) }
+  end
+  if sk then
+    lrows[#lrows + 1] = { sk.name, string.format("%.1f us", sk.ercpu * 1e6), fmt_int(1 / sk.ercpu),
+      string.format("%.1f us", sk.rcpu * 1e6), "-", fmt_int(1 / sk.rcpu) }
+  end
+  print_table({ "Redis-bound ceilings", "enqueue Redis CPU/job", "enqueue ceiling/s",
+                "drain Redis CPU/job", "of it in scripts", "drain ceiling/s" }, lrows)
+  if rtt then
+    print(string.format("raw round trips: redis-benchmark -c 5 EVALSHA 'return 1': %s calls/s", fmt_int(rtt)))
+  end
+
+  -- The issue's targets.
+  print()
+  local trows = {}
+  local function target(name, value, goal, met)
+    trows[#trows + 1] = { name, value, goal, met == nil and "n/a" or (met and "met" or "MISSED") }
+  end
+  local function ratio(r, field) return sk and r[field] / sk[field] end
+  for _, key in ipairs { "lag1", "seq1" } do
+    local r = by_key[key]
+    if r and sk then target("drain, " .. SHAPES[key].name, string.format("%.2fx Sidekiq", ratio(r, "drain")), ">= 3x", ratio(r, "drain") >= 3) end
+  end
+  if by_key.b100 and sk then
+    local x = ratio(by_key.b100, "drain")
+    target("drain, " .. SHAPES.b100.name, string.format("%.2fx Sidekiq", x), ">= 10x", x >= 10)
+  end
+  if sk then
+    local worst = math.huge
+    for _, r in ipairs(results) do worst = math.min(worst, r.enqueue / sk.enqueue) end
+    target("enqueue (worst shape)", string.format("%.2fx push_bulk", worst), ">= 2x", worst >= 2)
+  end
+  local calls = 0
+  for _, r in ipairs(results) do calls = math.max(calls, r.calls) end
+  target("Redis calls per job (worst shape)", string.format("%.3f", calls), "<= 1", calls <= 1.005)
+  if lat then
+    target("idle enqueue -> perform p50", ms(lat.p50), "<= 1 ms", lat.p50 and lat.p50 <= 0.001)
+    target("idle enqueue -> perform p99", ms(lat.p99), "<= 5 ms", lat.p99 and lat.p99 <= 0.005)
+  end
+  local rss = 0
+  for _, r in ipairs(results) do rss = math.max(rss, r.rss or 0) end
+  target("host peak RSS, 5 threads (worst shape)", mb(rss), "<= 20 MB", rss <= 20 * 1048576)
+  local mem = 0
+  for _, r in ipairs(results) do mem = math.max(mem, r.mem) end
+  target("Redis memory per queued blank job", string.format("%.0f bytes", mem), "reported", true)
+  print_table({ "target", "measured", "goal", "" }, trows)
+end, debug.traceback)
+cleanup()
+if not main_ok then
+  io.stderr:write("benchmark failed: " .. tostring(main_err) .. "\n")
+  if not opt.keep then io.stderr:write("(re-run with --keep to keep the logs)\n") end
+  os.exit(1)
+end
