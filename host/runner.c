@@ -166,7 +166,8 @@ int runner_wait(struct runner *r, double timeout_s, char ***msgs, int *all) {
     until.tv_nsec += (long)((timeout_s - whole) * 1e9);
     if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
     pthread_mutex_lock(&r->mu);
-    while (!r->nmail && !r->wake_all && !atomic_load(&stopping))
+    /* timeout 0 is a poll (a busy thread looking for wake-ups): no wait at all */
+    while (timeout_s > 0 && !r->nmail && !r->wake_all && !atomic_load(&stopping))
         if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT) break;
     int n = r->nmail;
     *msgs = NULL;

@@ -7,14 +7,14 @@ local host = require "helpers.host"
 
 describe("soak", function()
   it("20k payloads through kills, failures and a Redis restart: nothing lost, no overlap, in order", function()
-    local args = "--payloads 20000 --ids 400 --backlog 120 --kill-every 2 --work 2 --redis-restarts 1 --timeout 150"
+    local args = "--payloads 20000 --ids 400 --backlog 120 --kill-every 1.5 --work 2 --redis-restarts 1 --timeout 150"
     local rc, out, err = host.exec("lua tools/soak.lua " .. args)
     assert.are.equal(0, rc, (out or "") .. (err or ""))
     assert.truthy(out:match("soak PASSED"), out)
     assert.truthy(out:match("lost 0"), out)
     assert.truthy(out:match("overlaps 0, order violations 0"), out)
     local kills = tonumber(out:match("(%d+) kill %-9")) + tonumber(out:match("(%d+) TERM"))
-    assert.is_true(kills >= 3, "too few host faults: " .. out)
+    assert.is_true(kills >= 2, "too few host faults: " .. out)
     assert.truthy(out:match("1 Redis restarts"), out)
   end)
 end)
