@@ -70,7 +70,19 @@ function M.spawn(args, env)
   assert(sh("( sh -c " .. M.quote(inner) .. "; echo $? >" .. d .. "/rc ) >/dev/null 2>&1 &"))
   local p = setmetatable({ dir = d }, { __index = M.proc })
   M.eventually(function() p.pid = tonumber(M.read(d .. "/pid")) return p.pid end, 5, "spawned pid")
+  M.spawned[#M.spawned + 1] = p
   return p
+end
+
+-- Every process spawned by this spec file, so that spec/run.lua can kill
+-- what a failing test left running.
+M.spawned = {}
+
+function M.cleanup()
+  for _, p in ipairs(M.spawned) do
+    if p.pid and p:alive() then p:signal("KILL") end
+  end
+  M.spawned = {}
 end
 
 M.proc = {}

@@ -33,6 +33,17 @@ local function await(srv)
   return false
 end
 
+-- Every server started by this spec file (spec/run.lua stops the ones a
+-- failing test left running).
+M.started = {}
+
+function M.cleanup()
+  for _, srv in ipairs(M.started) do
+    if srv.pid then pcall(M.stop, srv) end
+  end
+  M.started = {}
+end
+
 -- Starts a server; returns {url=, port=, dir=, pid=, conn=}.
 -- opts.appendonly: keep data across :restart() (AOF, fsync on clean shutdown).
 function M.start(opts)
@@ -45,7 +56,10 @@ function M.start(opts)
     if sh(command(port, dir, opts.appendonly)) then
       local srv = setmetatable({ port = port, dir = dir, url = "redis://127.0.0.1:" .. port .. "/0",
                                  appendonly = opts.appendonly }, { __index = M })
-      if await(srv) then return srv end
+      if await(srv) then
+        M.started[#M.started + 1] = srv
+        return srv
+      end
     end
   end
   error("cannot start redis-server")
