@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what luakiq needs to build and test, from Debian 12's packages only.
-# Does nothing when everything is already there.
+# Installs what luakiq needs to build (and, with --test, to run the whole test
+# suite), from Debian 12's packages and the npm registry only. Does nothing when
+# everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake pkg-config libluajit-5.1-dev luajit libhiredis-dev libevent-dev
@@ -8,9 +9,13 @@ pkgs=(build-essential cmake pkg-config libluajit-5.1-dev luajit libhiredis-dev l
 # The web specs (spec/web): curl for the API, headless Chromium driven by
 # playwright-core (an npm package, tools/web-test) for the dashboard. Node from
 # elsewhere (e.g. NodeSource) is fine: Debian's is only added when none is there.
-pkgs+=(curl chromium)
-command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
-command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+tests=0
+[ "${1:-}" = "--test" ] && tests=1
+if [ $tests = 1 ]; then
+  pkgs+=(curl chromium)
+  command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+  command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -24,7 +29,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # playwright-core at the version pinned in tools/web-test/package-lock.json
 # (it drives /usr/bin/chromium; it downloads no browser).
-if [ ! -d tools/web-test/node_modules/playwright-core ]; then
+if [ $tests = 1 ] && [ ! -d tools/web-test/node_modules/playwright-core ]; then
   echo "installing: playwright-core (npm ci in tools/web-test)" >&2
   (cd tools/web-test && npm ci --no-audit --no-fund --loglevel=error)
 fi

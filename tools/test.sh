@@ -4,6 +4,7 @@
 # again under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tools/install-deps.sh --test
 tools/build.sh
 SANITIZE=1 tools/build.sh
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
