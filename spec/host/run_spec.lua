@@ -113,9 +113,10 @@ describe("luakiq run", function()
     assert.are.equal("", out)
   end)
 
-  it("wakes on push: an idle host starts a new job long before poll_interval", function()
+  it("wakes on push: an idle host starts a new job long before poll_interval (and ran on_server_init)", function()
     local dir = host.scriptdir {
-      ["config.lua"] = "return { poll_interval = 30 }",
+      ["config.lua"] = [[return { poll_interval = 30,
+        on_server_init = function() require("luakiq").redis.call("SET", "t:init", "1") end }]],
       ["workers/Rec.lua"] = RECORDER:format(3, 1, ""),
     }
     local p = host.spawn("run " .. q(dir), env())
@@ -125,6 +126,7 @@ describe("luakiq run", function()
     enqueue(dir, "Rec", { '{"id":"7","payload":"w"}' })
     host.eventually(function() return srv.conn:call("LLEN", "t:seen:7") == 1 end, 5, "performed")
     assert.is_true(core.now() - t0 < 2)
+    assert.are.equal("1", srv.conn:call("GET", "t:init"))
     p:signal("TERM")
     assert.are.equal(0, p:wait(5))
   end)
