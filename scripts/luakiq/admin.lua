@@ -123,6 +123,11 @@ function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offse
   end
   local all = {}
   for _, r in ipairs(conn:pipeline(cmds)) do
+    -- a bad range or order is the caller's mistake (exit 2 / HTTP 400), not a failure
+    if type(r) == "table" and r.err and (r.err:match("min or max") or r.err:match("luakiq jobs:")) then
+      local why = r.err:gsub("^ERR ", ""):gsub("^luakiq jobs: ", ""):gsub(" script: %x+, on @user_script:%d+%.$", "")
+      errors.input("bad listing request: " .. why:match("^[^\n]*"))
+    end
     check(r, "jobs")
     for _, rec in ipairs(load_records(cfg, r, what, 2)) do all[#all + 1] = rec end
   end
