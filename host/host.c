@@ -100,9 +100,22 @@ static void host_dump(void) {
     log_fmt(LOG_INFO, "TTIN: thread dump written to %s", path);
 }
 
+/* TTIN, step 2 (300 ms later): the threads that reached a safe point have
+ * stored their tracebacks; write the dump. */
+static void host_on_dump_timer(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what; (void)arg;
+    host_dump();
+}
+
 static void host_on_signal(evutil_socket_t sig, short what, void *arg) {
     (void)what; (void)arg;
-    if (sig == SIGTTIN) { host_dump(); return; }
+    if (sig == SIGTTIN) {
+        /* step 1: ask every thread for its own traceback */
+        runner_request_traces();
+        struct timeval tv = {0, 300000};
+        event_base_once(host.base, -1, EV_TIMEOUT, host_on_dump_timer, NULL, &tv);
+        return;
+    }
     if (sig == SIGINT && host.ints++ > 0) {
         log_fmt(LOG_WARN, "second INT: exiting now; in-flight jobs return on the next start");
         _exit(130);

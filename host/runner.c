@@ -41,6 +41,8 @@ struct runner {
     int wake_all;
 
     char state[16], worker[128], prefix[512], *ids;
+    atomic_int want_trace;
+    char *trace;
     int shard;
     double since;
 };
@@ -123,6 +125,7 @@ void runner_join_all(void) {
         for (int j = 0; j < r->nmail; j++) free(r->mail[j]);
         free(r->boot);
         free(r->ids);
+        free(r->trace);
         pthread_mutex_destroy(&r->mu);
         pthread_cond_destroy(&r->cv);
         free(r);
@@ -226,6 +229,28 @@ void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg
     }
 }
 
+void runner_request_traces(void) {
+    for (int i = 0; i < nrunners; i++) {
+        struct runner *r = runners[i];
+        pthread_mutex_lock(&r->mu);
+        free(r->trace);
+        r->trace = NULL;
+        pthread_mutex_unlock(&r->mu);
+        atomic_store(&r->want_trace, 1);
+    }
+}
+
+int runner_trace_wanted(struct runner *r) { return atomic_load(&r->want_trace); }
+
+void runner_set_trace(struct runner *r, const char *traceback) {
+    char *copy = strdup(traceback);
+    pthread_mutex_lock(&r->mu);
+    free(r->trace);
+    r->trace = copy;
+    pthread_mutex_unlock(&r->mu);
+    atomic_store(&r->want_trace, 0);
+}
+
 void runner_dump(FILE *f) {
     double now = runner_now();
     for (int i = 0; i < nrunners; i++) {
@@ -234,7 +259,10 @@ void runner_dump(FILE *f) {
         fprintf(f, "== thread t%d ==\nstate: %s\n", r->index, r->state);
         if (r->worker[0]) fprintf(f, "worker: %s\nshard: %d\n", r->worker, r->shard);
         if (r->ids) fprintf(f, "ids: %s\n", r->ids);
-        fprintf(f, "since: %.3f (%.3f s ago)\n\n", r->since, now - r->since);
+        fprintf(f, "since: %.3f (%.3f s ago)\n", r->since, now - r->since);
+        if (r->trace) fprintf(f, "%s\n\n", r->trace);
+        else fprintf(f, "traceback: none (the thread reached no safe point in time: waiting, "
+                        "or busy in C or JIT-compiled code)\n\n");
         pthread_mutex_unlock(&r->mu);
     }
 }

@@ -42,7 +42,14 @@ void runner_set_state(struct runner *r, const char *state, const char *worker, i
 /* Main thread: calls fn(prefix, arg) for every thread now performing a batch
  * (prefix = its shard's key prefix), for lease renewal. */
 void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg);
-/* Writes every thread's state to f (main thread). */
+/* TTIN tracebacks, taken safely: the main thread asks (runner_request_traces);
+ * each worker thread, at its next safe point (any call into luakiq.core from
+ * its own VM), stores its own Lua traceback (runner_set_trace). No thread ever
+ * touches another thread's VM. */
+void runner_request_traces(void);
+int runner_trace_wanted(struct runner *r);
+void runner_set_trace(struct runner *r, const char *traceback);
+/* Writes every thread's state (and traceback, when one came in) to f (main thread). */
 void runner_dump(FILE *f);
 
 #endif

@@ -61,6 +61,16 @@ static int vm_pcall(lua_State *L, int nargs, int nresults) {
 
 /* --- helpers -------------------------------------------------------------- */
 
+/* A safe point for TTIN: called at the start of luakiq.core functions, on the
+ * worker's own thread, so taking this VM's traceback here is safe. */
+static void vm_safe_point(lua_State *L) {
+    struct runner *r = runner_self();
+    if (!r || !runner_trace_wanted(r)) return;
+    luaL_traceback(L, L, "traceback (at a safe point):", 1);
+    runner_set_trace(r, lua_tostring(L, -1));
+    lua_pop(L, 1);
+}
+
 static double vm_now(void) {
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -235,6 +245,7 @@ static int vm_pipe_build(lua_State *L, int idx, struct vm_pipe *p, char *err, si
 /* conn:pipeline(cmds) -> {reply...}; raises on I/O or argument errors.
  * conn:ppipeline(cmds) -> {reply...} | nil, err */
 static int vm_redis_pipeline_impl(lua_State *L, int protected) {
+    vm_safe_point(L);
     vm_redis *r = vm_check_redis(L);
     luaL_checktype(L, 2, LUA_TTABLE);
     struct vm_pipe p;
@@ -260,6 +271,7 @@ static int vm_redis_ppipeline(lua_State *L) { return vm_redis_pipeline_impl(L, 1
 
 /* One command from the call's own arguments (conn:call("GET", "k")). */
 static int vm_redis_call_impl(lua_State *L, int protected, const char *script) {
+    vm_safe_point(L);
     vm_redis *r = vm_check_redis(L);
     int first = script ? 3 : 2, n = lua_gettop(L) - first + 1;
     const char *stackv[64];
@@ -353,6 +365,7 @@ static int core_wait(lua_State *L) {
 }
 
 static int core_sleep(lua_State *L) {
+    vm_safe_point(L);
     double t = luaL_checknumber(L, 1);
     if (t > 0) {
         struct timespec ts = {(time_t)t, (long)((t - floor(t)) * 1e9)};
@@ -374,6 +387,7 @@ static _Thread_local long long vm_performing; /* jobs of the batch now performin
 /* core.set_state(state, worker, shard, ids, prefix) - for the TTIN dump and
  * lease renewal (a "performing" thread's shard lease is renewed by the main thread) */
 static int core_set_state(lua_State *L) {
+    vm_safe_point(L);
     struct runner *r = runner_self();
     const char *state = luaL_checkstring(L, 1);
     const char *ids = luaL_optstring(L, 4, NULL);
@@ -411,6 +425,7 @@ static int core_thread_stats(lua_State *L) {
 }
 
 static int core_log(lua_State *L) {
+    vm_safe_point(L);
     int lvl = log_parse_level(luaL_checkstring(L, 1));
     if (lvl < 0) return luaL_error(L, "log: unknown level '%s'", lua_tostring(L, 1));
     log_line((enum log_level)lvl, luaL_optstring(L, 3, NULL), luaL_checkstring(L, 2));

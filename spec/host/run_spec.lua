@@ -182,7 +182,8 @@ describe("luakiq run", function()
     local dump = host.tmpdir() .. "/dump.txt"
     local dir = host.scriptdir {
       ["config.lua"] = ("return { poll_interval = 0.1, dump_path = %q }"):format(dump),
-      ["workers/Rec.lua"] = RECORDER:format(1, 1, [[r.call("SET", "t:in", "1") require("luakiq.core").sleep(2)]]),
+      ["workers/Rec.lua"] = RECORDER:format(1, 1, [[r.call("SET", "t:in", "1")
+        for _ = 1, 40 do r.call("PING") require("luakiq.core").sleep(0.05) end]]),
     }
     enqueue(dir, "Rec", { '{"id":"slow","payload":1}' })
     local p = host.spawn("run " .. q(dir), env())
@@ -193,6 +194,9 @@ describe("luakiq run", function()
     assert.truthy(text:find("state: performing", 1, true), text)
     assert.truthy(text:find("worker: Rec", 1, true), text)
     assert.truthy(text:find("ids: slow", 1, true), text)
+    -- taken by the thread itself at a safe point (its next luakiq call)
+    assert.truthy(text:find("traceback (at a safe point):", 1, true), text)
+    assert.truthy(text:find("workers/Rec.lua", 1, true), text)
     assert.truthy(p:log():find(dump, 1, true))
     p:signal("TERM")
     assert.are.equal(0, p:wait(10), p:log())
