@@ -8,26 +8,12 @@ local keys = require "luakiq.keys"
 local S = require "faults.support"
 local q = host.quote
 
-local srv
-local procs = {}
-setup(function() srv = redis.start() end)
-teardown(function()
-  for _, p in ipairs(procs) do p:kill() end
-  if srv then srv:stop() end
-end)
-before_each(function() srv:flush() end)
-after_each(function()
-  for _, p in ipairs(procs) do p:kill() end
-  procs = {}
-end)
+local srv = redis.fixture()
+after_each(host.cleanup)
 
 local function env() return "REDIS_URL=" .. srv.url end
 local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
-local function spawn(dir)
-  local p = S.spawn(srv, dir)
-  procs[#procs + 1] = p
-  return p
-end
+local function spawn(dir) return S.spawn(srv, dir) end
 local function length(dir, worker)
   local rc, out, err = host.exec("stats " .. q(dir), nil, env())
   assert.are.equal(0, rc, err)

@@ -7,24 +7,10 @@ local redis = require "helpers.redis"
 local host = require "helpers.host"
 local S = require "faults.support"
 
-local srv
-local procs = {}
-setup(function() srv = redis.start() end)
-teardown(function()
-  for _, p in ipairs(procs) do p:kill() end
-  if srv then srv:stop() end
-end)
-before_each(function() srv:flush() end)
-after_each(function()
-  for _, p in ipairs(procs) do p:kill() end
-  procs = {}
-end)
+local srv = redis.fixture()
+after_each(host.cleanup)
 
-local function spawn(dir, env)
-  local p = S.spawn(srv, dir, env)
-  procs[#procs + 1] = p
-  return p
-end
+local function spawn(dir, env) return S.spawn(srv, dir, env) end
 
 local function pids() return srv.conn:call("HGETALL", "t:pids") end
 local function performed_by(pid)

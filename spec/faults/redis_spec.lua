@@ -6,27 +6,10 @@ local host = require "helpers.host"
 local keys = require "luakiq.keys"
 local S = require "faults.support"
 
-local srv
-local procs = {}
-setup(function() srv = redis.start { appendonly = true } end)
-teardown(function()
-  for _, p in ipairs(procs) do p:kill() end
-  if srv then srv:stop() end
-end)
-before_each(function()
-  if not srv.conn then srv:up() end
-  srv:flush()
-end)
-after_each(function()
-  for _, p in ipairs(procs) do p:kill() end
-  procs = {}
-end)
+local srv = redis.fixture { appendonly = true }
+after_each(host.cleanup)
 
-local function spawn(dir, env)
-  local p = S.spawn(srv, dir, env)
-  procs[#procs + 1] = p
-  return p
-end
+local function spawn(dir, env) return S.spawn(srv, dir, env) end
 
 local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
 
@@ -126,7 +109,6 @@ describe("Redis unreachable at start-up", function()
     local dir = S.dir("redis_retry = 10, poll_interval = 0.2")
     srv:down()
     local p = host.spawn("run " .. host.quote(dir), "REDIS_URL=" .. srv.url)
-    procs[#procs + 1] = p
     S.sleep(1)
     assert.is_true(p:alive())
     srv:up()

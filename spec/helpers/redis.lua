@@ -65,6 +65,20 @@ function M.start(opts)
   error("cannot start redis-server")
 end
 
+-- The usual set-up of a spec file: one private server for the whole file,
+-- started now, flushed before each test (and started again first if a test
+-- left it down), stopped after the file. spec/run.lua stops it too if the run dies.
+function M.fixture(opts)
+  local spec = getfenv(2) -- busted's hooks live in the spec file's environment
+  local srv = M.start(opts)
+  spec.before_each(function()
+    if not srv.conn then srv:up() end
+    srv:flush()
+  end)
+  spec.teardown(function() srv:stop() end)
+  return srv
+end
+
 function M:flush()
   self.conn:call("FLUSHALL")
 end

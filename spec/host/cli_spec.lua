@@ -4,10 +4,7 @@ local host = require "helpers.host"
 local json = require "luakiq.json"
 local q = host.quote
 
-local srv
-setup(function() srv = redis.start() end)
-teardown(function() if srv then srv:stop() end end)
-before_each(function() srv:flush() end)
+local srv = redis.fixture()
 
 local function env() return "REDIS_URL=" .. srv.url end
 local WORKER = "return { perform = function(batch) end }"

@@ -7,10 +7,7 @@ local json = require "luakiq.json"
 local keys = require "luakiq.keys"
 local q = host.quote
 
-local srv
-setup(function() srv = redis.start() end)
-teardown(function() if srv then srv:stop() end end)
-before_each(function() srv:flush() end)
+local srv = redis.fixture()
 
 local function env(extra) return "REDIS_URL=" .. srv.url .. (extra and (" " .. extra) or "") end
 

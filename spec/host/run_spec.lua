@@ -5,10 +5,7 @@ local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv
-setup(function() srv = redis.start() end)
-teardown(function() if srv then srv:stop() end end)
-before_each(function() srv:flush() end)
+local srv = redis.fixture()
 
 local function env() return "REDIS_URL=" .. srv.url end
 

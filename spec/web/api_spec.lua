@@ -36,12 +36,8 @@ setup(function()
   proc, base = web.start(dir, env())
 end)
 teardown(function()
-  if proc then
-    proc:signal("TERM")
-    if proc:wait(10) == nil then proc:kill() end
-  end
+  web.stop(proc, dir)
   if srv then srv:stop() end
-  if dir then host.sh("rm -rf " .. q(dir)) end
 end)
 before_each(function()
   -- Only the Parked queue and the spec's own keys: the host keeps its registry

@@ -41,12 +41,8 @@ describe("the dashboard in headless Chromium", function()
     proc, base = web.start(dir, "REDIS_URL=" .. srv.url)
   end)
   teardown(function()
-    if proc then
-      proc:signal("TERM")
-      if proc:wait(10) == nil then proc:kill() end
-    end
+    web.stop(proc, dir)
     if srv then srv:stop() end
-    if dir then host.sh("rm -rf " .. q(dir)) end
   end)
 
   it("shows the seeded numbers and requeues a dead job from its page", function()

@@ -104,6 +104,16 @@ function M.start(dir, env, extra)
 end
 
 -- JSON lines -> array of decoded values.
+-- Stops a host started by M.start (TERM, then KILL after 10 s) and removes
+-- its script directory.
+function M.stop(proc, dir)
+  if proc then
+    proc:signal("TERM")
+    if proc:wait(10) == nil then proc:kill() end
+  end
+  if dir then host.sh("rm -rf " .. host.quote(dir)) end
+end
+
 function M.lines(text)
   local out = {}
   for line in (text or ""):gmatch("[^\n]+") do out[#out + 1] = json.decode(line) end
