@@ -1,7 +1,8 @@
 -- Build-time generator: writes a C file holding every Lua file under scripts/.
 --   scripts/luakiq/x.lua   -> module "luakiq.x", LuaJIT bytecode with debug info,
 --                             chunkname "@scripts/luakiq/x.lua" (errors name the real file)
---   scripts/redis/x.lua    -> Redis script "x", source text (for SCRIPT LOAD)
+--   scripts/redis/x.lua    -> Redis script "x", source text (for SCRIPT LOAD), with
+--                             "-- luakiq:include NAME" lines replaced by scripts/redis/lib/NAME.lua
 -- usage: luajit embed.lua SOURCE_ROOT OUT.c FILE...
 local root, out = arg[1], arg[2]
 local entries = {}
@@ -13,6 +14,13 @@ for i = 3, #arg do
   f:close()
   local kind, name, bytes
   if rel:match("^scripts/redis/") then
+    -- "-- luakiq:include NAME" lines take in scripts/redis/lib/NAME.lua
+    src = src:gsub("%-%- luakiq:include (%w+)\n", function(lib)
+      local lf = assert(io.open(root .. "/scripts/redis/lib/" .. lib .. ".lua", "rb"))
+      local text = lf:read("*a")
+      lf:close()
+      return text
+    end)
     kind, name, bytes = 1, rel:match("^scripts/redis/(.-)%.lua$"), src
   else
     local mod = rel:match("^scripts/(.-)%.lua$"):gsub("/init$", ""):gsub("/", ".")

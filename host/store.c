@@ -187,6 +187,54 @@ static pthread_mutex_t store_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct { char name[64]; char sha[41]; char *src; size_t len; } store_scripts[STORE_MAX_SCRIPTS];
 static int store_nscripts;
 
+/* Reads a whole file into a new NUL-terminated buffer; NULL when it cannot. */
+static char *store_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
+        fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = 0;
+        *len = (size_t)n;
+    } else {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* Development mode only (the build does the same in cmake/embed.lua): replaces
+ * each "-- luakiq:include NAME" line of src by DIR/redis/lib/NAME.lua. Takes
+ * ownership of src; returns the expanded text, or NULL when a library is missing. */
+static char *store_expand_includes(const char *dir, char *src, size_t *len) {
+    static const char tag[] = "\n-- luakiq:include ";
+    char *at;
+    size_t from = 0; /* text before it is expanded already: a library is never re-expanded */
+    while ((at = strstr(src + from, tag))) {
+        at++; /* keep the newline: the tag starts the next line */
+        const size_t taglen = sizeof tag - 2; /* without the newline and the NUL */
+        char *name = at + taglen, *eol = strchr(name, '\n');
+        size_t nlen = eol ? (size_t)(eol - name) : strlen(name), liblen = 0;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/redis/lib/%.*s.lua", dir, (int)nlen, name);
+        char *lib = store_read_file(path, &liblen);
+        size_t head = (size_t)(at - src), tail = *len - (head + taglen + nlen + (eol ? 1 : 0));
+        char *out = lib ? malloc(head + liblen + tail + 1) : NULL;
+        if (!out) { free(lib); free(src); return NULL; }
+        memcpy(out, src, head);
+        memcpy(out + head, lib, liblen);
+        memcpy(out + head + liblen, eol ? eol + 1 : name + nlen, tail + 1);
+        *len = head + liblen + tail;
+        from = head + liblen;
+        free(lib);
+        free(src);
+        src = out;
+    }
+    return src;
+}
+
 /* Finds or creates the table entry of a script (caller holds store_mu). */
 static int store_script_slot(const char *name) {
     for (int i = 0; i < store_nscripts; i++)
@@ -197,16 +245,7 @@ static int store_script_slot(const char *name) {
     if (dir && *dir) {
         char path[1024];
         snprintf(path, sizeof path, "%s/redis/%s.lua", dir, name);
-        FILE *f = fopen(path, "rb");
-        if (!f) return -1;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        src = malloc((size_t)n + 1);
-        if (!src || fread(src, 1, (size_t)n, f) != (size_t)n) { free(src); fclose(f); return -1; }
-        src[n] = 0;
-        len = (size_t)n;
-        fclose(f);
+        if (!(src = store_read_file(path, &len)) || !(src = store_expand_includes(dir, src, &len))) return -1;
     } else {
         const struct embed_file *e = embed_find(EMBED_REDIS_SCRIPT, name);
         if (!e) return -1;

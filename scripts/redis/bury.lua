@@ -14,6 +14,7 @@
 -- morgue:errors[id] = error. An id left without payloads leaves the batch
 -- (busy, busy:errors). counters.failed += ids touched.
 -- Returns {"OK", buried} (buried = payloads moved).
+-- luakiq:include shard
 local P = KEYS[1]
 local token, lease_ms, now, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 if not token or token == "" then error("luakiq bury: token is empty", 0) end
@@ -27,13 +28,8 @@ if not batch or batch == "" or (#ARGV - 4) % 3 ~= 0 then
   error("luakiq bury: ARGV must be token, lease_ms, now, batch, then id/payload/error triples", 0)
 end
 
-local cur = redis.call("GET", P .. "lease")
-if cur ~= token then
-  if cur or redis.call("GET", P .. "holder") ~= token then
-    return { "LEASE", tostring(redis.call("PTTL", P .. "lease")) }
-  end
-end
-redis.call("SET", P .. "lease", token, "PX", lease_ms)
+local refused = hold_lease(P, token, lease_ms)
+if refused then return refused end
 local busy = P .. "busy"
 if redis.call("EXISTS", busy) == 0 or batch ~= redis.call("GET", P .. "batch") then
   return { "OK", "0" }

@@ -19,6 +19,7 @@
 -- deleted; counters.failed += number of failed ids.
 -- Returns {"OK", failed, morgued, head or "", then per morgued job: id,
 -- payload, score}.
+-- luakiq:include shard
 local P = KEYS[1]
 local token, lease_ms, now, batch, max_rc, err = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local function finite(x) return x and x == x and x ~= math.huge and x ~= -math.huge end
@@ -44,13 +45,8 @@ end
 local now_s = string.format("%.17g", now)
 local busy, berrs = P .. "busy", P .. "busy:errors"
 
-local cur = redis.call("GET", P .. "lease")
-if cur ~= token then
-  if cur or redis.call("GET", P .. "holder") ~= token then
-    return { "LEASE", tostring(redis.call("PTTL", P .. "lease")) }
-  end
-end
-redis.call("SET", P .. "lease", token, "PX", lease_ms)
+local refused = hold_lease(P, token, lease_ms)
+if refused then return refused end
 
 local function head() return redis.call("ZRANGE", P .. "queue", 0, 0, "WITHSCORES")[2] or "" end
 if redis.call("EXISTS", busy) == 0 or (batch ~= "" and batch ~= redis.call("GET", P .. "batch")) then
@@ -63,13 +59,7 @@ local function back(id, pin, rc, e, src)
   redis.call("ZADD", P .. "queue", pin, id)
   redis.call("ZADD", P .. "retries", rc, id)
   redis.call("ZADD", P .. "ids", 0, id)
-  local dst = P .. "payloads:" .. id
-  if redis.call("EXISTS", dst) == 1 then
-    redis.call("ZUNIONSTORE", dst, 2, dst, src, "AGGREGATE", "MIN")
-    redis.call("DEL", src)
-  else
-    redis.call("RENAME", src, dst)
-  end
+  merge_payloads(src, P .. "payloads:" .. id)
   if e and e ~= "" then redis.call("HSET", P .. "errors", id, e) else redis.call("HDEL", P .. "errors", id) end
 end
 

@@ -19,6 +19,7 @@
 -- perform_in, retry_count, error or "", npayloads, payload1, score1, ...};
 -- batch = id of the returned jobs ("" when n = 0), head = lowest perform_in
 -- left in the queue (or ""), payloads in ascending score order.
+-- luakiq:include shard
 local P = KEYS[1]
 local token, lease_ms, now, limit, ack, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
 if not token or token == "" then error("luakiq fetch: token is empty", 0) end
@@ -66,12 +67,7 @@ if not cur and redis.call("GET", P .. "holder") ~= token then
       redis.call("ZADD", P .. "queue", pin, id)
       redis.call("ZADD", P .. "retries", rc, id)
       redis.call("ZADD", P .. "ids", 0, id)
-      if redis.call("EXISTS", dst) == 1 then
-        redis.call("ZUNIONSTORE", dst, 2, dst, src, "AGGREGATE", "MIN")
-        redis.call("DEL", src)
-      else
-        redis.call("RENAME", src, dst)
-      end
+      merge_payloads(src, dst)
       local err = redis.call("HGET", berrs, id)
       if err then redis.call("HSET", P .. "errors", id, err) else redis.call("HDEL", P .. "errors", id) end
       restored = restored + 1

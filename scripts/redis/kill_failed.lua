@@ -5,6 +5,7 @@
 -- ARGV[1] now, [2] limit (jobs per call).
 -- Returns {killed, remaining failed jobs} (strings); call again until
 -- remaining is 0.
+-- luakiq:include shard
 local P = KEYS[1]
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not now or now ~= now or now == math.huge or now == -math.huge then
@@ -21,12 +22,7 @@ for _, id in ipairs(ids) do
   if redis.call("EXISTS", src) == 1 then
     redis.call("ZADD", P .. "morgue", now_s, id)
     redis.call("ZADD", P .. "morgue:ids", 0, id)
-    if redis.call("EXISTS", dst) == 1 then
-      redis.call("ZUNIONSTORE", dst, 2, dst, src, "AGGREGATE", "MIN")
-      redis.call("DEL", src)
-    else
-      redis.call("RENAME", src, dst)
-    end
+    merge_payloads(src, dst)
     local err = redis.call("HGET", P .. "errors", id)
     if err then redis.call("HSET", P .. "morgue:errors", id, err) else redis.call("HDEL", P .. "morgue:errors", id) end
   end

@@ -8,6 +8,7 @@
 -- remaining is 0 to requeue all).
 -- Returns {requeued, remaining morgue size} (strings). Publishes the prefix
 -- on the channel when something was requeued.
+-- luakiq:include shard
 local P = KEYS[1]
 local now, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 if not now or now ~= now or now == math.huge or now == -math.huge then
@@ -30,11 +31,7 @@ for _, id in ipairs(ids) do
     redis.call("ZADD", P .. "queue", now_s, id)
     redis.call("ZADD", P .. "retries", -1, id)
     redis.call("ZADD", P .. "ids", 0, id)
-    if redis.call("EXISTS", dst) == 1 then
-      redis.call("ZUNIONSTORE", dst, 2, dst, src, "AGGREGATE", "MIN")
-    else
-      redis.call("RENAME", src, dst)
-    end
+    merge_payloads(src, dst)
     local err = redis.call("HGET", P .. "morgue:errors", id)
     if err then redis.call("HSET", P .. "errors", id, err) else redis.call("HDEL", P .. "errors", id) end
     count = count + 1

@@ -1,0 +1,27 @@
+-- Shared by several queue scripts: a script that needs these has a line
+-- "luakiq:include shard" (as a comment, at the start of the line), which is
+-- replaced by this file when the script is loaded (cmake/embed.lua
+-- at build time; store.c with LUAKIQ_SCRIPTS; tools/redis-scripts-test.sh).
+-- Redis scripts cannot require each other, so this is how they share code.
+
+-- Merges the payload set src into dst (DESIGN §1 merge rules: union, an equal
+-- payload keeps the minimal score). src is gone afterwards.
+local function merge_payloads(src, dst)
+  if redis.call("EXISTS", dst) == 1 then
+    redis.call("ZUNIONSTORE", dst, 2, dst, src, "AGGREGATE", "MIN")
+    redis.call("DEL", src)
+  else
+    redis.call("RENAME", src, dst)
+  end
+end
+
+-- Fencing for writers of a shard's batch in flight (fail.lua, bury.lua): the
+-- caller must hold the lease, or be its last holder with nobody since (then it
+-- takes it again). Returns the refusal {"LEASE", pttl}, or nil after renewing.
+local function hold_lease(P, token, lease_ms)
+  local cur = redis.call("GET", P .. "lease")
+  if cur ~= token and (cur or redis.call("GET", P .. "holder") ~= token) then
+    return { "LEASE", tostring(redis.call("PTTL", P .. "lease")) }
+  end
+  redis.call("SET", P .. "lease", token, "PX", lease_ms)
+end
