@@ -239,6 +239,18 @@ r SET "${P}holder" Z >/dev/null
 check "fail refused when the lease is free and another was the holder" "LEASE|-2" "$(ev fail "$P" A 10000 100 '' 3 E f 1)"
 match "fail rejects odd pairs" "ARGV must be" "$(ev fail "$P" Z 10000 100 '' 3 E f)"
 match "fail rejects a nan perform_in" "perform_in of 'f' must be a finite" "$(ev fail "$P" Z 10000 100 '' 3 E f nan)"
+# "done" ids: a batch performed in several perform calls (fetch_size > batch_size).
+D="$NS:{Q:9}:"
+ev push "$D" '' 10 a 1 -1 10 pa b 2 -1 10 pb c 3 -1 10 pc >/dev/null
+B=$(ev fetch "$D" A 10000 100 3 '' 1 | cut -d'|' -f2)
+check "fail with a done id: acks it, fails b, c back" "OK|1|0|3" "$(ev fail "$D" A 10000 100 "$B" 5 E a done b 300)"
+check "done id acked: gone, counted" "0|0|1|1" \
+  "$(r EXISTS "${D}busy:payloads:a")|$(r EXISTS "${D}payloads:a")|$(r HGET "${D}counters" processed)|$(r HGET "${D}counters" failed)"
+check "failed id retried, unlisted id back unchanged" "300|0|3|-1|pc|10" \
+  "$(r ZSCORE "${D}queue" b)|$(r ZSCORE "${D}retries" b)|$(r ZSCORE "${D}queue" c)|$(r ZSCORE "${D}retries" c)|$(payloads "${D}payloads:c")"
+B=$(ev fetch "$D" A 10000 100 3 '' 1 | cut -d'|' -f2)
+check "only done ids: a partial ack" "OK|0|0|300" "$(ev fail "$D" A 10000 100 "$B" 5 '' c done)"
+check "partial ack: processed, nothing in flight" "2|0|b" "$(r HGET "${D}counters" processed)|$(r EXISTS "${D}busy")|$(j ZRANGE "${D}queue" 0 -1)"
 
 # ---------------------------------------------------------------- morgue
 r FLUSHALL >/dev/null

@@ -14,7 +14,7 @@ local keys = require "luakiq.keys"
 local USAGE = [[
 usage: luakiq lua examples/benchmark/bench.lua [options]
   --jobs N            jobs per shape (default 100000)
-  --shapes LIST       comma-separated, from lag1,seq1,b10,b100 (default all)
+  --shapes LIST       comma-separated, from lag1,seq1,lag1x,b10,b100 (default all)
   --latency N         latency mode over N jobs (default 1000; 0 = skip)
   --sidekiq auto|no   run Sidekiq too when ruby + ruby-sidekiq are installed (default auto)
   --install-sidekiq   apt-get install ruby ruby-sidekiq ruby-hiredis first (root)
@@ -27,10 +27,12 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
 local SHAPES = {
   lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },
   seq1 = { name = "seq, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "seq" },
+  -- Lowkiq's one fetch per batch (fetch_size = batch_size), for comparison
+  lag1x = { name = "lag, 5 shards, batch 1, fetch 1", shards = 5, batch = 1, fetch = 1, scheduler = "lag" },
   b10 = { name = "lag, 24 shards, batch 10", shards = 24, batch = 10, scheduler = "lag" },
   b100 = { name = "lag, 24 shards, batch 100", shards = 24, batch = 100, scheduler = "lag" },
 }
-local SHAPE_ORDER = { "lag1", "seq1", "b10", "b100" }
+local SHAPE_ORDER = { "lag1", "seq1", "lag1x", "b10", "b100" }
 local THREADS = 5
 local ENQUEUE_CALL = 10000 -- jobs per perform_async call (Lowkiq's benchmark: 10 x 10,000)
 local POLL = 0.01
@@ -257,8 +259,8 @@ end
 
 -- --- luakiq shapes ---------------------------------------------------------------
 local function shape_env(s, extra)
-  local env = { BENCH_SHARDS = s.shards, BENCH_BATCH = s.batch, BENCH_SCHEDULER = s.scheduler,
-                BENCH_THREADS = THREADS, REDIS_URL = REDIS_URL }
+  local env = { BENCH_SHARDS = s.shards, BENCH_BATCH = s.batch, BENCH_FETCH = s.fetch or "",
+                BENCH_SCHEDULER = s.scheduler, BENCH_THREADS = THREADS, REDIS_URL = REDIS_URL }
   for k, v in pairs(extra or {}) do env[k] = v end
   return env
 end
@@ -267,6 +269,7 @@ local function load_cfg(s)
   local cfg = runtime.load(APP)
   local w = cfg.by_name.Blank
   w.shards_count, w.batch_size = s.shards, s.batch
+  w.fetch_size = s.fetch or math.max(s.batch, w.fetch_size)
   cfg.redis = REDIS_URL
   return cfg
 end
@@ -559,6 +562,9 @@ local main_ok, main_err = xpcall(function()
   for _, key in ipairs { "lag1", "seq1" } do
     local r = by_key[key]
     if r and sk then target("drain, " .. SHAPES[key].name, string.format("%.2fx Sidekiq", ratio(r, "drain")), ">= 3x", ratio(r, "drain") >= 3) end
+  end
+  if by_key.lag1x and sk then -- not a target: shows what fetch_size buys
+    target("drain, " .. SHAPES.lag1x.name, string.format("%.2fx Sidekiq", ratio(by_key.lag1x, "drain")), "(info)", nil)
   end
   if by_key.b100 and sk then
     local x = ratio(by_key.b100, "drain")

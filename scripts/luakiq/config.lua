@@ -78,7 +78,7 @@ local SETTINGS = {
 -- Keys of a worker file: key -> check.
 local WORKER = {
   name = "name", queue_name = "name", shards_count = "pos_int", batch_size = "pos_int",
-  max_retry_count = "nonneg_int", retry_in = "func", perform = "func", retries_exhausted = "func",
+  fetch_size = "pos_int", max_retry_count = "nonneg_int", retry_in = "func", perform = "func", retries_exhausted = "func",
 }
 
 local function identity(x) return x end
@@ -115,6 +115,8 @@ function M.defaults()
 end
 
 local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25 }
+-- fetch_size defaults to max(batch_size, FETCH_AHEAD): see docs/configuration.md.
+local FETCH_AHEAD = 10
 
 -- Edit distance, for "did you mean" hints on unknown keys.
 local function distance(a, b)
@@ -208,7 +210,7 @@ end
 -- Builds one worker def from its file.
 local function load_worker(file, stem)
   local t = run_file(file)
-  validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, " ..
+  validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, fetch_size, " ..
     "max_retry_count, retry_in, perform, retries_exhausted")
   if t.perform == nil then fail(file .. ": perform is required (a function(payloads_by_id))") end
   local name = t.name or stem
@@ -216,11 +218,16 @@ local function load_worker(file, stem)
     fail(file .. ": name " .. string.format("%q", name) .. " (from the file name) must be " .. checks.name(name) ..
       "; rename the file or set `name`")
   end
+  local batch_size = t.batch_size or WORKER_DEFAULTS.batch_size
+  if t.fetch_size and t.fetch_size < batch_size then
+    fail(file .. ": fetch_size (" .. t.fetch_size .. ") must be >= batch_size (" .. batch_size .. ")")
+  end
   local w = {
     name = name,
     queue_name = t.queue_name or name,
     shards_count = t.shards_count or WORKER_DEFAULTS.shards_count,
-    batch_size = t.batch_size or WORKER_DEFAULTS.batch_size,
+    batch_size = batch_size,
+    fetch_size = t.fetch_size or math.max(batch_size, FETCH_AHEAD),
     max_retry_count = t.max_retry_count or WORKER_DEFAULTS.max_retry_count,
     retry_in = t.retry_in or retry.default,
     perform = t.perform,

@@ -61,13 +61,19 @@ function M.ids(jobs)
   return ids
 end
 
--- The failure path as one fail.lua call. Returns the morgued payloads as
--- {id=, payload=bytes, score=} tables.
-function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at)
+-- The failure path as one fail.lua call. done: ids of h's batch in flight
+-- already performed with success (acked by the same call); the batch's ids
+-- neither failed nor done go back to the queue unchanged. Returns the
+-- morgued payloads as {id=, payload=bytes, score=} tables.
+function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done)
   local cmd = { script = "fail", h.prefix, t.token, t.lease_ms, now, h.batch or "", max_retry_count, err }
   for i, job in ipairs(jobs) do
     cmd[#cmd + 1] = job.id
     cmd[#cmd + 1] = retry_at[i]
+  end
+  for _, id in ipairs(done or {}) do
+    cmd[#cmd + 1] = id
+    cmd[#cmd + 1] = "done"
   end
   local r = conn:pipeline({ cmd })[1]
   h.batch = nil
@@ -83,6 +89,13 @@ function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at)
     morgued[#morgued + 1] = { id = r[5 + 3 * j], payload = r[6 + 3 * j], score = tonumber(r[7 + 3 * j]) }
   end
   return morgued
+end
+
+-- Partial ack (fail.lua with only "done" ids): acks the done ids of h's
+-- batch in flight and puts the rest back in the queue unchanged. Used when a
+-- thread stops, or has held fetched jobs too long, before performing them all.
+function M.settle(conn, h, t, done)
+  return M.fail(conn, h, t, core.now(), 0, "", {}, {}, done)
 end
 
 -- Moves payloads that cannot be loaded ({id=, payload=bytes, error=dumped})

@@ -63,7 +63,7 @@ local function flush(t)
 end
 
 -- Fails a batch: retry_in per job, then fail.lua (morgue at max_retry_count).
-local function fail(t, h, jobs, err, tb)
+local function fail(t, h, jobs, err, tb, done)
   local cfg, w = t.cfg, h.def
   local ok, msg = pcall(cfg.format_error, err, tb)
   if not ok or type(msg) ~= "string" then msg = tostring(err) end
@@ -81,7 +81,7 @@ local function fail(t, h, jobs, err, tb)
     end
     retry_at[i] = now + delay
   end
-  local morgued = queue.fail(t.conn, h, t, now, w.max_retry_count, dumped or "", jobs, retry_at)
+  local morgued = queue.fail(t.conn, h, t, now, w.max_retry_count, dumped or "", jobs, retry_at, done)
   if tb then log.debug(tb) end
   log.warn("batch failed: " .. msg:match("^[^\n]*"), {
     worker = w.name, shard = h.shard, ids = queue.ids(jobs), morgued = #morgued })
@@ -151,26 +151,15 @@ local function load_batch(t, h, jobs)
   return kept, batch
 end
 
--- One batch of shard h. Returns ok (a batch ran and succeeded), head (the
--- shard's earliest perform_in left, or nil).
-local function process(t, h)
-  local cmds = {}
-  local ack_same = t.pending == h
-  if t.pending and not ack_same then cmds[1] = queue.fetch_cmd(t.pending, t, 0, true) end
-  cmds[#cmds + 1] = queue.fetch_cmd(h, t, h.def.batch_size, ack_same)
-  local replies = t.conn:pipeline(cmds)
-  if #cmds == 2 then queue.parse_fetch(replies[1], t.pending, t) end
-  t.pending = nil
-  local res = queue.parse_fetch(replies[#replies], h, t)
-  if not res then return false, nil end -- lease held elsewhere
-  local jobs = res.jobs
-  if #jobs == 0 then return false, res.head end
-  local cfg, w = t.cfg, h.def
-  local batch
-  jobs, batch = load_batch(t, h, jobs)
-  if not jobs then return false, nil end -- lease lost while burying
-  if #jobs == 0 then return false, nil end -- every payload was unloadable
-  local ids = queue.ids(jobs)
+-- Performs jobs (a slice of h's batch in flight) as one perform call.
+-- Returns ok, err, traceback; ok is true too when nothing was left to
+-- perform. Raises luakiq.FATAL.
+local function perform(t, h, jobs)
+  local w = h.def
+  local loaded, batch = load_batch(t, h, jobs)
+  if not loaded then return nil end -- lease lost while burying
+  if #loaded == 0 then return true, loaded end -- every payload was unloadable
+  local ids = queue.ids(loaded)
   core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
   local tb -- the traceback, kept apart so format_error gets the error value itself
@@ -182,15 +171,57 @@ local function process(t, h)
   end)
   core.set_state("fetching", w.name, h.shard)
   if ok then
-    t.pending = h
     if t.debug then
       log.debug("batch done", { worker = w.name, shard = h.shard, ids = ids, duration = core.now() - started })
     end
-    return true, res.head
+    return true, loaded
   end
   if err == luakiq.FATAL then error(err, 0) end
-  fail(t, h, jobs, err, tb)
-  return false, nil -- fail.lua moved jobs: the head is unknown, re-probe
+  return false, loaded, err, tb
+end
+
+-- One fetch of shard h: up to fetch_size due jobs, performed batch_size ids
+-- per perform call, in perform_in order. Returns ok (jobs ran and all
+-- succeeded), head (the shard's earliest perform_in left, or nil).
+-- The fetched jobs are one batch in flight in Redis. All done: acked by this
+-- thread's next Redis call. A perform call fails: one fail.lua call fails its
+-- ids, acks the ones done before and puts the rest back unchanged. Stopping,
+-- or poll_interval after the fetch with jobs still to perform: the same call
+-- without failures (queue.settle), so a stop never waits for more than the
+-- perform in progress, and at most ~poll_interval of finished work is ever
+-- unacked (what a kill -9 would rerun).
+local function process(t, h)
+  local cmds = {}
+  local ack_same = t.pending == h
+  if t.pending and not ack_same then cmds[1] = queue.fetch_cmd(t.pending, t, 0, true) end
+  cmds[#cmds + 1] = queue.fetch_cmd(h, t, h.def.fetch_size, ack_same)
+  local replies = t.conn:pipeline(cmds)
+  if #cmds == 2 then queue.parse_fetch(replies[1], t.pending, t) end
+  t.pending = nil
+  local res = queue.parse_fetch(replies[#replies], h, t)
+  if not res then return false, nil end -- lease held elsewhere
+  local jobs = res.jobs
+  if #jobs == 0 then return false, res.head end
+  local size = h.def.batch_size
+  local fetched, done = core.now(), {}
+  for first = 1, #jobs, size do
+    if first > 1 and (core.stopping() or core.now() - fetched >= t.cfg.poll_interval) then
+      queue.settle(t.conn, h, t, done)
+      local head = res.head
+      if not head or jobs[first].perform_in < head then head = jobs[first].perform_in end
+      return true, head
+    end
+    local slice = #jobs <= size and jobs or { unpack(jobs, first, math.min(first + size - 1, #jobs)) }
+    local ok, performed, err, tb = perform(t, h, slice)
+    if ok == nil then return false, nil end
+    if not ok then
+      fail(t, h, performed, err, tb, done)
+      return false, nil -- fail.lua moved jobs: the head is unknown, re-probe
+    end
+    for _, job in ipairs(performed) do done[#done + 1] = job.id end
+  end
+  t.pending = h
+  return true, res.head
 end
 
 local function scheduler_ctx(t)

@@ -3,7 +3,9 @@
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
 -- ARGV[1] token, [2] lease_ms, [3] now, [4] batch id (from fetch.lua; "" =
 --      whatever is in flight), [5] max_retry_count, [6] error (already dumped;
---      "" = none), then pairs: id, perform_in_if_retried (now + retry_in(rc)).
+--      "" = none), then pairs: id, perform_in_if_retried (now + retry_in(rc))
+--      or id, "done": that id was performed and succeeded (the host performs
+--      a fetched batch in several perform calls when fetch_size > batch_size).
 -- Lease: refused with {"LEASE", pttl} unless this token holds the lease, or
 -- holds nothing but was the last holder (its lease expired and nobody took
 -- it: it re-acquires). A batch id that is not the one in flight (already
@@ -15,8 +17,10 @@
 --   else all payloads go back with retry_count rc, the given perform_in.
 -- "Go back" = "failed + queued" merge: perform_in, retry_count and error of
 -- the failed job overwrite a queued same-id job's; payloads united, min score.
+-- "done" ids are acked (their payloads deleted, counters.processed += 1 each).
 -- In-flight ids not listed go back unchanged (never lost). The busy keys are
--- deleted; counters.failed += number of failed ids.
+-- deleted; counters.failed += number of failed ids. With only "done" ids this
+-- is a partial ack: the ids not performed yet go back to the queue.
 -- Returns {"OK", failed, morgued, head or "", then per morgued job: id,
 -- payload, score}.
 -- luakiq:include shard
@@ -36,11 +40,11 @@ if err == nil or #ARGV % 2 ~= 0 then
 end
 local listed = {}
 for i = 7, #ARGV, 2 do
-  local pin = tonumber(ARGV[i + 1])
-  if not finite(pin) then
+  local done, pin = ARGV[i + 1] == "done", tonumber(ARGV[i + 1])
+  if not done and not finite(pin) then
     error("luakiq fail: perform_in of '" .. ARGV[i] .. "' must be a finite number, got '" .. ARGV[i + 1] .. "'", 0)
   end
-  listed[#listed + 1] = { ARGV[i], string.format("%.17g", pin) }
+  listed[#listed + 1] = { ARGV[i], not done and string.format("%.17g", pin) }
 end
 local now_s = string.format("%.17g", now)
 local busy, berrs = P .. "busy", P .. "busy:errors"
@@ -64,11 +68,14 @@ local function back(id, pin, rc, e, src)
 end
 
 local out = { "OK", "0", "0", "" }
-local failed, morgued, seen = 0, 0, {}
+local failed, morgued, acked, seen = 0, 0, 0, {}
 for _, l in ipairs(listed) do
   local id = l[1]
   local v = not seen[id] and redis.call("HGET", busy, id)
-  if v then
+  if v and not l[2] then
+    seen[id] = true
+    if redis.call("DEL", P .. "busy:payloads:" .. id) == 1 then acked = acked + 1 end
+  elseif v then
     seen[id] = true
     failed = failed + 1
     local rc = tonumber(string.match(v, "\n(.*)$"))
@@ -109,5 +116,6 @@ for i = 1, #flat, 2 do
 end
 redis.call("DEL", busy, berrs)
 if failed > 0 then redis.call("HINCRBY", P .. "counters", "failed", failed) end
+if acked > 0 then redis.call("HINCRBY", P .. "counters", "processed", acked) end
 out[2], out[3], out[4] = tostring(failed), tostring(morgued), head()
 return out

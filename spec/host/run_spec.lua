@@ -128,6 +128,28 @@ describe("luakiq run", function()
     assert.are.equal(0, p:wait(5))
   end)
 
+  it("on TERM amid a fetch of several batches, acks what ran, puts the rest back, exits at once", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { poll_interval = 5 }",
+      ["workers/Rec.lua"] = RECORDER:format(1, 1, [[r.call("SET", "t:started", "1") require("luakiq.core").sleep(0.5)]]),
+    }
+    local lines = {}
+    for i = 1, 6 do lines[i] = ('{"id":"%d","payload":"p%d"}'):format(i, i) end
+    enqueue(dir, "Rec", lines) -- one fetch takes all 6 (fetch_size 10), performed one per call
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return srv.conn:call("GET", "t:started") end, 10, "first perform")
+    local sent = core.now()
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(10), p:log())
+    assert.is_true(core.now() - sent < 1.5, "stop took " .. (core.now() - sent) .. " s")
+    local ran = 0
+    for i = 1, 6 do ran = ran + srv.conn:call("LLEN", "t:seen:" .. i) end
+    assert.is_true(ran >= 1 and ran <= 2, tostring(ran))
+    assert.are.equal(6 - ran, stats(dir).total.length)
+    local rc, out = host.exec("jobs " .. q(dir) .. " Rec busy", nil, env())
+    assert.are.same({ 0, "" }, { rc, out })
+  end)
+
   it("loses nothing when killed with -9 during a batch: the batch runs again after restart", function()
     local dir = host.scriptdir {
       ["config.lua"] = "return { poll_interval = 0.1, lease_ttl = 1 }",

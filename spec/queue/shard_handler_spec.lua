@@ -119,6 +119,64 @@ describe("shard handler", function()
     assert.are.equal(5, env:stats("Batch").processed)
   end)
 
+  it("performs a fetch of fetch_size jobs batch_size ids per perform call, one ack for all", function()
+    local jobs = {}
+    for i, id in ipairs { "e", "d", "c", "b", "a", "f" } do jobs[i] = { id = id, perform_in = now() - i } end
+    jobs[6].perform_in = now() + 1 -- not due
+    env:push("Ahead", jobs)
+    local t, h = thread("Ahead")
+    assert.are.same({ true, now() + 1 }, { runner.process(t, h) })
+    assert.are.same({ { a = { "" }, b = { "" } }, { c = { "" }, d = { "" } }, { e = { "" } } }, calls.perform)
+    local s = env:stats("Ahead")
+    assert.are.same({ 0, 5 }, { s.processed, s.busy })
+    runner.flush(t)
+    s = env:stats("Ahead")
+    assert.are.same({ 5, 0, 1 }, { s.processed, s.busy, s.length })
+  end)
+
+  it("fails one perform call of a fetch: its ids retried, earlier ones acked, later ones back unchanged", function()
+    local jobs = {}
+    for i, id in ipairs { "e", "d", "c", "b", "a" } do jobs[i] = { id = id, perform_in = now() - i, payload = id } end
+    env:push("Ahead", jobs)
+    local t, h, w = thread("Ahead")
+    w.perform = function(batch)
+      calls.perform[#calls.perform + 1] = batch
+      if #calls.perform == 2 then error("second call fails", 0) end
+    end
+    assert.is_false((runner.process(t, h)))
+    assert.are.equal(2, #calls.perform)
+    local s = env:stats("Ahead")
+    assert.are.same({ 2, 2, 0, 3 }, { s.processed, s.failed, s.busy, s.length })
+    for _, id in ipairs { "c", "d" } do
+      local j = env:queued("Ahead", id)
+      assert.are.same({ 0, now() + 10, "second call fails" }, { j.retry_count, j.perform_in, first_line(j.error) })
+    end
+    local e = env:queued("Ahead", "e")
+    assert.are.same({ -1, now() - 1, { { "e", now() } } }, { e.retry_count, e.perform_in, e.payloads })
+    assert.is_nil(env:queued("Ahead", "a"))
+    -- the rest runs next, in perform_in order
+    w.perform = function(batch) calls.perform[#calls.perform + 1] = batch end
+    assert.is_true((runner.process(t, h)))
+    assert.are.same({ e = { "e" } }, calls.perform[3])
+  end)
+
+  it("acks what ran and puts the rest back when a fetch has been held poll_interval", function()
+    local jobs = {}
+    for i, id in ipairs { "e", "d", "c", "b", "a" } do jobs[i] = { id = id, perform_in = now() - i } end
+    env:push("Ahead", jobs)
+    local t, h, w = thread("Ahead")
+    local start = now()
+    w.perform = function(batch)
+      calls.perform[#calls.perform + 1] = batch
+      env.now = S.freeze(start + 0.25) -- poll_interval (0.1 s in these specs) has passed
+    end
+    assert.are.same({ true, start - 3 }, { runner.process(t, h) })
+    assert.are.same({ { a = { "" }, b = { "" } } }, calls.perform)
+    local s = env:stats("Ahead")
+    assert.are.same({ 2, 0, 0, 3 }, { s.processed, s.failed, s.busy, s.length })
+    assert.are.same({ -1, start - 3 }, { env:queued("Ahead", "c").retry_count, env:queued("Ahead", "c").perform_in })
+  end)
+
   it("fails a multi-job batch job by job: one retried, one at the limit to the morgue", function()
     env:push("Batch", { { id = 1, payload = "v1" },
                         { id = 2, payload = "p0", score = 0, retry_count = 2 }, { id = 2, payload = "p1", score = 1 } })
@@ -174,8 +232,8 @@ describe("shard handler", function()
   it("refuses a shard whose lease another token holds: nothing fetched, nothing performed", function()
     env:push("Test", { { id = 1 } })
     local t1, h1 = thread()
-    env:push("Test", { { id = 2 } })
     assert.is_true((runner.process(t1, h1)))
+    env:push("Test", { { id = 2 } })
     local t2, h2 = thread("Test", "other-host")
     assert.are.same({ false, nil }, { runner.process(t2, h2) })
     assert.are.same({}, calls.perform)

@@ -34,7 +34,8 @@ local NOOP = "perform = function(batch) end"
 local RETRY = "retry_in = function(count) return 10 * (count + 1) end"
 local WORKERS = {
   Test = "shards_count = 1, batch_size = 1, max_retry_count = 5",  -- Lowkiq's "Test" queue
-  Batch = "shards_count = 1, batch_size = 3, max_retry_count = 3",
+  Batch = "shards_count = 1, batch_size = 3, fetch_size = 3, max_retry_count = 3",
+  Ahead = "shards_count = 1, batch_size = 2, fetch_size = 5, max_retry_count = 5",
   Multi = "shards_count = 5, batch_size = 2, max_retry_count = 5",
   Other = "shards_count = 2, queue_name = 'OtherQueue'",
 }

@@ -26,5 +26,6 @@ end
 return {
   shards_count = tonumber(env("BENCH_SHARDS") or "5"),
   batch_size = tonumber(env("BENCH_BATCH") or "1"),
+  fetch_size = tonumber(env("BENCH_FETCH") or ""), -- nil: the default, max(batch_size, 10)
   perform = perform,
 }
