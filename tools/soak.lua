@@ -1,7 +1,7 @@
 -- tools/soak.lua: a soak test with an invariant checker.
 --
 --   luakiq lua tools/soak.lua [--payloads N] [--ids K] [--hosts H] [--threads T]
---       [--shards S] [--batch B] [--fail F] [--kill-every SECS] [--redis-restarts R]
+--       [--shards S] [--batch B] [--fetch-size Z] [--fail F] [--kill-every SECS] [--redis-restarts R]
 --       [--max-retry M] [--lease-ttl L] [--work MS] [--backlog X] [--bin PATH]
 --       [--timeout SECS] [--seed N] [--quiet]
 --
@@ -37,7 +37,7 @@ local host = require "helpers.host"
 
 -- Options ----------------------------------------------------------------------
 local opt = {
-  payloads = 20000, ids = 0, hosts = 2, threads = 3, shards = 8, batch = 10, fail = 0.1,
+  payloads = 20000, ids = 0, hosts = 2, threads = 3, shards = 8, batch = 10, ["fetch-size"] = 0, fail = 0.1,
   ["kill-every"] = 4, ["redis-restarts"] = 1, ["max-retry"] = 4, ["lease-ttl"] = 1.5, work = 1,
   backlog = 0, timeout = 0, seed = 0,
 }
@@ -91,7 +91,7 @@ local pid = tostring(core.getpid())
 math.randomseed(core.getpid() * 1000 + (core.thread_index() or 0) + math.floor(core.now() * 1000) %% 100000)
 local FAIL, WORK = %s, %s
 return {
-  shards_count = %d, batch_size = %d, max_retry_count = %d,
+  shards_count = %d, batch_size = %d, fetch_size = %s, max_retry_count = %d,
   retry_in = function(count) return 0.05 * (count + 1) end,
   perform = function(batch)
     local t0 = core.now()
@@ -112,7 +112,8 @@ return {
     luakiq.redis.call("INCRBY", "soak:done", n) -- for the pusher's pacing only
   end,
 }
-]]):format(opt.fail, opt.work / 1000, opt.shards, opt.batch, opt["max-retry"])
+]]):format(opt.fail, opt.work / 1000, opt.shards, opt.batch,
+  opt["fetch-size"] > 0 and tostring(opt["fetch-size"]) or "nil", opt["max-retry"])
 local dir = host.scriptdir {
   ["config.lua"] = ("return { threads_per_node = %d, poll_interval = 0.2, lease_ttl = %s, redis_retry = 60 }")
     :format(opt.threads, opt["lease-ttl"]),
@@ -203,8 +204,9 @@ local function fault_step()
   end
 end
 
-say(("soak: %d payloads over %d ids, %d hosts x %d threads, %d shards, batch %d, fail %.2f, kill every ~%gs, " ..
-  "%d Redis restarts, seed %d, Redis %s"):format(N, IDS, opt.hosts, opt.threads, opt.shards, opt.batch, opt.fail,
+say(("soak: %d payloads over %d ids, %d hosts x %d threads, %d shards, batch %d, fetch_size %s, fail %.2f, " ..
+  "kill every ~%gs, %d Redis restarts, seed %d, Redis %s"):format(N, IDS, opt.hosts, opt.threads, opt.shards, opt.batch,
+  opt["fetch-size"] > 0 and opt["fetch-size"] or "default", opt.fail,
   opt["kill-every"], opt["redis-restarts"], seed, srv.url))
 local chunk = math.max(100, math.floor(BACKLOG / 4))
 while core.now() < deadline do
@@ -345,8 +347,9 @@ local ok = c.lost == 0 and c.overlaps == 0 and c.order == 0 and c.inner_order ==
 local out = io.stdout
 out:write(("soak %s: %d payloads over %d ids in %.1f s (%.0f payloads/s), seed %d\n"):format(
   ok and "PASSED" or "FAILED", N, IDS, run_time, N / run_time, seed))
-out:write(("  hosts %d x %d threads, %d shards, batch %d; faults: %d kill -9, %d TERM, %d Redis restarts, " ..
-  "~%.0f%% batches failing\n"):format(opt.hosts, opt.threads, opt.shards, opt.batch, stats.kills, stats.terms,
+out:write(("  hosts %d x %d threads, %d shards, batch %d, fetch_size %s; faults: %d kill -9, %d TERM, %d Redis restarts, " ..
+  "~%.0f%% batches failing\n"):format(opt.hosts, opt.threads, opt.shards, opt.batch,
+  opt["fetch-size"] > 0 and opt["fetch-size"] or "default", stats.kills, stats.terms,
   stats.redis_restarts, opt.fail * 100))
 out:write(("  batches recorded %d (ids x batches %d); payload executions %d ok, %d failed attempts\n"):format(
   nrec, (function() local n = 0 for _, r in pairs(records) do n = n + #r end return n end)(), c.executions,

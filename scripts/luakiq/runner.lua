@@ -203,22 +203,46 @@ local function process(t, h)
   local jobs = res.jobs
   if #jobs == 0 then return false, res.head end
   local size = h.def.batch_size
-  local fetched, done = core.now(), {}
+  -- h.done: ids of the batch in flight already performed with success. When
+  -- the fail.lua/settle call that would have acked them never reached Redis,
+  -- the next fetch delivers the same batch again: those ids are not rerun.
+  -- (Only a fetch with several perform calls needs it.)
+  local ran
+  if #jobs > size then
+    if not h.done or h.done.batch ~= h.batch then h.done = { batch = h.batch, ids = {} } end
+    ran = h.done.ids
+  end
+  local fetched, done = core.now(), ran and {} or nil
   for first = 1, #jobs, size do
     if first > 1 and (core.stopping() or core.now() - fetched >= t.cfg.poll_interval) then
       queue.settle(t.conn, h, t, done)
+      h.done = nil
       local head = res.head
       if not head or jobs[first].perform_in < head then head = jobs[first].perform_in end
       return true, head
     end
     local slice = #jobs <= size and jobs or { unpack(jobs, first, math.min(first + size - 1, #jobs)) }
-    local ok, performed, err, tb = perform(t, h, slice)
+    if ran and next(ran) then
+      local todo = {}
+      for _, job in ipairs(slice) do
+        if ran[job.id] then done[#done + 1] = job.id else todo[#todo + 1] = job end
+      end
+      slice = todo
+    end
+    local ok, performed, err, tb = true, slice, nil, nil
+    if #slice > 0 then ok, performed, err, tb = perform(t, h, slice) end
     if ok == nil then return false, nil end
     if not ok then
       fail(t, h, performed, err, tb, done)
+      h.done = nil
       return false, nil -- fail.lua moved jobs: the head is unknown, re-probe
     end
-    for _, job in ipairs(performed) do done[#done + 1] = job.id end
+    if ran then
+      for _, job in ipairs(performed) do
+        done[#done + 1] = job.id
+        ran[job.id] = true
+      end
+    end
   end
   t.pending = h
   return true, res.head

@@ -7,7 +7,10 @@ local host = require "helpers.host"
 
 describe("soak", function()
   it("20k payloads through kills, failures and a Redis restart: nothing lost, no overlap, in order", function()
-    local args = "--payloads 20000 --ids 400 --backlog 120 --kill-every 1.5 --work 2 --redis-restarts 1 --timeout 150"
+    -- batch 5 with fetch_size 20: fetches of several perform calls (acks of
+    -- "done" ids, partial acks at stops) under the same faults
+    local args = "--payloads 20000 --ids 400 --backlog 120 --kill-every 1.5 --work 2 --redis-restarts 1 --timeout 150" ..
+      " --batch 5 --fetch-size 20"
     local rc, out, err = host.exec("lua tools/soak.lua " .. args)
     assert.are.equal(0, rc, (out or "") .. (err or ""))
     assert.truthy(out:match("soak PASSED"), out)

@@ -160,6 +160,32 @@ describe("shard handler", function()
     assert.are.same({ e = { "e" } }, calls.perform[3])
   end)
 
+  it("does not rerun the performed part of a fetch when its failure call never reached Redis", function()
+    local jobs = {}
+    for i, id in ipairs { "e", "d", "c", "b", "a" } do jobs[i] = { id = id, perform_in = now() - i } end
+    env:push("Ahead", jobs)
+    local t, h, w = thread("Ahead")
+    local client = t.conn:call("CLIENT", "ID")
+    w.perform = function(batch)
+      calls.perform[#calls.perform + 1] = batch
+      if #calls.perform == 2 then
+        env.conn:call("CLIENT", "KILL", "ID", tostring(client)) -- the connection drops
+        error("second call fails", 0)
+      end
+    end
+    assert.is_false((pcall(runner.process, t, h)))
+    assert.is_true(t.conn:broken())
+    assert.is_true((t.conn:reconnect()))
+    assert.are.equal(5, env:stats("Ahead").busy)
+    w.perform = function(batch) calls.perform[#calls.perform + 1] = batch end
+    assert.is_true((runner.process(t, h))) -- the same batch, delivered again
+    assert.are.same({ { c = { "" }, d = { "" } }, { e = { "" } } }, { calls.perform[3], calls.perform[4] })
+    assert.is_nil(calls.perform[5])
+    runner.flush(t)
+    local s = env:stats("Ahead")
+    assert.are.same({ 5, 0, 0, 0 }, { s.processed, s.failed, s.busy, s.length })
+  end)
+
   it("acks what ran and puts the rest back when a fetch has been held poll_interval", function()
     local jobs = {}
     for i, id in ipairs { "e", "d", "c", "b", "a" } do jobs[i] = { id = id, perform_in = now() - i } end
