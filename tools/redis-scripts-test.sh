@@ -57,6 +57,9 @@ match() { # match DESCRIPTION REGEX ACTUAL
   fi
   return 0
 }
+# rc PREFIX ID: the id's entry in the retries index, "fresh" when absent
+# (the index holds only retry_count >= 0).
+rc() { local v; v=$(r ZSCORE "${1}retries" "$2"); echo "${v:-fresh}"; }
 publishes() { r INFO commandstats | sed -n 's/^cmdstat_publish:calls=\([0-9]*\).*/\1/p' | tr -d '\r' | grep . || echo 0; }
 payloads() { j ZRANGE "$1" 0 -1 WITHSCORES; }
 
@@ -77,7 +80,7 @@ check "push to empty shard publishes (head from none to 100)" "$((pub0 + 1))" "$
 check "push merge: returns 0 added, head kept" "0|100" \
   "$(ev push "$P" "$CH" 50 a 60 3 5 p1 a 40 4 20 p2)"
 check "push merge keeps the queued perform_in (NX)" "100" "$(r ZSCORE "${P}queue" a)"
-check "push merge keeps the queued retry_count (NX)" "-1" "$(r ZSCORE "${P}retries" a)"
+check "push merge keeps the queued retry_count (NX)" "fresh" "$(rc "${P}" a)"
 check "push merge: payloads united, equal payload min score" "p1|5|p2|20" "$(payloads "${P}payloads:a")"
 check "push with a higher score keeps the min" "0|100" "$(ev push "$P" "$CH" 50 a 100 -1 99 p1)"
 check "push merge: min score kept" "p1|5|p2|20" "$(payloads "${P}payloads:a")"
@@ -144,7 +147,7 @@ ev push "$P" "" 50 x 10 1 5 p1 x 10 1 6 p2 y 11 -1 1 y >/dev/null
 r HSET "${P}errors" x EX >/dev/null
 check "A fetches x, y" "OK|1|" "$(ev fetch "$P" A 10000 50 5 '' 1 | cut -d'|' -f1-3)"
 ev push "$P" "" 50 x 1 -1 3 p1 x 1 -1 7 p3 >/dev/null
-check "pushed meanwhile: a separate queued job" "1|-1" "$(r ZSCORE "${P}queue" x)|$(r ZSCORE "${P}retries" x)"
+check "pushed meanwhile: a separate queued job" "1|fresh" "$(r ZSCORE "${P}queue" x)|$(rc "${P}" x)"
 r DEL "${P}lease" >/dev/null   # A's lease expires
 check "B acquires: restores 2 in-flight jobs, then fetches them" \
   "OK|2||2|0|2|x|10|1|EX|3|p1|3|p2|6|p3|7|y|11|-1||1|y|1" "$(ev fetch "$P" B 10000 50 5 '' 1)"
@@ -214,16 +217,16 @@ check "fail at max: f retried, g's oldest payload morgued" "OK|2|1|70|g|g1|1" \
   "$(ev fail "$P" A 10000 100 "$B" 3 BANG f 70 g 80)"
 check "morgue: updated_at now, ids, payload, error" "100|0|g1|1|BANG" \
   "$(r ZSCORE "${P}morgue" g)|$(r ZSCORE "${P}morgue:ids" g)|$(payloads "${P}morgue:payloads:g")|$(r HGET "${P}morgue:errors" g)"
-check "at max with one payload: the queued job pushed meanwhile is unchanged" "500|-1|g9|9" \
-  "$(r ZSCORE "${P}queue" g)|$(r ZSCORE "${P}retries" g)|$(payloads "${P}payloads:g")"
+check "at max with one payload: the queued job pushed meanwhile is unchanged" "500|fresh|g9|9" \
+  "$(r ZSCORE "${P}queue" g)|$(rc "${P}" g)|$(payloads "${P}payloads:g")"
 check "below max: f retry_count 1" "70|1" "$(r ZSCORE "${P}queue" f)|$(r ZSCORE "${P}retries" f)"
 # At max with several payloads: the rest go back with -1, now.
 r ZADD "${P}retries" 2 f >/dev/null
 r ZADD "${P}queue" 0 f >/dev/null
 B=$(ev fetch "$P" A 10000 100 1 '' 1 | cut -d'|' -f2)
 check "fail at max, 3 payloads" "OK|1|1|100|f|p2|0.5" "$(ev fail "$P" A 10000 100 "$B" 3 LAST f 999)"
-check "rest back: perform_in now, retry_count -1, error" "100|-1|LAST" \
-  "$(r ZSCORE "${P}queue" f)|$(r ZSCORE "${P}retries" f)|$(r HGET "${P}errors" f)"
+check "rest back: perform_in now, retry_count -1, error" "100|fresh|LAST" \
+  "$(r ZSCORE "${P}queue" f)|$(rc "${P}" f)|$(r HGET "${P}errors" f)"
 check "rest back: payloads" "p1|1|p3|3" "$(payloads "${P}payloads:f")"
 check "morgue has 2 jobs" "2|f|g" "$(r ZCARD "${P}morgue")|$(j ZRANGE "${P}morgue:ids" 0 -1)"
 # Lease rules for fail.
@@ -232,8 +235,8 @@ match "fail refused for another token" "^LEASE\|[0-9]+$" "$(ev fail "$P" X 10000
 r DEL "${P}lease" >/dev/null
 check "fail by the last holder re-acquires; unlisted ids go back unchanged" "OK|1|0|200" \
   "$(ev fail "$P" A 10000 100 "$B" 3 E f 200)"
-check "the unlisted id g is back with its own values" "500|-1|g9|9" \
-  "$(r ZSCORE "${P}queue" g)|$(r ZSCORE "${P}retries" g)|$(payloads "${P}payloads:g")"
+check "the unlisted id g is back with its own values" "500|fresh|g9|9" \
+  "$(r ZSCORE "${P}queue" g)|$(rc "${P}" g)|$(payloads "${P}payloads:g")"
 r DEL "${P}lease" >/dev/null
 r SET "${P}holder" Z >/dev/null
 check "fail refused when the lease is free and another was the holder" "LEASE|-2" "$(ev fail "$P" A 10000 100 '' 3 E f 1)"
@@ -246,8 +249,8 @@ B=$(ev fetch "$D" A 10000 100 3 '' 1 | cut -d'|' -f2)
 check "fail with a done id: acks it, fails b, c back" "OK|1|0|3" "$(ev fail "$D" A 10000 100 "$B" 5 E a done b 300)"
 check "done id acked: gone, counted" "0|0|1|1" \
   "$(r EXISTS "${D}busy:payloads:a")|$(r EXISTS "${D}payloads:a")|$(r HGET "${D}counters" processed)|$(r HGET "${D}counters" failed)"
-check "failed id retried, unlisted id back unchanged" "300|0|3|-1|pc|10" \
-  "$(r ZSCORE "${D}queue" b)|$(r ZSCORE "${D}retries" b)|$(r ZSCORE "${D}queue" c)|$(r ZSCORE "${D}retries" c)|$(payloads "${D}payloads:c")"
+check "failed id retried, unlisted id back unchanged" "300|0|3|fresh|pc|10" \
+  "$(r ZSCORE "${D}queue" b)|$(rc "${D}" b)|$(r ZSCORE "${D}queue" c)|$(rc "${D}" c)|$(payloads "${D}payloads:c")"
 B=$(ev fetch "$D" A 10000 100 3 '' 1 | cut -d'|' -f2)
 check "only done ids: a partial ack" "OK|0|0|300" "$(ev fail "$D" A 10000 100 "$B" 5 '' c done)"
 check "partial ack: processed, nothing in flight" "2|0|b" "$(r HGET "${D}counters" processed)|$(r EXISTS "${D}busy")|$(j ZRANGE "${D}queue" 0 -1)"
@@ -264,8 +267,8 @@ ev push "$P" "" 50 m1 999 4 3 pa m1 999 4 4 pc >/dev/null
 r HSET "${P}errors" m1 OLD >/dev/null
 pub0=$(publishes)
 check "morgue_requeue by id" "1|2" "$(ev morgue_requeue "$P" "$CH" 77 100 m1)"
-check "requeue: perform_in now, retry_count -1, morgue error copied" "77|-1|DEAD" \
-  "$(r ZSCORE "${P}queue" m1)|$(r ZSCORE "${P}retries" m1)|$(r HGET "${P}errors" m1)"
+check "requeue: perform_in now, retry_count -1, morgue error copied" "77|fresh|DEAD" \
+  "$(r ZSCORE "${P}queue" m1)|$(rc "${P}" m1)|$(r HGET "${P}errors" m1)"
 check "requeue: payloads united, min score" "pa|1|pc|4|pb|5" "$(payloads "${P}payloads:m1")"
 check "requeue: morgue keys gone" "0|0|0|0" \
   "$(r ZSCORE "${P}morgue" m1 | grep -c .)|$(r ZSCORE "${P}morgue:ids" m1 | grep -c .)|$(r EXISTS "${P}morgue:payloads:m1")|$(r HEXISTS "${P}morgue:errors" m1)"
@@ -320,7 +323,7 @@ check "kill_failed: updated_at now, error copied" "90|E2|90" \
 check "kill_failed: removed from the queue" "k1|k4" "$(j ZRANGE "${P}queue" 0 -1)"
 check "kill_failed: queue keys gone" "0|0" "$(r EXISTS "${P}payloads:k2")|$(r HEXISTS "${P}errors" k2)"
 check "kill_failed page 2" "1|0" "$(ev kill_failed "$P" 90 2)"
-check "kill_failed leaves fresh jobs" "k1|-1" "$(j ZRANGE "${P}ids" 0 -1)|$(r ZSCORE "${P}retries" k1)"
+check "kill_failed leaves fresh jobs" "k1|fresh" "$(j ZRANGE "${P}ids" 0 -1)|$(rc "${P}" k1)"
 ev push "$P" "" 50 e1 10 -1 1 x e2 11 0 1 x e3 12 2 1 x >/dev/null
 check "delete_failed page" "1|1" "$(ev delete_failed "$P" 1)"
 check "delete_failed last page" "1|0" "$(ev delete_failed "$P" 5)"
@@ -360,6 +363,27 @@ check "jobs by perform_in desc, range" "1|$B1" "$(ev jobs "$P" queue perform_in 
 check "jobs by retry_count asc, failed only" "2|$B1|$C1" "$(ev jobs "$P" queue retry_count asc 0 +inf 0 10)"
 check "jobs by retry_count desc" "3|$C1|$B1|$A1" "$(ev jobs "$P" queue retry_count desc -inf +inf 0 10)"
 check "jobs limit 0" "0" "$(ev jobs "$P" queue id asc - + 0 0)"
+# By retry_count the fresh jobs (-1, not in the retries index) come from the id
+# index, retried ids skipped: pages across the fresh/retried boundary.
+R="$NS:{Q:7}:"
+ev push "$R" "" 50 a 1 -1 1 x b 1 1 1 x c 1 -1 1 x d 1 0 1 x e 1 -1 1 x f 1 2 1 x >/dev/null
+# ids of a jobs reply whose records have one payload each (7 fields)
+ids_of() { awk -F'|' '{ s = ""; for (i = 0; i < $1; i++) s = s (i ? "," : "") $(2 + 7 * i); print s }' <<<"$1"; }
+check "stats: fresh = queued - retries" "3|3" "$(ev stats "$R" | cut -d'|' -f1,2)"
+check "by retry_count asc: fresh by id, then retries" "a,c,e,d,b,f" "$(ids_of "$(ev jobs "$R" queue retry_count asc -inf +inf 0 10)")"
+check "by retry_count desc" "f,b,d,e,c,a" "$(ids_of "$(ev jobs "$R" queue retry_count desc -inf +inf 0 10)")"
+check "asc pages of 2" "a,c|e,d|b,f|" "$(for o in 0 2 4 6; do ids_of "$(ev jobs "$R" queue retry_count asc -inf +inf $o 2)"; done | paste -sd'|' -)"
+check "desc pages of 4" "f,b,d,e|c,a" "$(for o in 0 4; do ids_of "$(ev jobs "$R" queue retry_count desc -inf +inf $o 4)"; done | paste -sd'|' -)"
+check "asc offset 1 limit 1 (walk skips retried b)" "c" "$(ids_of "$(ev jobs "$R" queue retry_count asc -inf +inf 1 1)")"
+check "range: fresh only, retried only, (-1 exclusive" "a,c,e|d,b,f|f,b,d" \
+  "$(ids_of "$(ev jobs "$R" queue retry_count asc -inf -1 0 10)")|$(ids_of "$(ev jobs "$R" queue retry_count asc 0 +inf 0 10)")|$(ids_of "$(ev jobs "$R" queue retry_count desc '(-1' +inf 0 10)")"
+r DEL "${R}retries" >/dev/null   # no retried job: the fresh page is a rank lookup
+check "rank path, asc and desc with offset" "c,d|e,d" \
+  "$(ids_of "$(ev jobs "$R" queue retry_count asc -inf +inf 2 2)")|$(ids_of "$(ev jobs "$R" queue retry_count desc -inf +inf 1 2)")"
+match "bad score bound" "bad score bound" "$(ev jobs "$R" queue retry_count asc x +inf 0 10)"
+# push: retry_count >= 0 enters the index only for an id not queued, first occurrence wins
+ev push "$R" "" 60 a 1 5 1 y g 1 -1 1 y g 1 3 1 y h 1 4 1 y h 1 -1 1 y >/dev/null
+check "push rc >= 0: queued a keeps -1, g's first (-1) wins, new h gets 4" "fresh|fresh|4" "$(rc "$R" a)|$(rc "$R" g)|$(rc "$R" h)"
 match "jobs rejects a bad order" "bad what/order" "$(ev jobs "$P" queue updated_at asc - + 0 10)"
 match "jobs rejects a bad dir" "dir must be" "$(ev jobs "$P" queue id up - + 0 10)"
 r ZADD "${P}morgue" 300 ma 100 mb >/dev/null

@@ -61,7 +61,7 @@ end
 local function back(id, pin, rc, e, src)
   if redis.call("EXISTS", src) == 0 then return end
   redis.call("ZADD", P .. "queue", pin, id)
-  redis.call("ZADD", P .. "retries", rc, id)
+  set_retry(P, id, rc)
   redis.call("ZADD", P .. "ids", 0, id)
   merge_payloads(src, P .. "payloads:" .. id)
   if e and e ~= "" then redis.call("HSET", P .. "errors", id, e) else redis.call("HDEL", P .. "errors", id) end

@@ -65,7 +65,7 @@ if not cur and redis.call("GET", P .. "holder") ~= token then
     local src, dst = P .. "busy:payloads:" .. id, P .. "payloads:" .. id
     if redis.call("EXISTS", src) == 1 then
       redis.call("ZADD", P .. "queue", pin, id)
-      redis.call("ZADD", P .. "retries", rc, id)
+      set_retry(P, id, rc)
       redis.call("ZADD", P .. "ids", 0, id)
       merge_payloads(src, dst)
       local err = redis.call("HGET", berrs, id)
@@ -158,10 +158,19 @@ if want == "1" and limit > 0 then
     if m > 0 then
       local ids = {}
       for i = 1, m do ids[i] = due[2 * i - 1] end
+      -- retry_count: from the retries index, -1 when absent (a fresh job)
       local rcs = {}
-      each_chunk("ZMSCORE", P .. "retries", ids, function(r, off) for j = 1, #r do rcs[off + j] = r[j] end end)
+      if redis.call("EXISTS", P .. "retries") == 1 then
+        local retried = {}
+        each_chunk("ZMSCORE", P .. "retries", ids, function(r, off)
+          for j = 1, #r do
+            rcs[off + j] = r[j]
+            if r[j] then retried[#retried + 1] = ids[off + j] end
+          end
+        end)
+        if #retried > 0 then each_chunk("ZREM", P .. "retries", retried) end
+      end
       each_chunk("ZREM", P .. "queue", ids)
-      each_chunk("ZREM", P .. "retries", ids)
       each_chunk("ZREM", P .. "ids", ids)
       local errs = {}
       if redis.call("EXISTS", P .. "errors") == 1 then

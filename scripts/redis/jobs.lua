@@ -11,6 +11,10 @@
 --   queue:  id, perform_in, retry_count, error or "", npayloads, payload, score, ...
 --   morgue: id, updated_at, error or "", npayloads, payload, score, ...
 -- Payloads in ascending score order. Jobs in flight are not listed (busy.lua).
+-- By retry_count: ordered by (retry_count, id). The retries index holds only
+-- retry_count >= 0, so the fresh jobs (-1) come from the id index, skipping
+-- retried ids; with no retried job queued that is a rank lookup, otherwise a
+-- walk of the id index (linear in offset, like ZRANGEBYSCORE's LIMIT).
 local P = KEYS[1]
 local what, order, dir, min, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local offset, limit = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -31,12 +35,73 @@ for _, v in ipairs({ offset or -1, limit or -1 }) do
   end
 end
 if limit == 0 then return { "0" } end
-local cmd
-if order == "id" then cmd = dir == "asc" and "ZRANGEBYLEX" or "ZREVRANGEBYLEX"
-else cmd = dir == "asc" and "ZRANGEBYSCORE" or "ZREVRANGEBYSCORE" end
-local lo, hi = min, max
-if dir == "desc" then lo, hi = max, min end
-local ids = redis.call(cmd, P .. src, lo, hi, "LIMIT", offset, limit)
+-- One page of queued ids by retry_count (see the header).
+local function by_retry_count()
+  local function bound(s)
+    if s == "-inf" then return -math.huge, false end
+    if s == "+inf" or s == "inf" then return math.huge, false end
+    local excl = s:sub(1, 1) == "("
+    local v = tonumber(excl and s:sub(2) or s)
+    if not v or v ~= v then error("luakiq jobs: bad score bound '" .. s .. "'", 0) end
+    return v, excl
+  end
+  local lo, lox = bound(min)
+  local hi, hix = bound(max)
+  local R, I = P .. "retries", P .. "ids"
+  local nr_all = redis.call("ZCARD", R)
+  local fresh_in = (lo < -1 or (lo == -1 and not lox)) and (hi > -1 or (hi == -1 and not hix))
+  local nf = fresh_in and math.max(redis.call("ZCARD", P .. "queue") - nr_all, 0) or 0
+  local function retried(off, n)
+    if n <= 0 then return {} end
+    if dir == "asc" then return redis.call("ZRANGEBYSCORE", R, min, max, "LIMIT", off, n) end
+    return redis.call("ZREVRANGEBYSCORE", R, max, min, "LIMIT", off, n)
+  end
+  local rev = dir == "desc" and "REV" or nil
+  local function fresh(off, n)
+    if n <= 0 or off >= nf then return {} end
+    if nr_all == 0 then
+      if rev then return redis.call("ZRANGE", I, off, off + n - 1, rev) end
+      return redis.call("ZRANGE", I, off, off + n - 1)
+    end
+    local out, pos, skip = {}, 0, off
+    while #out < n do
+      local chunk = rev and redis.call("ZRANGE", I, pos, pos + 999, rev) or redis.call("ZRANGE", I, pos, pos + 999)
+      if #chunk == 0 then break end
+      local sc = redis.call("ZMSCORE", R, unpack(chunk))
+      for j = 1, #chunk do
+        if not sc[j] then
+          if skip > 0 then skip = skip - 1
+          elseif #out < n then out[#out + 1] = chunk[j] end
+        end
+      end
+      pos = pos + #chunk
+    end
+    return out
+  end
+  local first, second
+  if dir == "asc" then
+    first = fresh(offset, limit)
+    second = retried(math.max(offset - nf, 0), limit - #first)
+  else
+    local nr = redis.call("ZCOUNT", R, min, max)
+    first = retried(offset, limit)
+    second = fresh(math.max(offset - nr, 0), limit - #first)
+  end
+  for _, id in ipairs(second) do first[#first + 1] = id end
+  return first
+end
+
+local ids
+if what == "queue" and order == "retry_count" then
+  ids = by_retry_count()
+else
+  local cmd
+  if order == "id" then cmd = dir == "asc" and "ZRANGEBYLEX" or "ZREVRANGEBYLEX"
+  else cmd = dir == "asc" and "ZRANGEBYSCORE" or "ZREVRANGEBYSCORE" end
+  local lo, hi = min, max
+  if dir == "desc" then lo, hi = max, min end
+  ids = redis.call(cmd, P .. src, lo, hi, "LIMIT", offset, limit)
+end
 local out, n = { "0" }, 0
 local pre = what == "morgue" and "morgue:" or ""
 for _, id in ipairs(ids) do

@@ -29,7 +29,7 @@ for _, id in ipairs(ids) do
   local src, dst = P .. "morgue:payloads:" .. id, P .. "payloads:" .. id
   if redis.call("ZSCORE", P .. "morgue", id) and redis.call("EXISTS", src) == 1 then
     redis.call("ZADD", P .. "queue", now_s, id)
-    redis.call("ZADD", P .. "retries", -1, id)
+    redis.call("ZREM", P .. "retries", id) -- retry_count -1: not in the retries index
     redis.call("ZADD", P .. "ids", 0, id)
     merge_payloads(src, dst)
     local err = redis.call("HGET", P .. "morgue:errors", id)

@@ -33,28 +33,49 @@ end
 if (#ARGV - 2) % 5 ~= 0 then error("luakiq push: ARGV must be channel, now, then groups of 5", 0) end
 finite(ARGV[2], "now")
 -- Validate everything before the first write: a script error does not roll
--- back. The arguments of the three variadic ZADDs are built on the way.
-local qargs, rargs, iargs = {}, {}, {}
+-- back. The arguments of the variadic ZADDs are built on the way.
+local qargs, iargs = {}, {}
+local retried -- groups with retry_count >= 0 (rare): {id, rc, group number}
 local k = 0
 for i = 3, #ARGV, 5 do
   local n = (i - 3) / 5 + 1
   local id = ARGV[i]
   if id == "" then error("luakiq push: job " .. n .. ": id is empty", 0) end
   qargs[k + 1], qargs[k + 2] = finite(ARGV[i + 1], "job " .. n .. " perform_in"), id
-  rargs[k + 1], rargs[k + 2] = finite(ARGV[i + 2], "job " .. n .. " retry_count"), id
+  local rc = finite(ARGV[i + 2], "job " .. n .. " retry_count")
+  if rc ~= "-1" and tonumber(rc) >= 0 then
+    retried = retried or {}
+    retried[#retried + 1] = { id, rc, n }
+  end
   iargs[k + 1], iargs[k + 2] = "0", id
   k = k + 2
   finite(ARGV[i + 3], "job " .. n .. " score")
 end
 local queue = P .. "queue"
 local before = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
--- new + queued: ZADD NX keeps a queued job's perform_in/retry_count, and
--- within one variadic ZADD NX the first occurrence of an id wins.
+-- The retries index holds only retry_count >= 0 (lib/shard.lua set_retry).
+-- A job pushed with one enters it only when its id was not queued yet (a
+-- queued job keeps its own retry_count, below).
+if retried then
+  local want = {} -- id -> its earliest group with retry_count >= 0
+  for _, r in ipairs(retried) do want[r[1]] = want[r[1]] or r end
+  for i = 3, #ARGV, 5 do -- an earlier group of the id (retry_count < 0) wins
+    local r = want[ARGV[i]]
+    if r and (i - 3) / 5 + 1 < r[3] then want[ARGV[i]] = false end
+  end
+  for _, r in ipairs(retried) do
+    if want[r[1]] == r and not redis.call("ZSCORE", queue, r[1]) then
+      redis.call("ZADD", P .. "retries", r[2], r[1])
+    end
+  end
+end
+-- new + queued: ZADD NX keeps a queued job's perform_in (and its
+-- retry_count, above), and within one variadic ZADD NX the first occurrence
+-- of an id wins.
 local added = 0
 for from = 1, k, 2000 do
   local to = math.min(from + 1999, k)
   added = added + redis.call("ZADD", queue, "NX", unpack(qargs, from, to))
-  redis.call("ZADD", P .. "retries", "NX", unpack(rargs, from, to))
   redis.call("ZADD", P .. "ids", "NX", unpack(iargs, from, to))
 end
 for i = 3, #ARGV, 5 do

@@ -4,10 +4,12 @@
 -- Returns strings {fresh (queued, retry_count < 0), retries (queued,
 -- retry_count >= 0), morgue_length, head (lowest perform_in) or "",
 -- processed, failed, busy (jobs in flight)}.
+-- (The retries index holds only retry_count >= 0, so fresh = queue - retries.)
 local P = KEYS[1]
+local queued, retries = redis.call("ZCARD", P .. "queue"), redis.call("ZCARD", P .. "retries")
 return {
-  tostring(redis.call("ZCOUNT", P .. "retries", "-inf", "(0")),
-  tostring(redis.call("ZCOUNT", P .. "retries", 0, "+inf")),
+  tostring(math.max(queued - retries, 0)),
+  tostring(retries),
   tostring(redis.call("ZCARD", P .. "morgue")),
   redis.call("ZRANGE", P .. "queue", 0, 0, "WITHSCORES")[2] or "",
   redis.call("HGET", P .. "counters", "processed") or "0",

@@ -106,6 +106,7 @@ describe("metrics", function()
         by_worker = {
           Test = { length = 0, morgue_length = 1, lag = 0 },
           Batch = { length = 0, morgue_length = 0, lag = 0 },
+          Ahead = { length = 0, morgue_length = 0, lag = 0 },
           Multi = { length = 2, morgue_length = 0, lag = 4 },
           Other = { length = 1, morgue_length = 0, lag = 7 },
         },

@@ -15,6 +15,14 @@ local function merge_payloads(src, dst)
   end
 end
 
+-- The retries index holds only jobs waiting for a retry (retry_count >= 0);
+-- a fresh job (-1) is not in it, which spares every push and fetch of a
+-- fresh job one sorted-set write. rc: a Redis score string.
+local function set_retry(P, id, rc)
+  if tonumber(rc) >= 0 then redis.call("ZADD", P .. "retries", rc, id)
+  else redis.call("ZREM", P .. "retries", id) end
+end
+
 -- Fencing for writers of a shard's batch in flight (fail.lua, bury.lua): the
 -- caller must hold the lease, or be its last holder with nobody since (then it
 -- takes it again). Returns the refusal {"LEASE", pttl}, or nil after renewing.
