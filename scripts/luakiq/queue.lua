@@ -46,8 +46,8 @@ function M.parse_fetch(r, h, t)
     local np = tonumber(r[i + 4]) or 0
     i = i + 5
     for k = 1, np do
-      job.payloads[k] = { r[i], tonumber(r[i + 1]) }
-      i = i + 2
+      job.payloads[k] = { r[i] } -- (fetch.lua sends no scores)
+      i = i + 1
     end
     jobs[j] = job
   end
@@ -99,8 +99,9 @@ function M.settle(conn, h, t, done)
 end
 
 -- Moves payloads that cannot be loaded ({id=, payload=bytes, error=dumped})
--- out of h's batch in flight into the morgue (bury.lua), at once. Returns
--- false when the shard's lease is gone (another holder has the batch now).
+-- out of h's batch in flight into the morgue (bury.lua), at once, and sets
+-- b.score of each buried one. Returns false when the shard's lease is gone
+-- (another holder has the batch now).
 function M.bury(conn, h, t, now, bad)
   local cmd = { script = "bury", h.prefix, t.token, t.lease_ms, now, h.batch or "" }
   for _, b in ipairs(bad) do
@@ -116,6 +117,7 @@ function M.bury(conn, h, t, now, bad)
     h.batch = nil
     return false
   end
+  for i, b in ipairs(bad) do b.score = tonumber(r[2 + i]) end
   return true
 end
 

@@ -118,7 +118,7 @@ local function load_batch(t, h, jobs)
         good[#good + 1] = p
       else
         if v == luakiq.FATAL then error(v, 0) end
-        bad[#bad + 1] = { id = job.id, payload = p[1], score = p[2],
+        bad[#bad + 1] = { id = job.id, payload = p[1],
                           message = "load_payload failed: " .. tostring(v):match("^[^\n]*") }
       end
     end

@@ -13,7 +13,8 @@
 -- joins morgue:payloads:<id> (min score merge), morgue[id] = now,
 -- morgue:errors[id] = error. An id left without payloads leaves the batch
 -- (busy, busy:errors). counters.failed += ids touched.
--- Returns {"OK", buried} (buried = payloads moved).
+-- Returns {"OK", buried, then per triple: the payload's score, or "" when it
+-- was not buried} (buried = payloads moved; fetch.lua sends no scores).
 -- luakiq:include shard
 local P = KEYS[1]
 local token, lease_ms, now, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -36,11 +37,12 @@ if redis.call("EXISTS", busy) == 0 or batch ~= redis.call("GET", P .. "batch") t
 end
 
 local now_s = string.format("%.17g", now)
-local buried, touched = 0, {}
+local buried, touched, out = 0, {}, { "OK", "0" }
 for i = 5, #ARGV, 3 do
   local id, payload, err = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local src = P .. "busy:payloads:" .. id
   local score = redis.call("HEXISTS", busy, id) == 1 and redis.call("ZSCORE", src, payload)
+  out[#out + 1] = score or ""
   if score then
     redis.call("ZREM", src, payload)
     redis.call("ZADD", P .. "morgue:payloads:" .. id, "LT", score, payload)
@@ -62,4 +64,5 @@ for _, id in ipairs(touched) do
   end
 end
 if #touched > 0 then redis.call("HINCRBY", P .. "counters", "failed", #touched) end
-return { "OK", tostring(buried) }
+out[2] = tostring(buried)
+return out

@@ -191,7 +191,7 @@ describe("values in Redis that another producer wrote", function()
     local r = srv.conn:script("fetch", P, "tok", 30000, S.now(), 10, "", "1")
     assert.are.equal("3", r[2])
     assert.are.equal("2", r[6]) -- "gone" has no payloads: dropped
-    local byid = { [r[7]] = { r[8], r[9] }, [r[14]] = { r[15], r[16] } }
+    local byid = { [r[7]] = { r[8], r[9] }, [r[13]] = { r[14], r[15] } } -- records: 5 fields + 1 payload
     assert.is_number(tonumber(byid.j1[1]))
     assert.are.equal("-1", byid.j1[2])
     assert.are.same({ "12", "1" }, byid.j2)

@@ -317,6 +317,17 @@ describe("shard handler", function()
     assert.are.same({ 1, 0, 1 }, { s.processed, s.failed, s.busy })
   end)
 
+  it("hands an unloadable payload to retries_exhausted with its score (bury.lua reports it)", function()
+    env.conn:script("push", env:prefix("Test"), "", now(), "x", now(), -1, 7, "{bad", "x", now(), -1, 8, '"ok"')
+    local t, h = thread()
+    assert.is_true((runner.process(t, h)))
+    assert.are.same({ { x = { "ok" } } }, calls.perform)
+    local dead = calls.exhausted[1]
+    assert.are.equal(1, #dead)
+    assert.truthy(dead[1].error:match("^load_payload failed"), dead[1].error)
+    assert.are.same({ id = "x", payloads = { { "{bad", 7 } } }, { id = dead[1].id, payloads = dead[1].payloads })
+  end)
+
   it("falls back to the default formula when retry_in fails", function()
     env:push("Test", { { id = 1 } })
     local t, h, w = thread()
