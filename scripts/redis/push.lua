@@ -18,13 +18,15 @@ local channel = ARGV[1]
 -- Numbers are normalized to %.17g; jobs of one call mostly share their
 -- strings (perform_in = score = now, retry_count = -1), so each distinct
 -- string is checked and formatted once.
+-- (what: a field name; n: the job number. The message is built only on error.)
 local memo = {}
-local function finite(v, what)
+local function finite(v, what, n)
   local s = memo[v]
   if s then return s end
   local x = tonumber(v)
   if not x or x ~= x or x == math.huge or x == -math.huge then
-    error("luakiq push: " .. what .. " must be a finite number, got '" .. tostring(v) .. "'", 0)
+    error("luakiq push: " .. (n and "job " .. n .. " " or "") .. what .. " must be a finite number, got '" ..
+      tostring(v) .. "'", 0)
   end
   s = string.format("%.17g", x)
   memo[v] = s
@@ -41,15 +43,15 @@ for i = 3, #ARGV, 5 do
   local n = (i - 3) / 5 + 1
   local id = ARGV[i]
   if id == "" then error("luakiq push: job " .. n .. ": id is empty", 0) end
-  qargs[k + 1], qargs[k + 2] = finite(ARGV[i + 1], "job " .. n .. " perform_in"), id
-  local rc = finite(ARGV[i + 2], "job " .. n .. " retry_count")
+  qargs[k + 1], qargs[k + 2] = finite(ARGV[i + 1], "perform_in", n), id
+  local rc = finite(ARGV[i + 2], "retry_count", n)
   if rc ~= "-1" and tonumber(rc) >= 0 then
     retried = retried or {}
     retried[#retried + 1] = { id, rc, n }
   end
   iargs[k + 1], iargs[k + 2] = "0", id
   k = k + 2
-  finite(ARGV[i + 3], "job " .. n .. " score")
+  finite(ARGV[i + 3], "score", n)
 end
 local queue = P .. "queue"
 local before = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
