@@ -330,6 +330,20 @@ static int store_append(store *s, const struct store_cmd *cmd, const char *sha) 
     return rc;
 }
 
+/* Writes the output buffer out once it holds STORE_FLUSH_AT bytes, so that
+ * Redis starts on the first commands of a big pipeline (an enqueue of many
+ * shard groups) while this thread formats the next ones. Blocking socket:
+ * returns when all is written. Caller's thread. */
+#define STORE_FLUSH_AT (256 * 1024)
+static int store_flush_big(store *s) {
+    if (sdslen(s->c->obuf) < STORE_FLUSH_AT) return REDIS_OK;
+    int done = 0;
+    do {
+        if (redisBufferWrite(s->c, &done) != REDIS_OK) return REDIS_ERR;
+    } while (!done);
+    return REDIS_OK;
+}
+
 static int store_is_noscript(const redisReply *r) {
     return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
@@ -339,7 +353,7 @@ int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **
     if (store_broken(s)) { snprintf(err, errlen, "Redis connection is down"); return -1; }
     for (int i = 0; i < n; i++) {
         if (cmds[i].script && store_script_sha(s, cmds[i].script, sha, err, errlen) < 0) return -1;
-        if (store_append(s, &cmds[i], sha) != REDIS_OK) goto io;
+        if (store_append(s, &cmds[i], sha) != REDIS_OK || store_flush_big(s) != REDIS_OK) goto io;
     }
     int got = 0;
     for (; got < n; got++) {
