@@ -478,6 +478,40 @@ local function evalsha_rate()
   return tonumber(out:match("([%d%.]+) requests per second"))
 end
 
+-- The floor of an enqueue: the writes a new luakiq job needs (its entries in
+-- the queue and ids sorted sets, its own payload set), sent as plain
+-- pipelined commands without a script, against a Sidekiq-like LPUSH of the
+-- same number of 50-byte JSON strings. Returns Redis CPU seconds per job
+-- for both (FLUSHALL before and after).
+local function enqueue_floor(n)
+  local now = string.format("%.17g", core.now())
+  local function measure(build)
+    fresh_db()
+    local c0 = cpu_secs(REDIS_PID)
+    for i = 0, n - 1, 1000 do pipeline(build(i, math.min(i + 999, n - 1))) end
+    local used = cpu_secs(REDIS_PID) - c0
+    fresh_db()
+    return used / n
+  end
+  local writes = measure(function(from, to)
+    local q, ids, cmds = { "ZADD", "f:{Q:0}:queue", "NX" }, { "ZADD", "f:{Q:0}:ids", "NX" }, {}
+    cmds[1], cmds[2] = q, ids
+    for j = from, to do
+      local id = tostring(j)
+      q[#q + 1], q[#q + 2] = now, id
+      ids[#ids + 1], ids[#ids + 2] = "0", id
+      cmds[#cmds + 1] = { "ZADD", "f:{Q:0}:payloads:" .. id, "LT", now, "" }
+    end
+    return cmds
+  end)
+  local lpush = measure(function(from, to)
+    local l = { "LPUSH", "queue:default" }
+    for j = from, to do l[#l + 1] = string.format('{"class":"Blank","args":[],"jid":"%024d"}', j) end
+    return { l }
+  end)
+  return writes, lpush
+end
+
 -- --- main -------------------------------------------------------------------------------------
 local main_ok, main_err = xpcall(function()
   local cpu = capture("grep -m1 'model name' /proc/cpuinfo"):match(":%s*(.-)%s*$") or "?"
@@ -504,6 +538,8 @@ local main_ok, main_err = xpcall(function()
   end
   io.stderr:write("  redis-benchmark ...\n")
   local rtt = evalsha_rate()
+  io.stderr:write("  enqueue floor ...\n")
+  local floor_w, floor_l = enqueue_floor(opt.jobs)
 
   print()
   local rows = {}
@@ -551,6 +587,9 @@ local main_ok, main_err = xpcall(function()
   if rtt then
     print(string.format("raw round trips: redis-benchmark -c 5 EVALSHA 'return 1': %s calls/s", fmt_int(rtt)))
   end
+  print(string.format("enqueue floor: a new job's writes as plain pipelined commands (no script) cost Redis %.1f us/job"
+    .. " (ceiling %s jobs/s); LPUSH of the same number of jobs: %.2f us/job", floor_w * 1e6, fmt_int(1 / floor_w),
+    floor_l * 1e6))
 
   -- The issue's targets.
   print()
