@@ -80,7 +80,7 @@ function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done)
   if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end
   local morgued = {}
   if r[1] ~= "OK" then
-    log.warn("lease lost before the failure was recorded; the next holder retries the batch",
+    log.warn("lease lost before the failure or partial ack was recorded; the next holder runs the batch again",
       { worker = h.worker, shard = h.shard })
     return morgued
   end
