@@ -212,7 +212,8 @@ static char *store_expand_includes(const char *dir, char *src, size_t *len) {
     static const char tag[] = "\n-- luakiq:include ";
     char *at;
     size_t from = 0; /* text before it is expanded already: a library is never re-expanded */
-    while ((at = strstr(src + from, tag))) {
+    /* (from - 1: a library's last newline may start the next include line) */
+    while ((at = strstr(src + (from ? from - 1 : 0), tag))) {
         at++; /* keep the newline: the tag starts the next line */
         const size_t taglen = sizeof tag - 2; /* without the newline and the NUL */
         char *name = at + taglen, *eol = strchr(name, '\n');

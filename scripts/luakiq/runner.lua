@@ -62,6 +62,16 @@ local function flush(t)
   queue.parse_fetch(r[1], h, t)
 end
 
+-- Calls the worker's retries_exhausted with dead ({id=, payloads=, error=}
+-- per morgued payload). Its errors are logged, luakiq.FATAL goes through.
+local function exhausted(w, dead)
+  local okx, e = xpcall(w.retries_exhausted, traceback, dead)
+  if not okx then
+    if e == luakiq.FATAL then error(e, 0) end
+    log.error("retries_exhausted failed: " .. tostring(e), { worker = w.name })
+  end
+end
+
 -- Fails a batch: retry_in per job, then fail.lua (morgue at max_retry_count).
 local function fail(t, h, jobs, err, tb, done)
   local cfg, w = t.cfg, h.def
@@ -92,11 +102,7 @@ local function fail(t, h, jobs, err, tb, done)
       m.payloads = { { okp and v or m.payload, m.score } }
       m.payload, m.score = nil, nil
     end
-    local okx, e = xpcall(w.retries_exhausted, traceback, morgued)
-    if not okx then
-      if e == luakiq.FATAL then error(e, 0) end
-      log.error("retries_exhausted failed: " .. tostring(e), { worker = w.name })
-    end
+    exhausted(w, morgued)
   end
 end
 
@@ -142,11 +148,7 @@ local function load_batch(t, h, jobs)
   if w.retries_exhausted then
     local dead = {}
     for i, b in ipairs(bad) do dead[i] = { id = b.id, payloads = { { b.payload, b.score } }, error = b.message } end
-    local okx, e = xpcall(w.retries_exhausted, traceback, dead)
-    if not okx then
-      if e == luakiq.FATAL then error(e, 0) end
-      log.error("retries_exhausted failed: " .. tostring(e), { worker = w.name })
-    end
+    exhausted(w, dead)
   end
   return kept, batch
 end

@@ -16,15 +16,11 @@
 -- Returns {"OK", buried, then per triple: the payload's score, or "" when it
 -- was not buried} (buried = payloads moved; fetch.lua sends no scores).
 -- luakiq:include shard
+-- luakiq:include args
 local P = KEYS[1]
-local token, lease_ms, now, batch = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-if not token or token == "" then error("luakiq bury: token is empty", 0) end
-if not lease_ms or lease_ms ~= math.floor(lease_ms) or lease_ms < 1 or lease_ms > 1e12 then
-  error("luakiq bury: lease_ms must be a positive integer, got '" .. tostring(ARGV[2]) .. "'", 0)
-end
-if not now or now ~= now or now == math.huge or now == -math.huge then
-  error("luakiq bury: now must be a finite number, got '" .. tostring(ARGV[3]) .. "'", 0)
-end
+local token, batch = ARGV[1], ARGV[4]
+local lease_ms = arg_lease("bury", token, ARGV[2])
+local now = arg_finite("bury", "now", ARGV[3])
 if not batch or batch == "" or (#ARGV - 4) % 3 ~= 0 then
   error("luakiq bury: ARGV must be token, lease_ms, now, batch, then id/payload/error triples", 0)
 end

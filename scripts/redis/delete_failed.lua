@@ -3,11 +3,9 @@
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".  ARGV[1] limit (jobs per call).
 -- Returns {deleted, remaining failed jobs} (strings); call again until
 -- remaining is 0.
+-- luakiq:include args
 local P = KEYS[1]
-local limit = tonumber(ARGV[1])
-if not limit or limit ~= math.floor(limit) or limit < 0 or limit > 1e9 then
-  error("luakiq delete_failed: limit must be an integer >= 0, got '" .. tostring(ARGV[1]) .. "'", 0)
-end
+local limit = arg_count("delete_failed", "limit", ARGV[1])
 local ids = {}
 if limit > 0 then ids = redis.call("ZRANGEBYSCORE", P .. "retries", 0, "+inf", "LIMIT", 0, limit) end
 for _, id in ipairs(ids) do

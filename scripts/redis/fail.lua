@@ -24,17 +24,13 @@
 -- Returns {"OK", failed, morgued, head or "", then per morgued job: id,
 -- payload, score}.
 -- luakiq:include shard
+-- luakiq:include args
 local P = KEYS[1]
-local token, lease_ms, now, batch, max_rc, err = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local token, batch, err = ARGV[1], ARGV[4], ARGV[6]
 local function finite(x) return x and x == x and x ~= math.huge and x ~= -math.huge end
-if not token or token == "" then error("luakiq fail: token is empty", 0) end
-if not lease_ms or lease_ms ~= math.floor(lease_ms) or lease_ms < 1 or lease_ms > 1e12 then
-  error("luakiq fail: lease_ms must be a positive integer, got '" .. tostring(ARGV[2]) .. "'", 0)
-end
-if not finite(now) then error("luakiq fail: now must be a finite number, got '" .. tostring(ARGV[3]) .. "'", 0) end
-if not finite(max_rc) then
-  error("luakiq fail: max_retry_count must be a finite number, got '" .. tostring(ARGV[5]) .. "'", 0)
-end
+local lease_ms = arg_lease("fail", token, ARGV[2])
+local now = arg_finite("fail", "now", ARGV[3])
+local max_rc = arg_finite("fail", "max_retry_count", ARGV[5])
 if err == nil or #ARGV % 2 ~= 0 then
   error("luakiq fail: ARGV must be token, lease_ms, now, batch, max_retry_count, error, then id/perform_in pairs", 0)
 end

@@ -22,18 +22,11 @@
 -- perform does not see them, and leaving them out saves ~12% of Redis's
 -- time per job at batch 100; busy.lua lists them.)
 -- luakiq:include shard
+-- luakiq:include args
 local P = KEYS[1]
-local token, lease_ms, now, limit, ack, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
-if not token or token == "" then error("luakiq fetch: token is empty", 0) end
-if not lease_ms or lease_ms ~= math.floor(lease_ms) or lease_ms < 1 or lease_ms > 1e12 then
-  error("luakiq fetch: lease_ms must be a positive integer, got '" .. tostring(ARGV[2]) .. "'", 0)
-end
-if not now or now ~= now or now == math.huge or now == -math.huge then
-  error("luakiq fetch: now must be a finite number, got '" .. tostring(ARGV[3]) .. "'", 0)
-end
-if not limit or limit ~= math.floor(limit) or limit < 0 or limit > 1e9 then
-  error("luakiq fetch: limit must be an integer >= 0, got '" .. tostring(ARGV[4]) .. "'", 0)
-end
+local token, ack, want = ARGV[1], ARGV[5], ARGV[6]
+local lease_ms = arg_lease("fetch", token, ARGV[2])
+local now, limit = arg_finite("fetch", "now", ARGV[3]), arg_count("fetch", "limit", ARGV[4])
 if ack == nil or (want ~= "0" and want ~= "1") then
   error("luakiq fetch: ARGV must be token, lease_ms, now, limit, ack batch id, fetch (0|1)", 0)
 end

@@ -56,16 +56,16 @@ local function by_retry_count()
     if dir == "asc" then return redis.call("ZRANGEBYSCORE", R, min, max, "LIMIT", off, n) end
     return redis.call("ZREVRANGEBYSCORE", R, max, min, "LIMIT", off, n)
   end
-  local rev = dir == "desc" and "REV" or nil
+  local function ids_by_rank(from, to) -- the id index by rank, in the listing's direction
+    if dir == "desc" then return redis.call("ZRANGE", I, from, to, "REV") end
+    return redis.call("ZRANGE", I, from, to)
+  end
   local function fresh(off, n)
     if n <= 0 or off >= nf then return {} end
-    if nr_all == 0 then
-      if rev then return redis.call("ZRANGE", I, off, off + n - 1, rev) end
-      return redis.call("ZRANGE", I, off, off + n - 1)
-    end
+    if nr_all == 0 then return ids_by_rank(off, off + n - 1) end
     local out, pos, skip = {}, 0, off
     while #out < n do
-      local chunk = rev and redis.call("ZRANGE", I, pos, pos + 999, rev) or redis.call("ZRANGE", I, pos, pos + 999)
+      local chunk = ids_by_rank(pos, pos + 999)
       if #chunk == 0 then break end
       local sc = redis.call("ZMSCORE", R, unpack(chunk))
       for j = 1, #chunk do

@@ -6,14 +6,9 @@
 -- Returns {killed, remaining failed jobs} (strings); call again until
 -- remaining is 0.
 -- luakiq:include shard
+-- luakiq:include args
 local P = KEYS[1]
-local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not now or now ~= now or now == math.huge or now == -math.huge then
-  error("luakiq kill_failed: now must be a finite number, got '" .. tostring(ARGV[1]) .. "'", 0)
-end
-if not limit or limit ~= math.floor(limit) or limit < 0 or limit > 1e9 then
-  error("luakiq kill_failed: limit must be an integer >= 0, got '" .. tostring(ARGV[2]) .. "'", 0)
-end
+local now, limit = arg_finite("kill_failed", "now", ARGV[1]), arg_count("kill_failed", "limit", ARGV[2])
 local now_s = string.format("%.17g", now)
 local ids = {}
 if limit > 0 then ids = redis.call("ZRANGEBYSCORE", P .. "retries", 0, "+inf", "LIMIT", 0, limit) end

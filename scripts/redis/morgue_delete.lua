@@ -3,11 +3,9 @@
 -- ARGV[1] limit, then ids. No ids = the first `limit` morgue ids in lex order
 -- (call again until remaining is 0 to delete all).
 -- Returns {deleted, remaining morgue size} (strings).
+-- luakiq:include args
 local P = KEYS[1]
-local limit = tonumber(ARGV[1])
-if not limit or limit ~= math.floor(limit) or limit < 0 or limit > 1e9 then
-  error("luakiq morgue_delete: limit must be an integer >= 0, got '" .. tostring(ARGV[1]) .. "'", 0)
-end
+local limit = arg_count("morgue_delete", "limit", ARGV[1])
 local ids = {}
 if #ARGV > 1 then
   for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end

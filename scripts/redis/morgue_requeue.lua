@@ -9,14 +9,9 @@
 -- Returns {requeued, remaining morgue size} (strings). Publishes the prefix
 -- on the channel when something was requeued.
 -- luakiq:include shard
+-- luakiq:include args
 local P = KEYS[1]
-local now, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
-if not now or now ~= now or now == math.huge or now == -math.huge then
-  error("luakiq morgue_requeue: now must be a finite number, got '" .. tostring(ARGV[2]) .. "'", 0)
-end
-if not limit or limit ~= math.floor(limit) or limit < 0 or limit > 1e9 then
-  error("luakiq morgue_requeue: limit must be an integer >= 0, got '" .. tostring(ARGV[3]) .. "'", 0)
-end
+local now, limit = arg_finite("morgue_requeue", "now", ARGV[2]), arg_count("morgue_requeue", "limit", ARGV[3])
 local now_s = string.format("%.17g", now)
 local ids = {}
 if #ARGV > 3 then

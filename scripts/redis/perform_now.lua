@@ -4,14 +4,9 @@
 -- ARGV[1] wake channel ("" = no publish), [2] now, [3] limit (jobs per call).
 -- Returns {changed, remaining future jobs} (strings); call again until
 -- remaining is 0. Publishes the prefix on the channel when changed > 0.
+-- luakiq:include args
 local P = KEYS[1]
-local now, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
-if not now or now ~= now or now == math.huge or now == -math.huge then
-  error("luakiq perform_now: now must be a finite number, got '" .. tostring(ARGV[2]) .. "'", 0)
-end
-if not limit or limit ~= math.floor(limit) or limit < 0 or limit > 1e9 then
-  error("luakiq perform_now: limit must be an integer >= 0, got '" .. tostring(ARGV[3]) .. "'", 0)
-end
+local now, limit = arg_finite("perform_now", "now", ARGV[2]), arg_count("perform_now", "limit", ARGV[3])
 local now_s = string.format("%.17g", now)
 local queue = P .. "queue"
 local ids = {}

@@ -143,3 +143,22 @@ describe("luakiq stats", function()
     assert.are.equal(1, s.by_worker.A.length)
   end)
 end)
+
+describe("LUAKIQ_SCRIPTS (development mode)", function()
+  it("loads every Redis script from the tree exactly as the build embedded it, includes expanded", function()
+    local dir = host.tmpdir()
+    host.write(dir .. "/dump.lua", [[
+      local core = require "luakiq.core"
+      local names = core.script_names()
+      table.sort(names)
+      for _, n in ipairs(names) do io.write("== ", n, "\n", core.script_source(n), "\n") end]])
+    local rc1, embedded, err1 = host.exec("lua " .. q(dir .. "/dump.lua"), nil, "LUAKIQ_SCRIPTS=")
+    assert.are.equal(0, rc1, err1)
+    local tree = io.popen("pwd"):read("*l") .. "/scripts"
+    local rc2, loaded, err2 = host.exec("lua " .. q(dir .. "/dump.lua"), nil, "LUAKIQ_SCRIPTS=" .. q(tree))
+    assert.are.equal(0, rc2, err2)
+    assert.truthy(embedded:find("== fetch\n", 1, true))
+    assert.is_nil(embedded:find("\n%-%- luakiq:include ")) -- every include line expanded
+    assert.are.equal(embedded, loaded)
+  end)
+end)

@@ -119,11 +119,19 @@ describe("shard handler", function()
     assert.are.equal(5, env:stats("Batch").processed)
   end)
 
-  it("performs a fetch of fetch_size jobs batch_size ids per perform call, one ack for all", function()
+  -- Ahead (batch_size 2, fetch_size 5): jobs a..e, due in that order, a first
+  -- (with_payload: each id's payload is the id).
+  local function push_a_to_e(with_payload)
     local jobs = {}
-    for i, id in ipairs { "e", "d", "c", "b", "a", "f" } do jobs[i] = { id = id, perform_in = now() - i } end
-    jobs[6].perform_in = now() + 1 -- not due
+    for i, id in ipairs { "e", "d", "c", "b", "a" } do
+      jobs[i] = { id = id, perform_in = now() - i, payload = with_payload and id or nil }
+    end
     env:push("Ahead", jobs)
+  end
+
+  it("performs a fetch of fetch_size jobs batch_size ids per perform call, one ack for all", function()
+    push_a_to_e()
+    env:push("Ahead", { { id = "f", perform_in = now() + 1 } }) -- not due
     local t, h = thread("Ahead")
     assert.are.same({ true, now() + 1 }, { runner.process(t, h) })
     assert.are.same({ { a = { "" }, b = { "" } }, { c = { "" }, d = { "" } }, { e = { "" } } }, calls.perform)
@@ -135,9 +143,7 @@ describe("shard handler", function()
   end)
 
   it("fails one perform call of a fetch: its ids retried, earlier ones acked, later ones back unchanged", function()
-    local jobs = {}
-    for i, id in ipairs { "e", "d", "c", "b", "a" } do jobs[i] = { id = id, perform_in = now() - i, payload = id } end
-    env:push("Ahead", jobs)
+    push_a_to_e(true)
     local t, h, w = thread("Ahead")
     w.perform = function(batch)
       calls.perform[#calls.perform + 1] = batch
@@ -161,9 +167,7 @@ describe("shard handler", function()
   end)
 
   it("does not rerun the performed part of a fetch when its failure call never reached Redis", function()
-    local jobs = {}
-    for i, id in ipairs { "e", "d", "c", "b", "a" } do jobs[i] = { id = id, perform_in = now() - i } end
-    env:push("Ahead", jobs)
+    push_a_to_e()
     local t, h, w = thread("Ahead")
     local client = t.conn:call("CLIENT", "ID")
     w.perform = function(batch)
@@ -187,9 +191,7 @@ describe("shard handler", function()
   end)
 
   it("acks what ran and puts the rest back when a fetch has been held poll_interval", function()
-    local jobs = {}
-    for i, id in ipairs { "e", "d", "c", "b", "a" } do jobs[i] = { id = id, perform_in = now() - i } end
-    env:push("Ahead", jobs)
+    push_a_to_e()
     local t, h, w = thread("Ahead")
     local start = now()
     w.perform = function(batch)
