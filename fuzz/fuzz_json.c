@@ -5,13 +5,13 @@
  * `cmake --build BUILD --target fuzz` runs it for a fixed time. */
 #include <stdint.h>
 #include <stdlib.h>
-#include "vm.h"
+#include "fuzz_lua.h"
 
 #ifndef LUAKIQ_FUZZ_DRIVER
 #error "LUAKIQ_FUZZ_DRIVER must name fuzz/fuzz_json.lua"
 #endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (vm_fuzz_one(LUAKIQ_FUZZ_DRIVER, data, size) != 0) abort();
+    if (fuzz_lua_one(LUAKIQ_FUZZ_DRIVER, data, size) != 0) abort();
     return 0;
 }

@@ -1,5 +1,5 @@
 -- fuzz_json.lua: the Lua side of fuzz/fuzz_json.c. Loaded once in a host VM
--- (vm_fuzz_one); returns the function that gets every fuzz input. It raises
+-- (fuzz_lua_one in fuzz/fuzz_lua.c); returns the function that gets every fuzz input. It raises
 -- (and the harness aborts, keeping the input) when a property fails:
 --   1. luakiq.json.decode either returns a value or raises "json: ...";
 --   2. the canonical encoder is a fixed point: for a decoded value v,
@@ -12,7 +12,7 @@
 --   4. JSON lines (luakiq enqueue's format) go through the same steps;
 --   5. load_batch's view: the raw bytes as a payload to load_payload.
 -- The JIT off: traces would skip the line hook that gives libFuzzer its
--- Lua coverage (vm_fuzz_hook in host/vm.c).
+-- Lua coverage (fuzz_lua_hook in fuzz/fuzz_lua.c).
 if jit then jit.off() jit.flush() end
 local json = require "luakiq.json"
 local client = require "luakiq.client"

@@ -188,7 +188,7 @@ int host_run(const struct host_plan *plan) {
         host.renew_ev = event_new(host.base, -1, EV_PERSIST, host_on_renew, NULL);
         event_add(host.renew_ev, &tv);
     }
-    if (runner_start_all(plan->nthreads, plan->boots, host_thread_done, NULL) < 0) {
+    if (runner_start_all(plan->nthreads, plan->boots, plan->thread_main, host_thread_done, NULL) < 0) {
         log_fmt(LOG_ERROR, "cannot start %d worker threads", plan->nthreads);
         runner_request_stop();
     }

@@ -6,7 +6,8 @@
 
 struct host_plan {
     int nthreads;
-    const char *const *boots;     /* per thread, handed to its VM */
+    const char *const *boots;     /* per thread, handed to thread_main */
+    int (*thread_main)(const char *boot); /* each worker thread's body */
     const char *redis_url;
     const char *wake_channel;     /* "" disables the subscriber */
     int nroutes;                  /* shard prefix -> thread that owns it */

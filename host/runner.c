@@ -1,14 +1,17 @@
 /* runner.c - worker threads.
  *
- * Design: the main thread starts one pthread per splitter group and never
- * touches their Lua VMs. Each worker thread builds its own VM (vm_thread_main),
- * which loads the runtime, config and workers and runs the scheduler loop in
- * Lua. Everything shared between threads lives in `struct runner` behind its
- * own mutex: the wake-up mailbox (written by the main thread when a push makes
- * a shard due, read by the worker in runner_wait) and the TTIN state (written
- * by the worker, read by the main thread). Only bytes cross: strings are copied
- * in and out under the lock. The stop flag and the fatal message are
- * process-wide atomics/once-set values. */
+ * Design: the main thread starts one pthread per splitter group and runs the
+ * body it was handed on each (entry.c's: it builds the thread's own VM, which
+ * loads the runtime, config and workers and runs the scheduler loop in Lua);
+ * this file never sees a VM. Everything shared between threads lives in
+ * `struct runner` behind its own mutex: the wake-up mailbox (written by the
+ * main thread when a push makes a shard due, read by the worker in
+ * runner_wait) and the thread's state (written by the worker, read by the main
+ * thread for TTIN and lease renewal). Only bytes cross: strings are copied in
+ * and out under the lock. The per-thread counters (jobs performed, Lua memory)
+ * are relaxed atomics each worker writes and the main thread reads for GET
+ * /metrics. The stop flag and the fatal message are process-wide
+ * atomics/once-set values. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -21,7 +24,6 @@
 #include <time.h>
 #include "log.h"
 #include "runner.h"
-#include "vm.h"
 
 #define RUNNER_MAILBOX 64
 
@@ -29,6 +31,7 @@ struct runner {
     int index;
     pthread_t tid;
     char *boot;
+    int (*body)(const char *boot);
     void (*on_exit)(void *);
     void *on_exit_arg;
     int exit_code;
@@ -40,7 +43,10 @@ struct runner {
     int nmail;
     int wake_all;
 
-    char state[16], worker[128], prefix[512], *ids;
+    enum runner_state state;
+    char worker[128], prefix[512], *ids;
+    long long njobs;              /* jobs of the call now performing */
+    atomic_llong jobs, lua_bytes; /* GET /metrics */
     atomic_int want_trace;
     char *trace;
     int shard;
@@ -66,13 +72,14 @@ static void *runner_main(void *arg) {
     self = r;
     snprintf(name, sizeof name, "t%d", r->index);
     log_set_thread_name(name);
-    r->exit_code = vm_thread_main(r->boot);
+    r->exit_code = r->body(r->boot);
     atomic_store(&r->finished, 1);
     if (r->on_exit) r->on_exit(r->on_exit_arg);
     return NULL;
 }
 
-int runner_start_all(int n, const char *const *boots, void (*on_exit)(void *), void *arg) {
+int runner_start_all(int n, const char *const *boots, int (*body)(const char *boot),
+                     void (*on_exit)(void *), void *arg) {
     sigset_t all, old;
     sigfillset(&all);
     runners = calloc((size_t)n, sizeof *runners);
@@ -85,10 +92,13 @@ int runner_start_all(int n, const char *const *boots, void (*on_exit)(void *), v
         if (!r) break;
         r->index = i;
         r->boot = strdup(boots[i]);
+        r->body = body;
         r->on_exit = on_exit;
         r->on_exit_arg = arg;
         r->shard = -1;
-        strcpy(r->state, "starting");
+        r->state = RUNNER_STARTING;
+        atomic_init(&r->jobs, 0);
+        atomic_init(&r->lua_bytes, 0);
         r->since = runner_now();
         pthread_mutex_init(&r->mu, NULL);
         pthread_cond_init(&r->cv, NULL);
@@ -203,11 +213,27 @@ const char *runner_fatal(void) {
     return m;
 }
 
-void runner_set_state(struct runner *r, const char *state, const char *worker, int shard, const char *ids,
-                      const char *prefix) {
+static const char *const runner_state_names[] = {
+    [RUNNER_STARTING] = "starting", [RUNNER_IDLE] = "idle", [RUNNER_FETCHING] = "fetching",
+    [RUNNER_PERFORMING] = "performing", [RUNNER_ERROR] = "error", [RUNNER_STOPPED] = "stopped"};
+
+const char *runner_state_name(enum runner_state s) { return runner_state_names[s]; }
+
+int runner_state_parse(const char *name) {
+    for (int i = 0; i < (int)(sizeof runner_state_names / sizeof *runner_state_names); i++)
+        if (strcmp(runner_state_names[i], name) == 0) return i;
+    return -1;
+}
+
+void runner_set_state(struct runner *r, enum runner_state state, const char *worker, int shard,
+                      const char *ids, const char *prefix, long long njobs) {
     char *copy = ids ? strdup(ids) : NULL;
     pthread_mutex_lock(&r->mu);
-    snprintf(r->state, sizeof r->state, "%s", state);
+    /* A call counts as performed when the thread leaves "performing". */
+    if (r->state == RUNNER_PERFORMING && r->njobs)
+        atomic_fetch_add_explicit(&r->jobs, r->njobs, memory_order_relaxed);
+    r->njobs = state == RUNNER_PERFORMING ? njobs : 0;
+    r->state = state;
     snprintf(r->worker, sizeof r->worker, "%s", worker ? worker : "");
     r->shard = shard;
     snprintf(r->prefix, sizeof r->prefix, "%s", prefix ? prefix : "");
@@ -217,12 +243,21 @@ void runner_set_state(struct runner *r, const char *state, const char *worker, i
     pthread_mutex_unlock(&r->mu);
 }
 
+void runner_set_lua_bytes(struct runner *r, long long bytes) {
+    atomic_store_explicit(&r->lua_bytes, bytes, memory_order_relaxed);
+}
+
+void runner_stats(int i, long long *jobs, long long *lua_bytes) {
+    *jobs = i >= 0 && i < nrunners ? atomic_load_explicit(&runners[i]->jobs, memory_order_relaxed) : 0;
+    *lua_bytes = i >= 0 && i < nrunners ? atomic_load_explicit(&runners[i]->lua_bytes, memory_order_relaxed) : 0;
+}
+
 void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg) {
     char prefix[512];
     for (int i = 0; i < nrunners; i++) {
         struct runner *r = runners[i];
         pthread_mutex_lock(&r->mu);
-        int busy = strcmp(r->state, "performing") == 0 && r->prefix[0];
+        int busy = r->state == RUNNER_PERFORMING && r->prefix[0];
         memcpy(prefix, r->prefix, sizeof prefix);
         pthread_mutex_unlock(&r->mu);
         if (busy) fn(prefix, arg); /* called without the lock: fn does Redis I/O */
@@ -256,7 +291,7 @@ void runner_dump(FILE *f) {
     for (int i = 0; i < nrunners; i++) {
         struct runner *r = runners[i];
         pthread_mutex_lock(&r->mu);
-        fprintf(f, "== thread t%d ==\nstate: %s\n", r->index, r->state);
+        fprintf(f, "== thread t%d ==\nstate: %s\n", r->index, runner_state_name(r->state));
         if (r->worker[0]) fprintf(f, "worker: %s\nshard: %d\n", r->worker, r->shard);
         if (r->ids) fprintf(f, "ids: %s\n", r->ids);
         fprintf(f, "since: %.3f (%.3f s ago)\n", r->since, now - r->since);

@@ -1,15 +1,20 @@
-/* runner.h - worker threads: one per splitter group, each with its own Lua VM
- * (made in vm.c), its own Redis connection and its own scheduler. */
+/* runner.h - worker threads: one per splitter group. Each runs the body it is
+ * handed (entry.c's, which makes the thread's own Lua VM, Redis connection and
+ * scheduler); this module owns what is shared between a worker and the main
+ * thread: the wake-up mailbox, the stop flag, the state and counters of each
+ * thread (TTIN, lease renewal, GET /metrics) and the fatal message. */
 #ifndef LUAKIQ_RUNNER_H
 #define LUAKIQ_RUNNER_H
 #include <stdio.h>
 
 struct runner;
 
-/* Starts n threads; boots[i] is the opaque boot string handed to thread i's VM
- * (copied). on_exit(arg) is called from a worker thread when it finishes.
- * Signals are blocked in the new threads. Returns 0, or -1 if a thread could not start. */
-int runner_start_all(int n, const char *const *boots, void (*on_exit)(void *), void *arg);
+/* Starts n threads; thread i runs body(boots[i]) (the boot string is copied)
+ * and its return value is its exit code. on_exit(arg) is called from a worker
+ * thread when it finishes. Signals are blocked in the new threads. Returns 0,
+ * or -1 if a thread could not start. */
+int runner_start_all(int n, const char *const *boots, int (*body)(const char *boot),
+                     void (*on_exit)(void *), void *arg);
 int runner_count(void);
 int runner_finished(void);        /* how many threads have returned */
 void runner_join_all(void);       /* joins every thread and frees them */
@@ -36,9 +41,26 @@ int runner_index(const struct runner *r);
 void runner_set_fatal(const char *msg);
 const char *runner_fatal(void); /* NULL when none; valid until exit */
 
-/* State for the TTIN dump, set by the thread itself between steps. */
-void runner_set_state(struct runner *r, const char *state, const char *worker, int shard, const char *ids,
-                      const char *prefix);
+/* What a worker thread is doing. RUNNER_PERFORMING is the one state with a
+ * meaning beyond the dump: its shard's lease is renewed by the main thread,
+ * and its jobs count as performed when the thread leaves it. */
+enum runner_state {
+    RUNNER_STARTING, RUNNER_IDLE, RUNNER_FETCHING, RUNNER_PERFORMING, RUNNER_ERROR, RUNNER_STOPPED
+};
+/* The state's name ("performing"), and back (-1 for an unknown name). */
+const char *runner_state_name(enum runner_state s);
+int runner_state_parse(const char *name);
+
+/* Set by the thread itself between steps: its state, the worker, shard, ids
+ * (for the dump), the shard's key prefix (for lease renewal) and, entering
+ * RUNNER_PERFORMING, how many jobs the call performs (counted when it ends). */
+void runner_set_state(struct runner *r, enum runner_state state, const char *worker, int shard,
+                      const char *ids, const char *prefix, long long njobs);
+/* The thread's Lua memory in bytes, as last reported by the thread itself. */
+void runner_set_lua_bytes(struct runner *r, long long bytes);
+/* Any thread: thread i's jobs performed so far and its last Lua memory. A
+ * reader may see values one batch old (relaxed atomics). */
+void runner_stats(int i, long long *jobs, long long *lua_bytes);
 /* Main thread: calls fn(prefix, arg) for every thread now performing a batch
  * (prefix = its shard's key prefix), for lease renewal. */
 void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg);

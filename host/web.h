@@ -1,6 +1,6 @@
 /* web.h - the HTTP listener of `luakiq run --web ADDR:PORT` (libevent evhttp on
  * the main thread's event loop). It only moves bytes: every request is handed
- * to a handler (vm.c's, which calls luakiq.web in the main VM) and the answer
+ * to a handler (hostlua.c's, which calls luakiq.web in the main VM) and the answer
  * is sent back as it is. */
 #ifndef LUAKIQ_WEB_H
 #define LUAKIQ_WEB_H

@@ -162,7 +162,7 @@ local function perform(t, h, jobs)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then return true, loaded end -- every payload was unloadable
   local ids = queue.ids(loaded)
-  core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix)
+  core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix, #ids)
   local started = core.now()
   local tb -- the traceback, kept apart so format_error gets the error value itself
   local ok, err = xpcall(function()

@@ -354,6 +354,23 @@ describe("GET /metrics", function()
   end)
 end)
 
+describe("luakiq_thread_jobs_performed_total", function()
+  local function performed()
+    local _, body = get("/metrics")
+    local n = 0
+    for v in body:gmatch('\nluakiq_thread_jobs_performed_total{thread="t%d"} (%d+)') do n = n + tonumber(v) end
+    return n
+  end
+  it("counts a job whose id has a comma as one job", function()
+    local before = performed()
+    push("Flaky", { { id = "x,y" } })
+    host.eventually(function() return srv.conn:call("LLEN", "web:done") == 1 end, 10, "Flaky performed")
+    host.eventually(function() return performed() > before end, 10, "counted")
+    core.sleep(0.3)
+    assert.are.equal(before + 1, performed())
+  end)
+end)
+
 describe("GET / (the dashboard page)", function()
   it("is one self-contained HTML page", function()
     local st, body, _, headers = get("/")

@@ -1,0 +1,160 @@
+/* hostlua.c - the bridge between the main VM and the host's event loop:
+ * core.host_run turns the Lua plan (threads' boot strings, routes, Redis,
+ * leases, web listener) into a struct host_plan and blocks in host_run; the
+ * HTTP handler it installs re-enters the main VM for every request.
+ *
+ * Threads: main thread only. While host_run blocks, the main VM is parked
+ * inside core.host_run on this same thread, so the web handler may call into
+ * it (through vm_pcall); every string of the plan stays anchored in the
+ * argument table for as long as host_run runs. The worker threads' body is
+ * handed in (hostlua_register), so this file knows nothing of how a worker VM
+ * is made. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <lua.h>
+#include <lauxlib.h>
+#include "host.h"
+#include "hostlua.h"
+#include "log.h"
+#include "runner.h"
+#include "vm.h"
+
+/* The HTTP handler: web.c calls it on the main thread for every request, while
+ * the main VM is parked inside core.host_run (same thread, so re-entering it is
+ * legal). It calls the Lua handler given to host_run with a request table
+ * {method, uri, body, auth, origin, host} and expects status, content_type,
+ * body back. A Lua error is logged and becomes a 500; the stack is restored
+ * either way, so host_run's anchored arguments stay where they are. */
+struct hostlua_web { lua_State *L; int ref; };
+
+static int hostlua_web_handle(void *ud, const struct web_request *req, struct web_response *out) {
+    struct hostlua_web *w = ud;
+    lua_State *L = w->L;
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref); /* [handler] */
+    lua_createtable(L, 0, 6);                  /* [handler, req] */
+    lua_pushstring(L, req->method);
+    lua_setfield(L, -2, "method");
+    lua_pushstring(L, req->uri);
+    lua_setfield(L, -2, "uri");
+    lua_pushlstring(L, req->body, req->blen);
+    lua_setfield(L, -2, "body");
+    lua_pushstring(L, req->auth);
+    lua_setfield(L, -2, "auth");
+    lua_pushstring(L, req->origin);
+    lua_setfield(L, -2, "origin");
+    lua_pushstring(L, req->host);
+    lua_setfield(L, -2, "host");
+    if (vm_pcall(L, 1, 3) != 0) {              /* [err] */
+        const char *msg = lua_tostring(L, -1);
+        log_fmt(LOG_ERROR, "web: %s %s: %s", req->method, req->uri, msg ? msg : "(error object is not a string)");
+        lua_settop(L, top);
+        return -1;
+    }
+    int rc = -1;                               /* [status, content_type, body] */
+    size_t len;
+    const char *body = lua_tolstring(L, top + 3, &len);
+    if (lua_isnumber(L, top + 1) && body) {
+        out->status = (int)lua_tointeger(L, top + 1);
+        snprintf(out->content_type, sizeof out->content_type, "%s",
+                 lua_isstring(L, top + 2) ? lua_tostring(L, top + 2) : "");
+        out->body = malloc(len ? len : 1);
+        if (out->body) {
+            memcpy(out->body, body, len);
+            out->len = len;
+            rc = 0;
+        }
+    } else {
+        log_fmt(LOG_ERROR, "web: %s %s: the handler returned no status and body", req->method, req->uri);
+    }
+    lua_settop(L, top);
+    return rc;
+}
+
+/* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread},
+ *               dump_path = p, web = {addr = "ADDR:PORT", handler = fn(req), max_body = n}}
+ *   -> exit code. Main thread only; blocks until the host stops. */
+static int hostlua_run(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    if (runner_self()) return luaL_error(L, "host_run: only the main thread runs the host");
+    struct host_plan plan = {0};
+    lua_getfield(L, 1, "boots");     /* 2 */
+    lua_getfield(L, 1, "routes");    /* 3 */
+    lua_getfield(L, 1, "redis");     /* 4 */
+    lua_getfield(L, 1, "wake_channel");
+    lua_getfield(L, 1, "dump_path"); /* 6 */
+    lua_getfield(L, 1, "token");     /* 7 */
+    lua_getfield(L, 1, "lease_ms");  /* 8 */
+    lua_getfield(L, 1, "renew_ms");  /* 9 */
+    luaL_checktype(L, 2, LUA_TTABLE);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    plan.redis_url = luaL_checkstring(L, 4);
+    plan.wake_channel = luaL_optstring(L, 5, "");
+    plan.dump_path = luaL_optstring(L, 6, "/tmp/luakiq_ttin.txt");
+    plan.lease_token = luaL_optstring(L, 7, "");
+    plan.lease_ms = (long)luaL_optnumber(L, 8, 30000);
+    plan.renew_ms = (long)luaL_optnumber(L, 9, 10000);
+    int n = (int)lua_objlen(L, 2), nr = 0;
+    lua_pushnil(L);
+    while (lua_next(L, 3)) { nr++; lua_pop(L, 1); }
+    const char **boots = calloc((size_t)n + 1, sizeof *boots);
+    const char **prefixes = calloc((size_t)nr + 1, sizeof *prefixes);
+    int *threads = calloc((size_t)nr + 1, sizeof *threads);
+    if (!boots || !prefixes || !threads) {
+        free(boots); free(prefixes); free(threads);
+        return luaL_error(L, "out of memory");
+    }
+    /* All strings stay anchored in the argument table while host_run blocks. */
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 2, i + 1);
+        boots[i] = lua_tostring(L, -1);
+        ok = ok && boots[i];
+        lua_pop(L, 1);
+    }
+    int k = 0;
+    lua_pushnil(L);
+    while (lua_next(L, 3)) {
+        prefixes[k] = lua_tostring(L, -2);
+        threads[k++] = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+    }
+    plan.nthreads = n;
+    plan.thread_main = ((const struct hostlua_entry *)lua_touserdata(L, lua_upvalueindex(1)))->thread_main;
+    plan.boots = boots;
+    plan.nroutes = k;
+    plan.route_prefix = prefixes;
+    plan.route_thread = threads;
+    struct hostlua_web web = {L, LUA_NOREF};
+    lua_getfield(L, 1, "web");       /* anchors web.addr while host_run blocks */
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "addr");
+        plan.web_addr = lua_tostring(L, -1);
+        lua_pop(L, 1);
+        lua_getfield(L, -1, "max_body");
+        plan.web_max_body = lua_isnumber(L, -1) ? (size_t)lua_tonumber(L, -1) : 1048576;
+        lua_pop(L, 1);
+        lua_getfield(L, -1, "handler");
+        if (plan.web_addr && lua_isfunction(L, -1)) {
+            web.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            plan.web_handle = hostlua_web_handle;
+            plan.web_ud = &web;
+        } else {
+            lua_pop(L, 1);
+            plan.web_addr = NULL;
+        }
+    }
+    int code = ok ? host_run(&plan) : 2;
+    if (web.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, web.ref);
+    free(boots); free(prefixes); free(threads);
+    if (!ok) return luaL_error(L, "host_run: boots must be strings");
+    lua_pushinteger(L, code);
+    return 1;
+}
+
+void hostlua_register(lua_State *L, const struct hostlua_entry *entry) {
+    lua_pushlightuserdata(L, (void *)entry);
+    lua_pushcclosure(L, hostlua_run, 1);
+    lua_setfield(L, -2, "host_run");
+}

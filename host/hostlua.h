@@ -1,0 +1,19 @@
+/* hostlua.h - core.host_run: the main VM hands its plan to the host's event
+ * loop (host.c) and answers its HTTP requests. */
+#ifndef LUAKIQ_HOSTLUA_H
+#define LUAKIQ_HOSTLUA_H
+
+struct lua_State;
+
+/* What a worker thread runs: given its boot string, returns 0, or 1 after a
+ * fatal error. Handed in by the caller (entry.c) so that the host and the
+ * runner never depend on how a worker VM is made. */
+struct hostlua_entry {
+    int (*thread_main)(const char *boot);
+};
+
+/* Adds host_run to the table on top of the stack. entry must outlive every
+ * VM (a static). Any thread may register it; only the main thread may call it. */
+void hostlua_register(struct lua_State *L, const struct hostlua_entry *entry);
+
+#endif
