@@ -88,6 +88,31 @@ static conn_obj *conn_check(lua_State *L) {
     return r;
 }
 
+/* store_pipeline, bounded by the running perform call's deadline when there
+ * is one (a worker's luakiq.redis): then no signal interrupts it, and an I/O
+ * error at the deadline is reported as the call's timeout (so is a call with
+ * no time left, which sends nothing). */
+static int conn_io(conn_obj *r, int n, const struct store_cmd *cmds, store_reply **out,
+                   char *err, size_t errlen) {
+    double left = core_io_begin();
+    int rc = -1;
+    if (left == 0) {
+        core_timeout_text(err, errlen);
+    } else {
+        if (left > 0) store_bound_io(r->s, left);
+        rc = store_pipeline(r->s, n, cmds, out, err, errlen);
+        if (left > 0) store_bound_io(r->s, 0);
+        if (rc < 0 && left > 0 && core_call_remaining() == 0) {
+            char io[512];
+            snprintf(io, sizeof io, "%s", err);
+            core_timeout_text(err, errlen);
+            snprintf(err + strlen(err), errlen - strlen(err), " waiting for Redis (%s)", io);
+        }
+    }
+    core_io_end();
+    return rc;
+}
+
 /* core.connect(url, timeout_s) -> conn | nil, err */
 static int conn_connect(lua_State *L) {
     const char *url = luaL_checkstring(L, 1);
@@ -192,8 +217,7 @@ static int conn_pipeline_impl(lua_State *L, int protected) {
     luaL_checktype(L, 2, LUA_TTABLE);
     struct conn_pipe p;
     char err[1024];
-    int ok = conn_pipe_build(L, 2, &p, err, sizeof err) == 0 &&
-             store_pipeline(r->s, p.n, p.cmds, p.replies, err, sizeof err) == 0;
+    int ok = conn_pipe_build(L, 2, &p, err, sizeof err) == 0 && conn_io(r, p.n, p.cmds, p.replies, err, sizeof err) == 0;
     if (ok) {
         lua_createtable(L, p.n, 0);
         for (int i = 0; i < p.n; i++) {
@@ -229,7 +253,7 @@ static int conn_call_impl(lua_State *L, int protected, const char *script) {
         if (!stackv[i]) { snprintf(err, sizeof err, "redis: argument %d must be a string or a finite number", i + 1); goto done; }
     }
     struct store_cmd c = {script, 1, n, stackv, stackl};
-    if (store_pipeline(r->s, 1, &c, &reply, err, sizeof err) < 0) goto done;
+    if (conn_io(r, 1, &c, &reply, err, sizeof err) < 0) goto done;
     if (store_reply_type(reply) == STORE_ERROR) {
         size_t len;
         const char *s = store_reply_str(reply, &len);

@@ -6,8 +6,22 @@
  * only that thread's runner (runner_self(); NULL on the main thread, where the
  * thread services are no-ops or errors) and process-wide values that runner.c
  * guards. The TTIN safe point (core_safe_point) is the one place a worker's
- * own traceback is taken: only the thread itself ever looks into its VM. */
+ * own traceback is taken: only the thread itself ever looks into its VM.
+ *
+ * Timeouts: the runner runs each perform call in a coroutine between
+ * core.call_begin and core.call_end. Its deadline is published in the runner
+ * (for the main thread's watchdog, host.c) and kept here in thread-locals.
+ * Past it, the watchdog sends RUNNER_TIMEOUT_SIGNAL to this thread; the
+ * handler runs on this thread and arms a count-1 hook on its own VM (what
+ * LuaJIT's profiler does: no other thread ever touches the VM). The hook
+ * raises "timeout: ..." in every coroutine but the runner's own until
+ * call_end disarms it, so a user pcall cannot swallow it. LuaJIT checks no
+ * hook inside compiled traces, and a blocking foreign call does not return:
+ * those calls are ended by replacing the process (host.c). luakiq's own waits
+ * (sleep, redis, http) bound themselves by the deadline instead. */
 #include <errno.h>
+#include <stdio.h>
+#include <signal.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +39,108 @@ void core_safe_point(lua_State *L) {
     luaL_traceback(L, L, "traceback (at a safe point):", 1);
     runner_set_trace(r, lua_tostring(L, -1));
     lua_pop(L, 1);
+}
+
+/* --- call deadlines ------------------------------------------------------ */
+
+static _Thread_local lua_State *volatile core_call_main; /* the runner's state while a call runs */
+static _Thread_local volatile sig_atomic_t core_call_expired;
+static _Thread_local double core_call_deadline;          /* monotonic; 0: no call */
+static _Thread_local double core_call_timeout;           /* seconds, for messages */
+
+void core_timeout_text(char *buf, size_t len) {
+    snprintf(buf, len, "timeout: the call ran past its timeout of %g s", core_call_timeout);
+}
+
+int core_raise_timeout(lua_State *L) {
+    char msg[128];
+    core_timeout_text(msg, sizeof msg);
+    lua_pushstring(L, msg);
+    return lua_error(L);
+}
+
+/* Count hook armed by the signal handler: raises in the call's coroutines
+ * (again at every instruction, so a user pcall cannot keep the call going);
+ * silent in the runner's own state; gone once no call has expired. */
+static void core_timeout_hook(lua_State *L, lua_Debug *ar) {
+    (void)ar;
+    if (!core_call_expired) { lua_sethook(L, NULL, 0, 0); return; }
+    if (L == core_call_main) return;
+    core_raise_timeout(L);
+}
+
+/* RUNNER_TIMEOUT_SIGNAL, on the worker thread it was sent to. Async-signal
+ * context: only sets thread-locals and the hook (LuaJIT's profiler arms its
+ * hook from a signal handler the same way). A stray signal, or one that comes
+ * after the call ended, finds no call and does nothing. */
+static void core_on_timeout_signal(int sig) {
+    (void)sig;
+    lua_State *L = core_call_main;
+    if (!L || core_call_deadline <= 0) return;
+    core_call_expired = 1;
+    lua_sethook(L, core_timeout_hook, LUA_MASKCOUNT, 1);
+}
+
+void core_install_timeouts(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = core_on_timeout_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(RUNNER_TIMEOUT_SIGNAL, &sa, NULL);
+}
+
+double core_call_remaining(void) {
+    if (core_call_deadline <= 0) return -1;
+    double left = core_call_deadline - runner_monotonic();
+    return left > 0 ? left : 0;
+}
+
+double core_io_begin(void) {
+    double left = core_call_remaining();
+    struct runner *r = runner_self();
+    if (left > 0 && r) runner_set_in_io(r, 1);
+    return left;
+}
+
+void core_io_end(void) {
+    struct runner *r = runner_self();
+    if (core_call_deadline > 0 && r) runner_set_in_io(r, 0);
+}
+
+/* core.call_begin(timeout_s, record): a perform call starts on this thread
+ * (record: what failing its jobs needs, should it never come back). */
+static int core_call_begin(lua_State *L) {
+    double timeout = luaL_checknumber(L, 1);
+    const char *record = luaL_optstring(L, 2, NULL);
+    core_call_timeout = timeout;
+    core_call_deadline = runner_monotonic() + timeout;
+    core_call_expired = 0;
+    core_call_main = L;
+    struct runner *r = runner_self();
+    if (r) runner_set_call(r, core_call_deadline, record);
+    return 0;
+}
+
+/* core.call_end() -> expired: the call is over; true when its deadline
+ * passed while it ran (the timeout signal came). */
+static int core_call_end(lua_State *L) {
+    int expired = core_call_expired || (core_call_deadline > 0 && runner_monotonic() >= core_call_deadline);
+    core_call_main = NULL;
+    core_call_deadline = 0;
+    core_call_expired = 0;
+    lua_sethook(L, NULL, 0, 0);
+    struct runner *r = runner_self();
+    if (r) runner_set_call(r, 0, NULL);
+    lua_pushboolean(L, expired);
+    return 1;
+}
+
+/* core.deadline() -> seconds left for the running call, or nil outside one. */
+static int core_deadline(lua_State *L) {
+    double left = core_call_remaining();
+    if (left < 0) lua_pushnil(L); else lua_pushnumber(L, left);
+    return 1;
 }
 
 static int core_now(lua_State *L) {
@@ -55,13 +171,20 @@ static int core_wait(lua_State *L) {
     return 2;
 }
 
+/* core.sleep(s): inside a call, never past its deadline: a sleep the
+ * deadline cuts short raises the timeout error when it comes. */
 static int core_sleep(lua_State *L) {
     core_safe_point(L);
     double t = luaL_checknumber(L, 1);
+    double left = core_io_begin();
+    int cut = left >= 0 && t >= left;
+    if (cut) t = left;
     if (t > 0) {
         struct timespec ts = {(time_t)t, (long)((t - floor(t)) * 1e9)};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
     }
+    core_io_end();
+    if (cut) return core_raise_timeout(L);
     return 0;
 }
 
@@ -145,6 +268,8 @@ static const luaL_Reg core_funcs[] = {
     {"thread_stats", core_thread_stats}, {"log", core_log},
     {"log_setup", core_log_setup},     {"thread_index", core_thread_index},
     {"fatal", core_fatal},             {"fatal_message", core_fatal_message},
+    {"call_begin", core_call_begin},   {"call_end", core_call_end},
+    {"deadline", core_deadline},
     {NULL, NULL}};
 
 void core_register(lua_State *L) { luaL_register(L, NULL, core_funcs); }

@@ -10,7 +10,14 @@
  * signal blocked (runner_start_all), so handlers only ever run here. With
  * --web, the HTTP server (web.c) is served from this same loop; its handler
  * re-enters the main VM, which is legal because that VM is this thread's and
- * is parked inside core.host_run. */
+ * is parked inside core.host_run.
+ *
+ * Timeouts: a watchdog timer (every 100 ms) has runner_watch signal the
+ * threads whose call is past its deadline; a call still running HOST_GRACE
+ * seconds later cannot be stopped (JIT-compiled code, a foreign call). Then
+ * the host stops the other threads gracefully and leaves the loop without
+ * waiting for the stuck one; core.host_run's caller fails the stuck call's
+ * jobs and replaces the process (docs/architecture.md, "Timeouts"). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +39,8 @@ static struct {
     const struct host_plan *plan;
     struct host_route *routes;
     int nroutes;
-    int ints;
+    int ints, terms;
+    struct event *watch_ev;
     struct event *renew_ev;
     store *renew_store;           /* main thread's own connection, for renewals */
 } host;
@@ -116,7 +124,9 @@ static void host_on_signal(evutil_socket_t sig, short what, void *arg) {
         event_base_once(host.base, -1, EV_TIMEOUT, host_on_dump_timer, NULL, &tv);
         return;
     }
-    if (sig == SIGINT && host.ints++ > 0) {
+    if (sig == SIGTERM) host.terms++;
+    /* An INT after a TERM is the second one: whoever sends it wants out now. */
+    if (sig == SIGINT && (host.ints++ > 0 || host.terms > 0)) {
         log_fmt(LOG_WARN, "second INT: exiting now; in-flight jobs return on the next start");
         _exit(130);
     }
@@ -131,6 +141,22 @@ static void host_thread_done(void *arg) {
     (void)arg;
     event_active(host.done_ev, EV_READ, 0);
 }
+
+#define HOST_GRACE 1.0
+
+/* Timer, every 100 ms: call deadlines (see the design note above). */
+static void host_on_watch(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what; (void)arg;
+    int newly, stuck = runner_watch(runner_monotonic(), HOST_GRACE, &newly);
+    if (!stuck) return;
+    if (newly && !runner_stopping()) {
+        log_fmt(LOG_ERROR, "replacing the process: the other threads finish and ack first");
+        runner_request_stop();
+    }
+    if (runner_finished() >= runner_count()) event_base_loopbreak(host.base);
+}
+
+int host_signalled(void) { return host.terms + host.ints > 0; }
 
 static void host_on_done(evutil_socket_t fd, short what, void *arg) {
     (void)fd; (void)what; (void)arg;
@@ -188,6 +214,9 @@ int host_run(const struct host_plan *plan) {
         host.renew_ev = event_new(host.base, -1, EV_PERSIST, host_on_renew, NULL);
         event_add(host.renew_ev, &tv);
     }
+    struct timeval watch_tv = {0, 100000};
+    host.watch_ev = event_new(host.base, -1, EV_PERSIST, host_on_watch, NULL);
+    event_add(host.watch_ev, &watch_tv);
     if (runner_start_all(plan->nthreads, plan->boots, plan->thread_main, host_thread_done, NULL) < 0) {
         log_fmt(LOG_ERROR, "cannot start %d worker threads", plan->nthreads);
         runner_request_stop();
@@ -201,6 +230,7 @@ int host_run(const struct host_plan *plan) {
     for (int i = 0; i < 3; i++) event_free(sev[i]);
     event_free(host.done_ev);
     if (host.renew_ev) event_free(host.renew_ev);
+    event_free(host.watch_ev);
     store_close(host.renew_store);
     event_base_free(host.base);
     free(host.routes);

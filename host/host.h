@@ -26,5 +26,7 @@ struct host_plan {
  * them returning). Blocks the calling (main) thread. Returns the exit code;
  * 1 without starting any thread when the web address cannot be bound. */
 int host_run(const struct host_plan *plan);
+/* After host_run: whether a TERM or INT asked it to stop. */
+int host_signalled(void);
 
 #endif

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <lua.h>
 #include <lauxlib.h>
+#include "core.h"
 #include "host.h"
 #include "hostlua.h"
 #include "log.h"
@@ -74,7 +75,10 @@ static int hostlua_web_handle(void *ud, const struct web_request *req, struct we
 
 /* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread},
  *               dump_path = p, web = {addr = "ADDR:PORT", handler = fn(req), max_body = n}}
- *   -> exit code. Main thread only; blocks until the host stops. */
+ *   -> exit code, stuck, signalled. Main thread only; blocks until the host
+ * stops. stuck: the records (core.call_begin's) of calls that could not be
+ * stopped at their timeout, whose threads still run; signalled: a TERM/INT
+ * asked for the stop. */
 static int hostlua_run(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     if (runner_self()) return luaL_error(L, "host_run: only the main thread runs the host");
@@ -145,12 +149,23 @@ static int hostlua_run(lua_State *L) {
             plan.web_addr = NULL;
         }
     }
+    if (ok) core_install_timeouts();
     int code = ok ? host_run(&plan) : 2;
     if (web.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, web.ref);
     free(boots); free(prefixes); free(threads);
     if (!ok) return luaL_error(L, "host_run: boots must be strings");
-    lua_pushinteger(L, code);
-    return 1;
+    char **stuck;
+    int nstuck = runner_take_stuck(&stuck);
+    lua_pushinteger(L, code);                  /* [code] */
+    lua_createtable(L, nstuck, 0);             /* [code, stuck] */
+    for (int i = 0; i < nstuck; i++) {
+        lua_pushstring(L, stuck[i]);
+        free(stuck[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    free(stuck);
+    lua_pushboolean(L, host_signalled());      /* [code, stuck, signalled] */
+    return 3;
 }
 
 void hostlua_register(lua_State *L, const struct hostlua_entry *entry) {

@@ -47,6 +47,10 @@ struct runner {
     char worker[128], prefix[512], *ids;
     long long njobs;              /* jobs of the call now performing */
     atomic_llong jobs, lua_bytes; /* GET /metrics */
+    double deadline, signalled;   /* running call's deadline, last timeout signal (monotonic) */
+    char *call;                   /* the running call's record */
+    atomic_int in_io;
+    int stuck;                    /* main thread only */
     atomic_int want_trace;
     char *trace;
     int shard;
@@ -59,6 +63,8 @@ static atomic_int stopping;
 static _Thread_local struct runner *self;
 static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *fatal_msg;
+static char **stuck_records; /* moved out of stuck runners by runner_join_all */
+static int nstuck_records;
 
 static double runner_now(void) {
     struct timeval tv;
@@ -70,11 +76,21 @@ static void *runner_main(void *arg) {
     struct runner *r = arg;
     char name[16];
     self = r;
+    /* The one signal a worker takes: a call past its deadline (core.c's handler). */
+    sigset_t tmo;
+    sigemptyset(&tmo);
+    sigaddset(&tmo, RUNNER_TIMEOUT_SIGNAL);
+    pthread_sigmask(SIG_UNBLOCK, &tmo, NULL);
     snprintf(name, sizeof name, "t%d", r->index);
     log_set_thread_name(name);
     r->exit_code = r->body(r->boot);
+    /* A thread marked stuck that comes back after all is no longer waited for
+     * (the host may be gone): only an unstuck one reports its end. */
+    pthread_mutex_lock(&r->mu);
     atomic_store(&r->finished, 1);
-    if (r->on_exit) r->on_exit(r->on_exit_arg);
+    int stuck = r->stuck;
+    pthread_mutex_unlock(&r->mu);
+    if (r->on_exit && !stuck) r->on_exit(r->on_exit_arg);
     return NULL;
 }
 
@@ -117,7 +133,7 @@ int runner_count(void) { return nrunners; }
 
 int runner_finished(void) {
     int n = 0;
-    for (int i = 0; i < nrunners; i++) n += atomic_load(&runners[i]->finished);
+    for (int i = 0; i < nrunners; i++) n += atomic_load(&runners[i]->finished) || runners[i]->stuck;
     return n;
 }
 
@@ -131,11 +147,23 @@ int runner_exit_code(void) {
 void runner_join_all(void) {
     for (int i = 0; i < nrunners; i++) {
         struct runner *r = runners[i];
+        if (r->stuck) {
+            /* Still running its call: leave it be (never join, never free);
+             * the process is replaced or ends. Keep what failing it needs. */
+            char **grown = realloc(stuck_records, sizeof *grown * (size_t)(nstuck_records + 1));
+            pthread_mutex_lock(&r->mu);
+            char *rec = r->call ? strdup(r->call) : NULL;
+            pthread_mutex_unlock(&r->mu);
+            if (grown) { stuck_records = grown; if (rec) stuck_records[nstuck_records++] = rec; else free(rec); }
+            else free(rec);
+            continue;
+        }
         pthread_join(r->tid, NULL);
         for (int j = 0; j < r->nmail; j++) free(r->mail[j]);
         free(r->boot);
         free(r->ids);
         free(r->trace);
+        free(r->call);
         pthread_mutex_destroy(&r->mu);
         pthread_cond_destroy(&r->cv);
         free(r);
@@ -250,6 +278,63 @@ void runner_set_lua_bytes(struct runner *r, long long bytes) {
 void runner_stats(int i, long long *jobs, long long *lua_bytes) {
     *jobs = i >= 0 && i < nrunners ? atomic_load_explicit(&runners[i]->jobs, memory_order_relaxed) : 0;
     *lua_bytes = i >= 0 && i < nrunners ? atomic_load_explicit(&runners[i]->lua_bytes, memory_order_relaxed) : 0;
+}
+
+double runner_monotonic(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void runner_set_call(struct runner *r, double deadline, const char *record) {
+    char *copy = record ? strdup(record) : NULL;
+    pthread_mutex_lock(&r->mu);
+    r->deadline = deadline;
+    r->signalled = 0;
+    free(r->call);
+    r->call = copy;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void runner_set_in_io(struct runner *r, int in_io) { atomic_store(&r->in_io, in_io); }
+
+int runner_watch(double now, double grace, int *newly) {
+    int stuck = 0;
+    *newly = 0;
+    for (int i = 0; i < nrunners; i++) {
+        struct runner *r = runners[i];
+        pthread_mutex_lock(&r->mu);
+        if (r->deadline > 0 && now >= r->deadline && !atomic_load(&r->finished)) {
+            if (!atomic_load(&r->in_io) && now - r->signalled >= 0.25) {
+                r->signalled = now;
+                pthread_kill(r->tid, RUNNER_TIMEOUT_SIGNAL);
+            }
+            if (!r->stuck && now >= r->deadline + grace) {
+                r->stuck = 1;
+                *newly = 1;
+                log_fmt(LOG_ERROR, "t%d: a call of %s (shard %d, ids %s) runs %.1f s past its timeout and cannot be "
+                        "stopped (JIT-compiled code or a foreign call)", r->index, r->worker, r->shard,
+                        r->ids ? r->ids : "", now - r->deadline);
+            }
+        }
+        stuck += r->stuck;
+        pthread_mutex_unlock(&r->mu);
+    }
+    return stuck;
+}
+
+int runner_stuck(void) {
+    int n = 0;
+    for (int i = 0; i < nrunners; i++) n += runners[i]->stuck;
+    return n;
+}
+
+int runner_take_stuck(char ***records) {
+    int n = nstuck_records;
+    *records = stuck_records;
+    stuck_records = NULL;
+    nstuck_records = 0;
+    return n;
 }
 
 void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg) {

@@ -5,6 +5,7 @@
  * thread (TTIN, lease renewal, GET /metrics) and the fatal message. */
 #ifndef LUAKIQ_RUNNER_H
 #define LUAKIQ_RUNNER_H
+#include <signal.h>
 #include <stdio.h>
 
 struct runner;
@@ -16,8 +17,8 @@ struct runner;
 int runner_start_all(int n, const char *const *boots, int (*body)(const char *boot),
                      void (*on_exit)(void *), void *arg);
 int runner_count(void);
-int runner_finished(void);        /* how many threads have returned */
-void runner_join_all(void);       /* joins every thread and frees them */
+int runner_finished(void);        /* how many threads have returned or are stuck (main thread) */
+void runner_join_all(void);       /* joins every thread and frees them (not stuck ones) */
 int runner_exit_code(void);       /* max of the threads' codes (0 ok, 1 fatal) */
 
 /* Graceful stop: no new fetches; every waiting thread wakes. Any thread. */
@@ -61,6 +62,28 @@ void runner_set_lua_bytes(struct runner *r, long long bytes);
 /* Any thread: thread i's jobs performed so far and its last Lua memory. A
  * reader may see values one batch old (relaxed atomics). */
 void runner_stats(int i, long long *jobs, long long *lua_bytes);
+/* Call deadlines (docs/architecture.md, "Timeouts"). A worker thread sets its
+ * running call's deadline (CLOCK_MONOTONIC seconds; 0 when no call runs) and
+ * a record of it (an opaque string: what the main VM needs to fail the call's
+ * jobs if the call cannot be stopped). in_io: the call now waits in luakiq's
+ * own I/O, which ends itself at the deadline (no signal needed). */
+void runner_set_call(struct runner *r, double deadline, const char *record);
+void runner_set_in_io(struct runner *r, int in_io);
+/* Main thread, every ~100 ms: sends RUNNER_TIMEOUT_SIGNAL to each thread
+ * whose call is past its deadline (not while it waits in luakiq's I/O; again
+ * every 250 ms while it runs on), and marks a thread stuck when its call is
+ * still running grace seconds after the deadline. Returns how many threads
+ * are stuck; *newly is set when this look found a new one. */
+int runner_watch(double now, double grace, int *newly);
+int runner_stuck(void);
+/* After runner_join_all: the records of the calls that were stuck (a stuck
+ * thread is neither joined nor freed: the process is replaced or exits).
+ * The caller frees each string and the array. */
+int runner_take_stuck(char ***records);
+double runner_monotonic(void);
+/* The signal a call past its deadline gets; its handler is core.c's. */
+#define RUNNER_TIMEOUT_SIGNAL SIGURG
+
 /* Main thread: calls fn(prefix, arg) for every thread now performing a batch
  * (prefix = its shard's key prefix), for lease renewal. */
 void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg);

@@ -180,6 +180,11 @@ int store_reconnect(store *s, char *err, size_t errlen) {
 
 int store_broken(const store *s) { return s->broken || !s->c; }
 
+void store_bound_io(store *s, double seconds) {
+    double t = seconds > 0 && seconds < s->timeout_s ? seconds : s->timeout_s;
+    if (s->c) redisSetTimeout(s->c, store_tv(t));
+}
+
 /* --- scripts ------------------------------------------------------------ */
 
 #define STORE_MAX_SCRIPTS 64

@@ -29,6 +29,9 @@ void store_close(store *s);
 /* Drops the connection and connects again; 0 on success. */
 int store_reconnect(store *s, char *err, size_t errlen);
 int store_broken(const store *s); /* 1 after an I/O error, until a reconnect */
+/* Bounds the next commands' I/O by seconds (a perform call's time left),
+ * when that is shorter than the connection's own timeout; 0 restores it. */
+void store_bound_io(store *s, double seconds);
 
 /* One command of a pipeline. For a script: name is the embedded script's name
  * ("fetch") and argv holds numkeys keys then the arguments. */

@@ -1,20 +1,29 @@
 /* sys.c - operating-system utilities for Lua (part of `luakiq.core`):
  * CRC-32 (the shard of an id), directory listings (the script directory),
  * random lease tokens, a free loopback port (tests), the pid and the resident
- * set size (GET /metrics). Stateless: any thread. */
+ * set size (GET /metrics), os.execute for workers, and replacing or ending
+ * the process at once (a call that cannot be stopped). Stateless: any thread. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <lua.h>
 #include <lauxlib.h>
+#include "core.h"
+#include "runner.h"
 #include "sys.h"
+
+extern char **environ;
 
 static int sys_crc32(lua_State *L) {
     size_t len;
@@ -94,7 +103,101 @@ static int sys_rss(lua_State *L) {
     return 1;
 }
 
+/* core.exec_self(argv) - replaces the process with a fresh luakiq (same pid)
+ * run with argv (argv[0] first). Every descriptor but stdin/out/err is closed
+ * on exec, so the new process can bind the same web port and holds no stale
+ * Redis connection. Returns only on failure: nil, err. */
+static int sys_exec_self(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int n = (int)lua_objlen(L, 1);
+    if (n < 1) return luaL_error(L, "exec_self: empty argv");
+    const char **argv = calloc((size_t)n + 1, sizeof *argv);
+    if (!argv) return luaL_error(L, "out of memory");
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, i + 1);
+        argv[i] = lua_tostring(L, -1); /* anchored in the argument table */
+        lua_pop(L, 1);
+        if (!argv[i]) { free(argv); return luaL_error(L, "exec_self: argv[%d] is not a string", i + 1); }
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            int fd = atoi(e->d_name);
+            if (fd > 2 && fd != dirfd(d)) fcntl(fd, F_SETFD, FD_CLOEXEC);
+        }
+        closedir(d);
+    }
+    fflush(NULL);
+    execv("/proc/self/exe", (char *const *)argv);
+    int saved = errno;
+    free(argv);
+    lua_pushnil(L);
+    lua_pushfstring(L, "cannot replace the process: %s", strerror(saved));
+    return 2;
+}
+
+/* core.exit_now(code) - flushes stdio and ends the process at once, without
+ * atexit handlers: for when a thread stuck in a call still runs. */
+static int sys_exit_now(lua_State *L) {
+    int code = (int)luaL_checkinteger(L, 1);
+    fflush(NULL);
+    _exit(code);
+    return 0;
+}
+
+/* core.execute(cmd) -> status, as Lua 5.1's os.execute (the wait status;
+ * with no cmd, 1: a shell is there). Unlike system(3) it leaves the process's
+ * INT and QUIT handlers alone (system ignores them process-wide while it
+ * waits, which would eat the host's Ctrl-C), gives the child default signals
+ * and an empty mask (a worker thread blocks everything), runs it in a process
+ * group of its own, and inside a perform call waits no longer than the call's
+ * deadline: then the group gets TERM, KILL 2 s later, and the timeout error
+ * is raised. Worker VMs get it as os.execute (luakiq.runtime). */
+static int sys_execute(lua_State *L) {
+    const char *cmd = luaL_optstring(L, 1, NULL);
+    if (!cmd) { lua_pushinteger(L, 1); return 1; }
+    posix_spawnattr_t attr;
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGQUIT);
+    sigaddset(&defaults, SIGPIPE);
+    sigaddset(&defaults, SIGTERM);
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    char *const argv[] = {"sh", "-c", (char *)cmd, NULL};
+    pid_t pid;
+    int rc = posix_spawn(&pid, "/bin/sh", NULL, &attr, argv, environ);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) { lua_pushinteger(L, -1); return 1; }
+    double left = core_io_begin();
+    double until = left >= 0 ? runner_monotonic() + left : 0, killed = 0;
+    int status = 0;
+    for (;;) {
+        pid_t got = waitpid(pid, &status, WNOHANG);
+        if (got == pid || (got < 0 && errno != EINTR)) break;
+        double now = runner_monotonic();
+        if (until > 0 && now >= until) {
+            if (!killed) { kill(-pid, SIGTERM); killed = now; }
+            else if (now - killed >= 2) kill(-pid, SIGKILL);
+        }
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    core_io_end();
+    if (killed) return core_raise_timeout(L);
+    lua_pushinteger(L, status);
+    return 1;
+}
+
 static const luaL_Reg sys_funcs[] = {
+    {"execute", sys_execute},
+    {"exec_self", sys_exec_self}, {"exit_now", sys_exit_now},
     {"crc32", sys_crc32},         {"list_dir", sys_list_dir},
     {"token", sys_token},         {"free_port", sys_free_port},
     {"getpid", sys_getpid},       {"rss", sys_rss},

@@ -262,6 +262,33 @@ function commands.admin(argv)
   return 0
 end
 
+-- After host_run left threads stuck in calls past their timeout (JIT-compiled
+-- code or a foreign call that cannot be interrupted): their jobs are failed
+-- with the timeout error and their shards released, here in the main VM, then
+-- the process is replaced by a fresh one with the same arguments (same pid),
+-- so the stuck calls never run next to their ids' next calls. After a TERM or
+-- INT the process exits instead. Never returns normally while a stuck thread runs.
+local function replace(cfg, argv, token, stuck, signalled, code)
+  local log = require "luakiq.log"
+  local runner = require "luakiq.runner"
+  local conn = connect(cfg, 10)
+  for _, record in ipairs(stuck) do
+    local ok, err = pcall(runner.fail_stuck, cfg, conn, token, record)
+    if not ok then log.error("cannot fail a stuck call's jobs (they come back after lease_ttl): " .. tostring(err)) end
+  end
+  local fatal = core.fatal_message()
+  if signalled or fatal then
+    log.info("stopped (a call that could not be stopped was failed with its timeout)")
+    core.exit_now(fatal and 1 or code)
+  end
+  local args = { argv[0] or "luakiq" }
+  for i = 1, #argv do args[#args + 1] = argv[i] end
+  log.warn("replacing the process (pid " .. core.getpid() .. ")")
+  local _, err = core.exec_self(args)
+  log.error(err)
+  core.exit_now(1)
+end
+
 function commands.run(argv)
   local pos, opt = parse(argv, 2, { redis = true, threads = true, web = true,
                                     ["log-format"] = true, ["log-level"] = true })
@@ -299,7 +326,7 @@ function commands.run(argv)
   end
   log.info(string.format("luakiq %s starting: %d threads, %d workers, Redis %s, pid %d",
     require("luakiq").version, #groups, #cfg.workers, runtime.redact(cfg.redis), core.getpid()))
-  local code = core.host_run {
+  local code, stuck, signalled = core.host_run {
     boots = boots, routes = routes, redis = cfg.redis,
     wake_channel = keys.wake_channel(cfg.namespace),
     token = token, lease_ms = math.floor(cfg.lease_ttl * 1000), renew_ms = math.floor(cfg.lease_renew * 1000),
@@ -309,6 +336,7 @@ function commands.run(argv)
       handler = require("luakiq.web").handler(cfg, { token = web_token, threads = #groups }),
     } or nil,
   }
+  if #stuck > 0 then return replace(cfg, argv, token, stuck, signalled, code) end
   local fatal = core.fatal_message()
   if fatal then
     log.error("fatal: " .. fatal:match("^[^\n]*"))

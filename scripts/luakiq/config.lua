@@ -72,13 +72,14 @@ local SETTINGS = {
   format_error = "func", dump_error = "func", load_error = "func",
   web = "str", web_token = "str",
   lease_ttl = "pos_num", lease_renew = "pos_num", max_payload_bytes = "pos_int",
-  redis_timeout = "pos_num", redis_retry = "nonneg_num", dump_path = "str",
+  redis_timeout = "pos_num", redis_retry = "nonneg_num", dump_path = "str", timeout = "pos_num",
 }
 
 -- Keys of a worker file: key -> check.
 local WORKER = {
   name = "name", queue_name = "name", shards_count = "pos_int", batch_size = "pos_int",
   fetch_size = "pos_int", max_retry_count = "nonneg_int", retry_in = "func", perform = "func", retries_exhausted = "func",
+  timeout = "pos_num",
 }
 
 local function identity(x) return x end
@@ -111,6 +112,7 @@ function M.defaults()
     redis_timeout = 10,          -- seconds for connect and for each reply
     redis_retry = 30,            -- seconds `run` keeps trying to connect at start
     dump_path = nil,             -- TTIN dump file (default: $TMPDIR/luakiq_ttin_PID.txt)
+    timeout = 600,               -- seconds one perform call may run (a worker's own `timeout` wins)
   }
 end
 
@@ -211,7 +213,7 @@ end
 local function load_worker(file, stem)
   local t = run_file(file)
   validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, fetch_size, " ..
-    "max_retry_count, retry_in, perform, retries_exhausted")
+    "max_retry_count, retry_in, perform, retries_exhausted, timeout")
   if t.perform == nil then fail(file .. ": perform is required (a function(payloads_by_id))") end
   local name = t.name or stem
   if checks.name(name) then
@@ -232,6 +234,7 @@ local function load_worker(file, stem)
     retry_in = t.retry_in or retry.default,
     perform = t.perform,
     retries_exhausted = t.retries_exhausted,
+    timeout = t.timeout,         -- nil: config.lua's timeout (set by M.load)
     file = file,
   }
   return w
@@ -283,6 +286,7 @@ function M.load(dir, list_dir)
     if other then
       fail(string.format("%s: queue_name '%s' is already used by %s", file, w.queue_name, other.file))
     end
+    w.timeout = w.timeout or cfg.timeout
     by_name[w.name], by_queue[w.queue_name] = w, w
     defs[#defs + 1] = w
   end

@@ -31,6 +31,12 @@ M.redis = {
   pcall = function(...) return conn():pcall(...) end,
 }
 
+-- sleep(s): waits s seconds; inside a perform call, never past its timeout
+-- (then it raises the timeout error). deadline(): seconds left for the
+-- running perform call, nil outside one.
+M.sleep = core.sleep
+M.deadline = core.deadline
+
 -- Stops the whole process: the current batch stays in flight (it comes back
 -- on the next start), last_words(msg) runs on the main thread, exit code 1.
 M.FATAL = setmetatable({}, { __tostring = function() return "luakiq.fatal" end })

@@ -153,10 +153,38 @@ local function load_batch(t, h, jobs)
   return kept, batch
 end
 
--- Performs jobs (a slice of h's batch in flight) as one perform call.
--- Returns ok, err, traceback; ok is true too when nothing was left to
--- perform. Raises luakiq.FATAL.
-local function perform(t, h, jobs)
+-- What the main VM needs to fail a call's jobs should the call never come
+-- back (a call past its timeout that cannot be stopped: M.fail_stuck).
+local function call_record(h, jobs, done)
+  local list = {}
+  for i, job in ipairs(jobs) do list[i] = { job.id, job.retry_count } end
+  return json.encode { worker = h.worker, shard = h.shard, batch = h.batch or "", jobs = list, done = done or {} }
+end
+
+-- Runs one perform call (with the server middlewares) in a coroutine of its
+-- own, bounded by the worker's timeout (core.call_begin/call_end: past it, a
+-- hook raises "timeout: ..." in the call; luakiq's own waits end themselves).
+-- Returns ok, err, traceback.
+local function run_call(h, w, batch, record)
+  local co = coroutine.create(h.perform)
+  core.call_begin(w.timeout, record)
+  local ok, err = coroutine.resume(co, w, batch)
+  local expired = core.call_end()
+  if ok and coroutine.status(co) ~= "dead" then
+    ok, err = false, "perform yielded: coroutine.yield outside a coroutine of its own"
+  end
+  if ok then return true end
+  local tb = type(err) == "string" and debug.traceback(co, err) or debug.traceback(co, tostring(err))
+  if expired and err ~= luakiq.FATAL and not (type(err) == "string" and err:find("^timeout")) then
+    err = "timeout: " .. tostring(err) -- past the deadline, whatever the call raised on its way out
+  end
+  return false, err, tb
+end
+
+-- Performs jobs (a slice of h's batch in flight) as one perform call. done:
+-- the ids of the batch already performed. Returns ok, err, traceback; ok is
+-- true too when nothing was left to perform. Raises luakiq.FATAL.
+local function perform(t, h, jobs, done)
   local w = h.def
   local loaded, batch = load_batch(t, h, jobs)
   if not loaded then return nil end -- lease lost while burying
@@ -164,14 +192,11 @@ local function perform(t, h, jobs)
   local ids = queue.ids(loaded)
   core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix, #ids)
   local started = core.now()
-  local tb -- the traceback, kept apart so format_error gets the error value itself
-  local ok, err = xpcall(function()
-    return h.perform(w, batch)
-  end, function(e)
-    tb = debug.traceback(tostring(e), 2)
-    return e
-  end)
+  local ok, err, tb = run_call(h, w, batch, call_record(h, loaded, done))
   core.set_state("fetching", w.name, h.shard)
+  -- A luakiq.redis wait the deadline cut short leaves the thread's connection
+  -- broken: make it again now, so the failure is recorded at once.
+  if t.conn:broken() then t.conn:reconnect() end
   if ok then
     if t.debug then
       log.debug("batch done", { worker = w.name, shard = h.shard, ids = ids, duration = core.now() - started })
@@ -232,7 +257,7 @@ local function process(t, h)
       slice = todo
     end
     local ok, performed, err, tb = true, slice, nil, nil
-    if #slice > 0 then ok, performed, err, tb = perform(t, h, slice) end
+    if #slice > 0 then ok, performed, err, tb = perform(t, h, slice, done) end
     if ok == nil then return false, nil end
     if not ok then
       fail(t, h, performed, err, tb, done)
@@ -304,12 +329,35 @@ local function scheduler_ctx(t)
   return ctx
 end
 
+-- The main VM's side of a call that could not be stopped (its thread still
+-- runs; the host replaces the process or exits next): fails the call's jobs
+-- with the timeout error, acks the ids its fetch had done, puts the rest back
+-- and gives the shard's lease back. record: call_record's JSON.
+function M.fail_stuck(cfg, conn, token, record)
+  local r = json.decode(record)
+  local w = cfg.by_name[r.worker]
+  if not w then error("fail_stuck: unknown worker " .. tostring(r.worker), 0) end
+  local t = { cfg = cfg, conn = conn, token = token, lease_ms = math.floor(cfg.lease_ttl * 1000) }
+  local h = { worker = w.name, shard = r.shard, def = w, batch = r.batch ~= "" and r.batch or nil,
+              prefix = keys.prefix(cfg.namespace, w.queue_name, r.shard) }
+  local jobs = {}
+  for i, j in ipairs(r.jobs) do jobs[i] = { id = j[1], retry_count = j[2] } end
+  local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..
+    "(JIT-compiled code or a foreign call); the process was replaced", w.timeout)
+  fail(t, h, jobs, msg, nil, r.done)
+  queue.release(conn, { h }, token)
+end
+
 -- Exposed for the shard-handler specs, which drive one thread's state from a
 -- `luakiq lua` VM: setup(boot) -> t, process(t, handler) -> ok, head, flush(t).
 M.setup, M.process, M.flush = setup, process, flush
 
 -- Entry point of a worker thread (called from C with the boot string).
 function M.main(boot_json)
+  -- os.execute in a worker thread: core.execute (host/sys.c) keeps the
+  -- host's INT handler (system(3) ignores INT process-wide while it waits)
+  -- and ends the command at the running call's timeout.
+  os.execute = core.execute
   local boot = json.decode(boot_json)
   core.log_setup { json = boot.log_json, level = boot.log_level }
   local t = setup(boot)

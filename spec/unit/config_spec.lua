@@ -90,6 +90,15 @@ describe("luakiq.config.load", function()
     assert.equal(w, cfg.by_name.Mail)
   end)
 
+  it("defaults timeout to config.lua's (600 s unless set there); a worker's own wins", function()
+    local d = make { ["workers/A.lua"] = "return { perform = function() end }",
+                     ["workers/B.lua"] = "return { timeout = 2.5, perform = function() end }" }
+    local cfg = config.load(d)
+    assert.same({ 600, 2.5 }, { cfg.by_name.A.timeout, cfg.by_name.B.timeout })
+    d = make { ["config.lua"] = "return { timeout = 30 }", ["workers/A.lua"] = "return { perform = function() end }" }
+    assert.equal(30, config.load(d).by_name.A.timeout)
+  end)
+
   it("defaults fetch_size to max(batch_size, 10) and keeps a given one", function()
     local d = make { ["workers/A.lua"] = "return { batch_size = 100, perform = function() end }",
                      ["workers/B.lua"] = "return { fetch_size = 64, perform = function() end }" }
@@ -282,6 +291,10 @@ describe("luakiq.config.load errors", function()
     config_case("max_payload_bytes = 0", { "max_payload_bytes must be a positive integer" })
     config_case("lease_ttl = 0", { "lease_ttl must be a number > 0" })
     config_case("lease_ttl = 10, lease_renew = 10", { "lease_renew (10) must be less than lease_ttl (10)" })
+    config_case("timeout = 0", { "timeout must be a number > 0, got 0" })
+    config_case("timeout = -5", { "timeout must be a number > 0" })
+    config_case("timeout = 0/0", { "timeout must be a number > 0" })
+    config_case("timeout = '30'", { 'timeout must be a number > 0, got "30"' })
   end)
 
   it("wrong types and ranges in a worker", function()
@@ -297,6 +310,9 @@ describe("luakiq.config.load errors", function()
     worker_case("retry_in = 10, " .. PERFORM, { "retry_in must be a function, got 10" })
     worker_case("retries_exhausted = 'x', " .. PERFORM, { "retries_exhausted must be a function" })
     worker_case("perform = 'x'", { "perform must be a function, got \"x\"" })
+    worker_case("timeout = 0, " .. PERFORM, { "timeout must be a number > 0, got 0" })
+    worker_case("timeout = 1/0, " .. PERFORM, { "timeout must be a number > 0" })
+    worker_case("timeout = '10s', " .. PERFORM, { "timeout must be a number > 0" })
     worker_case("name = '', " .. PERFORM, { "name must be a non-empty string" })
     worker_case("queue_name = 'a{b}', " .. PERFORM, { "queue_name must be" })
   end)

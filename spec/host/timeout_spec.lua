@@ -1,0 +1,200 @@
+-- Worker timeouts end to end (docs/guarantees.md, "Timeouts"): the real
+-- binary, a real redis-server, real signals. Each case starts a call that
+-- never ends on its own, with timeout = 1 s, and a second job of the same
+-- shard behind it. The call must fail with an error starting with "timeout"
+-- within timeout + 2 s, and the next job must run a few seconds later; calls
+-- that cannot be interrupted (JIT-compiled loops, a blocking foreign call) are
+-- ended by replacing the process (same pid), after the other threads finish.
+local core = require "luakiq.core"
+local json = require "luakiq.json"
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+local q = host.quote
+
+local srv = redis.fixture()
+local function env() return "REDIS_URL=" .. srv.url end
+
+local TIMEOUT = 1
+
+-- Stuck: one shard; ids name what the call does. max_retry_count 0: a failed
+-- call's job goes to the morgue at once (with its error and updated_at).
+-- Every start and finish is recorded as "id@time" (Redis's clock is this machine's).
+local STUCK = [[
+local luakiq = require "luakiq"
+local ffi = require "ffi"
+pcall(ffi.cdef, "int poll(void *, unsigned long, int);")
+local function inc(x) return x + 1 end
+local swallow = function()
+  while true do pcall(function() local t = {} for i = 1, 1e9 do t[i % 100 + 1] = i end end) end
+end
+jit.off(swallow, true) -- interpreted: the hook fires, the pcall catches, the hook fires again
+local act = {
+  jit = function() local x = 0 while true do x = x + 1 end end,
+  calls = function() local x = 0 while true do x = inc(x) end end,
+  alloc = function() local t = {} while true do t[#t + 1] = {} if #t > 1000 then t = {} end end end,
+  swallow = swallow,
+  sleep = function() luakiq.sleep(60) end,
+  redis = function() luakiq.redis.call("BLPOP", "t:never", 0) end,
+  exec = function() os.execute("sleep 60") end,
+  popen = function() io.popen("sleep 20"):read("*a") end,
+  poll = function() ffi.C.poll(nil, 0, -1) end,
+}
+return {
+  shards_count = 1, max_retry_count = 0,
+  perform = function(batch)
+    for id in pairs(batch) do
+      luakiq.redis.call("RPUSH", "t:start", id .. "@" .. luakiq.now())
+      local f = act[id]
+      if f then f() end
+      luakiq.redis.call("RPUSH", "t:done", id .. "@" .. luakiq.now())
+    end
+  end,
+}
+]]
+
+-- Slow: a call of the other thread that is still running when Stuck's call
+-- is found stuck; it must finish and be acked (run once) before the replacement.
+local SLOW = [[
+local luakiq = require "luakiq"
+return {
+  shards_count = 1, timeout = 30,
+  perform = function(batch)
+    for id in pairs(batch) do
+      luakiq.redis.call("RPUSH", "t:slow", id)
+      luakiq.sleep(2.5)
+      luakiq.redis.call("RPUSH", "t:slow_done", id)
+    end
+  end,
+}
+]]
+
+local function scriptdir()
+  return host.scriptdir {
+    ["config.lua"] = ("return { threads_per_node = 2, poll_interval = 0.2, timeout = %d, lease_ttl = 30 }"):format(TIMEOUT),
+    ["workers/Stuck.lua"] = STUCK,
+    ["workers/Slow.lua"] = SLOW,
+  }
+end
+
+local function enqueue(dir, worker, ids)
+  local lines = {}
+  for i, id in ipairs(ids) do lines[i] = json.encode { id = id } end
+  local rc, _, err = host.exec("enqueue " .. q(dir) .. " " .. worker, table.concat(lines, "\n"), env())
+  assert.are.equal(0, rc, err)
+end
+
+-- "id@time" entries of list key -> time of id's first entry
+local function time_of(key, id)
+  for _, e in ipairs(srv.conn:call("LRANGE", key, 0, -1)) do
+    local i, t = e:match("^(.-)@(.*)$")
+    if i == id then return tonumber(t) end
+  end
+end
+
+local function morgue(dir, worker)
+  local rc, out, err = host.exec("jobs " .. q(dir) .. " " .. worker .. " morgue", nil, env())
+  assert.are.equal(0, rc, err)
+  local dead = {}
+  for line in out:gmatch("[^\n]+") do
+    local j = json.decode(line)
+    dead[j.id] = j
+  end
+  return dead
+end
+
+local dir, proc
+before_each(function()
+  srv.conn:call("FLUSHALL")
+  dir = scriptdir()
+  proc = host.spawn("run " .. q(dir), env())
+end)
+after_each(function()
+  if proc then proc:kill() end
+  host.sh("rm -rf " .. q(dir))
+end)
+
+-- Runs id, then "next" in the same shard; checks the failure and the next job.
+local function expect_timeout(id, replaced)
+  enqueue(dir, "Stuck", { id, "next" })
+  local started = host.eventually(function() return time_of("t:start", id) end, 10, id .. " started")
+  local dead = host.eventually(function() return morgue(dir, "Stuck")[id] end, TIMEOUT + 5, id .. " failed")
+  assert.truthy(dead.error:find("^timeout"), dead.error)
+  assert.is_true(dead.updated_at - started <= TIMEOUT + 2, ("failed %.2f s after it started"):format(dead.updated_at - started))
+  assert.is_true(dead.updated_at - started >= TIMEOUT - 0.05)
+  local nxt = host.eventually(function() return time_of("t:done", "next") end, 10, "the next job")
+  assert.is_true(nxt - started <= TIMEOUT + 5, ("next job ran %.2f s after"):format(nxt - started))
+  assert.is_nil(time_of("t:done", id))
+  assert.are.equal(1, #srv.conn:call("LRANGE", "t:start", 0, -1) - 1) -- the stuck call ran once
+  local log = proc:log()
+  if replaced then
+    assert.truthy(log:find("replacing the process (pid " .. proc.pid .. ")", 1, true), log)
+    assert.is_true(proc:alive()) -- the same pid serves on
+  else
+    assert.falsy(log:find("replacing the process", 1, true), log)
+  end
+  return dead
+end
+
+describe("a perform call past its timeout", function()
+  it("fails in a pure Lua loop the JIT compiles (the process is replaced)", function()
+    expect_timeout("jit", true)
+  end)
+  it("fails in a loop that calls functions (compiled too: replaced)", function()
+    expect_timeout("calls", true)
+  end)
+  it("fails in an interpreted loop (the hook raises; the process stays)", function()
+    expect_timeout("alloc", false)
+  end)
+  it("fails even when user code pcalls the timeout away (the hook raises again)", function()
+    expect_timeout("swallow", false)
+  end)
+  it("fails while waiting in luakiq.sleep", function()
+    local dead = expect_timeout("sleep", false)
+    assert.truthy(dead.error:find("past its timeout of 1 s", 1, true), dead.error)
+  end)
+  it("fails while waiting in luakiq.redis (and the connection is made again)", function()
+    local dead = expect_timeout("redis", false)
+    assert.truthy(dead.error:find("waiting for Redis", 1, true), dead.error)
+  end)
+  it("fails in os.execute (its process group is ended)", function()
+    expect_timeout("exec", false)
+  end)
+  it("fails in a foreign blocking call: a read from io.popen (replaced)", function()
+    expect_timeout("popen", true)
+  end)
+  it("fails in a foreign blocking call: FFI poll(NULL, 0, -1) (the signal interrupts it)", function()
+    expect_timeout("poll", false)
+  end)
+  it("lets the other threads finish and ack before replacing the process", function()
+    enqueue(dir, "Slow", { "s1" })
+    host.eventually(function() return #srv.conn:call("LRANGE", "t:slow", 0, -1) == 1 end, 10, "Slow started")
+    expect_timeout("jit", true)
+    host.eventually(function() return #srv.conn:call("LRANGE", "t:slow_done", 0, -1) == 1 end, 10, "Slow done")
+    core.sleep(1)
+    assert.are.same({ "s1" }, srv.conn:call("LRANGE", "t:slow", 0, -1)) -- acked: never rerun
+  end)
+end)
+
+describe("TERM with a call that does not end", function()
+  it("waits at most until the call's timeout, fails it, exits 0", function()
+    enqueue(dir, "Stuck", { "jit" })
+    host.eventually(function() return time_of("t:start", "jit") end, 10, "started")
+    proc:signal("TERM")
+    local t0 = core.now()
+    local rc = proc:wait(TIMEOUT + 5)
+    assert.are.equal(0, rc, proc:log())
+    assert.is_true(core.now() - t0 <= TIMEOUT + 3)
+    assert.truthy(morgue(dir, "Stuck").jit.error:find("^timeout"))
+    proc = nil
+  end)
+  it("exits at once on an INT after the TERM (130)", function()
+    enqueue(dir, "Stuck", { "popen" })
+    host.eventually(function() return time_of("t:start", "popen") end, 10, "started")
+    proc:signal("TERM")
+    core.sleep(0.2)
+    assert.is_true(proc:alive())
+    proc:signal("INT")
+    assert.are.equal(130, proc:wait(2))
+    proc = nil
+  end)
+end)
