@@ -113,12 +113,13 @@ void core_io_end(void) {
 static int core_call_begin(lua_State *L) {
     double timeout = luaL_checknumber(L, 1);
     const char *record = luaL_optstring(L, 2, NULL);
+    double now = runner_monotonic();
     core_call_timeout = timeout;
-    core_call_deadline = runner_monotonic() + timeout;
+    core_call_deadline = now + timeout;
     core_call_expired = 0;
     core_call_main = L;
     struct runner *r = runner_self();
-    if (r) runner_set_call(r, core_call_deadline, record);
+    if (r) runner_set_call(r, now, core_call_deadline, record);
     return 0;
 }
 
@@ -131,7 +132,7 @@ static int core_call_end(lua_State *L) {
     core_call_expired = 0;
     lua_sethook(L, NULL, 0, 0);
     struct runner *r = runner_self();
-    if (r) runner_set_call(r, 0, NULL);
+    if (r) runner_set_call(r, 0, 0, NULL);
     lua_pushboolean(L, expired);
     return 1;
 }
@@ -207,20 +208,48 @@ static int core_set_state(lua_State *L) {
     return 0;
 }
 
-/* core.thread_stats() -> {{jobs = n, lua_bytes = n}, ...} indexed by thread
- * index + 1; empty outside `luakiq run`. Main thread (GET /metrics). */
+/* core.thread_stats() -> {{jobs = n, lua_bytes = n [, worker = name,
+ * call_age = s, call_timeout = s]}, ...} indexed by thread index + 1 (the
+ * call fields while a call runs); empty outside `luakiq run`. Main thread
+ * (GET /metrics, the dashboard). */
 static int core_thread_stats(lua_State *L) {
     int n = runner_count();
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
-        long long jobs, bytes;
-        runner_stats(i, &jobs, &bytes);
-        lua_createtable(L, 0, 2);
-        lua_pushnumber(L, (lua_Number)jobs);
+        struct runner_stat st;
+        runner_stats(i, &st);
+        lua_createtable(L, 0, 5);
+        lua_pushnumber(L, (lua_Number)st.jobs);
         lua_setfield(L, -2, "jobs");
-        lua_pushnumber(L, (lua_Number)bytes);
+        lua_pushnumber(L, (lua_Number)st.lua_bytes);
         lua_setfield(L, -2, "lua_bytes");
+        if (st.call_timeout > 0) {
+            lua_pushstring(L, st.worker);
+            lua_setfield(L, -2, "worker");
+            lua_pushnumber(L, st.call_age);
+            lua_setfield(L, -2, "call_age");
+            lua_pushnumber(L, st.call_timeout);
+            lua_setfield(L, -2, "call_timeout");
+        }
         lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+/* core.count_timeout(worker): a call of worker failed by its timeout. */
+static int core_count_timeout(lua_State *L) {
+    runner_count_timeout(luaL_checkstring(L, 1));
+    return 0;
+}
+
+/* core.timeouts() -> {[worker] = calls failed by their timeout in this process} */
+static int core_timeouts(lua_State *L) {
+    char worker[128];
+    long long n;
+    lua_newtable(L);
+    for (int k = 0; runner_timeouts(k, worker, sizeof worker, &n); k++) {
+        lua_pushnumber(L, (lua_Number)n);
+        lua_setfield(L, -2, worker);
     }
     return 1;
 }
@@ -269,7 +298,8 @@ static const luaL_Reg core_funcs[] = {
     {"log_setup", core_log_setup},     {"thread_index", core_thread_index},
     {"fatal", core_fatal},             {"fatal_message", core_fatal_message},
     {"call_begin", core_call_begin},   {"call_end", core_call_end},
-    {"deadline", core_deadline},
+    {"deadline", core_deadline},       {"count_timeout", core_count_timeout},
+    {"timeouts", core_timeouts},
     {NULL, NULL}};
 
 void core_register(lua_State *L) { luaL_register(L, NULL, core_funcs); }

@@ -48,6 +48,7 @@ struct runner {
     long long njobs;              /* jobs of the call now performing */
     atomic_llong jobs, lua_bytes; /* GET /metrics */
     double deadline, signalled;   /* running call's deadline, last timeout signal (monotonic) */
+    double call_started;          /* monotonic */
     char *call;                   /* the running call's record */
     atomic_int in_io;
     int stuck;                    /* main thread only */
@@ -275,9 +276,44 @@ void runner_set_lua_bytes(struct runner *r, long long bytes) {
     atomic_store_explicit(&r->lua_bytes, bytes, memory_order_relaxed);
 }
 
-void runner_stats(int i, long long *jobs, long long *lua_bytes) {
-    *jobs = i >= 0 && i < nrunners ? atomic_load_explicit(&runners[i]->jobs, memory_order_relaxed) : 0;
-    *lua_bytes = i >= 0 && i < nrunners ? atomic_load_explicit(&runners[i]->lua_bytes, memory_order_relaxed) : 0;
+void runner_stats(int i, struct runner_stat *out) {
+    memset(out, 0, sizeof *out);
+    if (i < 0 || i >= nrunners) return;
+    struct runner *r = runners[i];
+    out->jobs = atomic_load_explicit(&r->jobs, memory_order_relaxed);
+    out->lua_bytes = atomic_load_explicit(&r->lua_bytes, memory_order_relaxed);
+    pthread_mutex_lock(&r->mu);
+    if (r->deadline > 0) {
+        snprintf(out->worker, sizeof out->worker, "%s", r->worker);
+        out->call_age = runner_monotonic() - r->call_started;
+        out->call_timeout = r->deadline - r->call_started;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Per-worker timeout counts: a handful of workers, so a small array under
+ * one mutex (a timeout is rare: no need for anything faster). */
+#define RUNNER_TIMEOUT_NAMES 256
+static pthread_mutex_t timeouts_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct { char worker[128]; long long n; } timeouts[RUNNER_TIMEOUT_NAMES];
+static int ntimeouts;
+
+void runner_count_timeout(const char *worker) {
+    pthread_mutex_lock(&timeouts_mu);
+    int k = 0;
+    while (k < ntimeouts && strcmp(timeouts[k].worker, worker) != 0) k++;
+    if (k == ntimeouts && ntimeouts < RUNNER_TIMEOUT_NAMES)
+        snprintf(timeouts[ntimeouts++].worker, sizeof timeouts[0].worker, "%s", worker);
+    if (k < ntimeouts) timeouts[k].n++;
+    pthread_mutex_unlock(&timeouts_mu);
+}
+
+int runner_timeouts(int k, char *worker, size_t len, long long *n) {
+    pthread_mutex_lock(&timeouts_mu);
+    int ok = k >= 0 && k < ntimeouts;
+    if (ok) { snprintf(worker, len, "%s", timeouts[k].worker); *n = timeouts[k].n; }
+    pthread_mutex_unlock(&timeouts_mu);
+    return ok;
 }
 
 double runner_monotonic(void) {
@@ -286,11 +322,12 @@ double runner_monotonic(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void runner_set_call(struct runner *r, double deadline, const char *record) {
+void runner_set_call(struct runner *r, double started, double deadline, const char *record) {
     char *copy = record ? strdup(record) : NULL;
     pthread_mutex_lock(&r->mu);
     r->deadline = deadline;
     r->signalled = 0;
+    r->call_started = started;
     free(r->call);
     r->call = copy;
     pthread_mutex_unlock(&r->mu);
@@ -380,6 +417,11 @@ void runner_dump(FILE *f) {
         if (r->worker[0]) fprintf(f, "worker: %s\nshard: %d\n", r->worker, r->shard);
         if (r->ids) fprintf(f, "ids: %s\n", r->ids);
         fprintf(f, "since: %.3f (%.3f s ago)\n", r->since, now - r->since);
+        if (r->deadline > 0) {
+            double mono = runner_monotonic();
+            fprintf(f, "call: running %.3f s of its timeout %.3f s%s\n", mono - r->call_started,
+                    r->deadline - r->call_started, r->stuck ? " (stuck: the process is being replaced)" : "");
+        }
         if (r->trace) fprintf(f, "%s\n\n", r->trace);
         else fprintf(f, "traceback: none (the thread reached no safe point in time: waiting, "
                         "or busy in C or JIT-compiled code)\n\n");

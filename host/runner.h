@@ -59,15 +59,27 @@ void runner_set_state(struct runner *r, enum runner_state state, const char *wor
                       const char *ids, const char *prefix, long long njobs);
 /* The thread's Lua memory in bytes, as last reported by the thread itself. */
 void runner_set_lua_bytes(struct runner *r, long long bytes);
-/* Any thread: thread i's jobs performed so far and its last Lua memory. A
- * reader may see values one batch old (relaxed atomics). */
-void runner_stats(int i, long long *jobs, long long *lua_bytes);
+/* Thread i as GET /metrics and the dashboard see it (main thread): jobs
+ * performed so far, its last Lua memory (may be one batch old), the worker of
+ * its running call with how long it has run and its timeout (0 when no call
+ * runs). */
+struct runner_stat {
+    long long jobs, lua_bytes;
+    char worker[128];
+    double call_age, call_timeout;
+};
+void runner_stats(int i, struct runner_stat *out);
+/* Calls failed by their timeout, per worker name, in this process (any
+ * thread counts; the main thread reads with runner_timeouts(k, &name, &n)
+ * for k = 0.. until it returns 0). */
+void runner_count_timeout(const char *worker);
+int runner_timeouts(int k, char *worker, size_t len, long long *n);
 /* Call deadlines (docs/architecture.md, "Timeouts"). A worker thread sets its
  * running call's deadline (CLOCK_MONOTONIC seconds; 0 when no call runs) and
  * a record of it (an opaque string: what the main VM needs to fail the call's
  * jobs if the call cannot be stopped). in_io: the call now waits in luakiq's
  * own I/O, which ends itself at the deadline (no signal needed). */
-void runner_set_call(struct runner *r, double deadline, const char *record);
+void runner_set_call(struct runner *r, double started, double deadline, const char *record);
 void runner_set_in_io(struct runner *r, int in_io);
 /* Main thread, every ~100 ms: sends RUNNER_TIMEOUT_SIGNAL to each thread
  * whose call is past its deadline (not while it waits in luakiq's I/O; again

@@ -50,6 +50,7 @@ return [==[<!doctype html>
   .tabs a.on { font-weight:700; color:var(--fg); }
   #toast { position:fixed; right:16px; bottom:16px; padding:8px 12px; border-radius:6px; background:#1d2330; color:#fff; display:none; max-width:50ch; }
   .muted { color:var(--muted); }
+  tr.late td { background:#fff1d6; color:#8a5a00; font-weight:600; }
 </style>
 </head>
 <body>
@@ -228,6 +229,18 @@ return [==[<!doctype html>
         h("thead", null, h("tr", null, ["Worker", "Processed", "Failed", "Lag", "Busy", "Enqueued", "Fresh", "Retries", "Dead"]
           .map(function (x, i) { return h("th", { class: i ? "n" : null, text: x }); }))),
         h("tbody", null, rows)),
+      h("h2", { text: "Running calls" }),
+      d.calls.length === 0 ? h("p", { class: "muted", id: "calls-none", text: "no perform call is running on this host" }) :
+      h("table", { id: "calls" },
+        h("thead", null, h("tr", null, ["Thread", "Worker", "Running", "Timeout"]
+          .map(function (x, i) { return h("th", { class: i > 1 ? "n" : null, text: x }); }))),
+        h("tbody", null, d.calls.map(function (c) {
+          // past 80% of its timeout: about to be failed (and maybe the process replaced)
+          var late = c.running > 0.8 * c.timeout;
+          return h("tr", { class: late ? "late" : null, "data-worker": c.worker, title: late ? "past 80% of its timeout" : null },
+            h("td", { text: c.thread }), h("td", { text: c.worker }),
+            h("td", { class: "n", text: c.running.toFixed(1) + " s" }), h("td", { class: "n", text: fmtNum(c.timeout) + " s" }));
+        }))),
       h("h2", { text: "Redis" }),
       h("div", { class: "cards", id: "redis" },
         card("Version", r.version || "-"), card("Uptime", fmtLag(r.uptime_in_seconds)),

@@ -175,8 +175,11 @@ local function run_call(h, w, batch, record)
   end
   if ok then return true end
   local tb = type(err) == "string" and debug.traceback(co, err) or debug.traceback(co, tostring(err))
-  if expired and err ~= luakiq.FATAL and not (type(err) == "string" and err:find("^timeout")) then
-    err = "timeout: " .. tostring(err) -- past the deadline, whatever the call raised on its way out
+  if expired and err ~= luakiq.FATAL then
+    if not (type(err) == "string" and err:find("^timeout")) then
+      err = "timeout: " .. tostring(err) -- past the deadline, whatever the call raised on its way out
+    end
+    core.count_timeout(w.name)
   end
   return false, err, tb
 end
@@ -344,6 +347,7 @@ function M.fail_stuck(cfg, conn, token, record)
   for i, j in ipairs(r.jobs) do jobs[i] = { id = j[1], retry_count = j[2] } end
   local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..
     "(JIT-compiled code or a foreign call); the process was replaced", w.timeout)
+  core.count_timeout(w.name)
   fail(t, h, jobs, msg, nil, r.done)
   queue.release(conn, { h }, token)
 end

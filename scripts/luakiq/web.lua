@@ -205,8 +205,16 @@ local function api(ctx)
         if k == "lag" then total.lag = math.max(total.lag, q.lag) else total[k] = total[k] + q[k] end
       end
     end
+    -- This host's running perform calls (one per busy thread), oldest first.
+    local calls = json.array()
+    for i, t in ipairs(core.thread_stats()) do
+      if t.worker then
+        calls[#calls + 1] = { thread = "t" .. (i - 1), worker = t.worker, running = t.call_age, timeout = t.call_timeout }
+      end
+    end
+    table.sort(calls, function(a, b) return a.running > b.running end)
     return reply(200, {
-      queues = queues, total = total, redis_info = redis_info(conn),
+      queues = queues, total = total, redis_info = redis_info(conn), calls = calls,
       host = { version = require("luakiq").version, pid = core.getpid(), threads = ctx.threads,
                rss = core.rss(), now = core.now(), auth = ctx.token ~= nil },
     })
@@ -298,6 +306,20 @@ local function api(ctx)
     end
     metric("luakiq_thread_jobs_performed_total", "counter", "Jobs this host's thread performed (success or failure).", jobs)
     metric("luakiq_thread_lua_memory_bytes", "gauge", "Memory of the thread's Lua VM.", mem)
+    -- Stalls: the oldest running perform call per worker on this host, and
+    -- the calls its timeout ended (every worker listed, 0 when none).
+    local oldest, timeouts, counted = {}, {}, core.timeouts()
+    for _, t in ipairs(core.thread_stats()) do
+      if t.worker and (oldest[t.worker] or -1) < t.call_age then oldest[t.worker] = t.call_age end
+    end
+    local age = {}
+    for _, w in ipairs(cfg.workers) do
+      age[#age + 1] = { "worker", w.name, oldest[w.name] or 0 }
+      timeouts[#timeouts + 1] = { "worker", w.name, counted[w.name] or 0 }
+    end
+    metric("luakiq_oldest_call_seconds", "gauge",
+      "Seconds the oldest perform call of the worker running on this host has run (0: none runs).", age)
+    metric("luakiq_timeouts_total", "counter", "Perform calls this host failed at their timeout.", timeouts)
     return 200, "text/plain; version=0.0.4; charset=utf-8", table.concat(out, "\n") .. "\n"
   end
 

@@ -197,7 +197,7 @@ describe("luakiq run", function()
     p2:signal("TERM")
     assert.are.equal(0, p2:wait(5))
   end)
-  it("writes a thread dump on TTIN: state, worker, shard, ids, since", function()
+  it("writes a thread dump on TTIN: state, worker, shard, ids, since, the call's time", function()
     local dump = host.tmpdir() .. "/dump.txt"
     local dir = host.scriptdir {
       ["config.lua"] = ("return { poll_interval = 0.1, dump_path = %q }"):format(dump),
@@ -213,6 +213,7 @@ describe("luakiq run", function()
     assert.truthy(text:find("state: performing", 1, true), text)
     assert.truthy(text:find("worker: Rec", 1, true), text)
     assert.truthy(text:find("ids: slow", 1, true), text)
+    assert.truthy(text:find("\ncall: running %d+%.%d+ s of its timeout 600%.000 s\n"), text)
     -- taken by the thread itself at a safe point (its next luakiq call)
     assert.truthy(text:find("traceback (at a safe point):", 1, true), text)
     assert.truthy(text:find("workers/Rec.lua", 1, true), text)

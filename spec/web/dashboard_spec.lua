@@ -71,4 +71,23 @@ describe("the dashboard in headless Chromium", function()
     assert.are.equal(200, st)
     assert.are.same({ lag = v.by_worker.Parked.lag, length = 4, morgue_length = 1 }, v.by_worker.Parked)
   end)
+
+  it("lists running calls and highlights one past 80% of its timeout", function()
+    -- A host of its own (namespace "late") whose one call waits until its
+    -- timeout (10 s) ends it.
+    local late_dir = host.scriptdir {
+      ["config.lua"] = 'return { namespace = "late", threads_per_node = 1, poll_interval = 0.2 }',
+      ["workers/Late.lua"] = [[
+local luakiq = require "luakiq"
+return { shards_count = 1, timeout = 10, max_retry_count = 0,
+         perform = function() while true do luakiq.sleep(0.05) end end }]],
+    }
+    local late_proc, late_base = web.start(late_dir, "REDIS_URL=" .. srv.url)
+    local st, text = web.request(late_base, "POST", "/api/v1/workers/Late/jobs", { body = '{"id":"l1"}' })
+    assert.are.equal(200, st, text)
+    local rc, out = run("CHROMIUM=" .. q(chromium) .. " node " .. TOOLS .. "/calls.test.js " .. q(late_base) .. " Late")
+    web.stop(late_proc, late_dir)
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("calls: all checks passed", 1, true), out)
+  end)
 end)

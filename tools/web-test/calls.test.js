@@ -1,0 +1,43 @@
+// The dashboard's "Running calls" table in headless Chromium (run by
+// spec/web/dashboard_spec.lua, whose host runs one Late call that never ends
+// on its own, timeout 10 s):  node calls.test.js BASE_URL WORKER
+// Checks: the call is listed with its worker and timeout; once it has run past
+// 80% of its timeout its row is highlighted (class "late"); no console errors.
+"use strict";
+const { launch } = require("./browser");
+
+const [base, worker] = process.argv.slice(2);
+if (!base || !worker) {
+  console.error("usage: node calls.test.js BASE_URL WORKER");
+  process.exit(2);
+}
+
+function check(cond, what) {
+  if (!cond) throw new Error("check failed: " + what);
+  console.log("ok - " + what);
+}
+
+async function main() {
+  const { context, close } = await launch();
+  const problems = [];
+  try {
+    const page = await context.newPage();
+    page.on("console", (m) => { if (m.type() === "error") problems.push("console: " + m.text()); });
+    page.on("pageerror", (e) => problems.push("page error: " + e.message));
+    await page.goto(base + "/", { waitUntil: "load" });
+    const row = page.locator(`#calls tbody tr[data-worker="${worker}"]`);
+    await row.waitFor({ timeout: 10000 });
+    const cells = await row.locator("td").allTextContents();
+    check(cells[1] === worker && cells[3] === "10 s", "the running call is listed: " + cells.join(" | "));
+    check(!(await row.getAttribute("class")), "not highlighted while under 80% of its timeout (" + cells[2] + ")");
+    await page.locator(`#calls tbody tr.late[data-worker="${worker}"]`).waitFor({ timeout: 12000 });
+    const late = await page.locator(`#calls tbody tr.late[data-worker="${worker}"] td`).allTextContents();
+    check(parseFloat(late[2]) > 8, "highlighted past 80% of its timeout: " + late.join(" | "));
+    check(problems.length === 0, "no console errors" + (problems.length ? ":\n  " + problems.join("\n  ") : ""));
+  } finally {
+    await close();
+  }
+}
+
+main().then(() => { console.log("calls: all checks passed"); process.exit(0); },
+  (e) => { console.error("calls: " + (e && e.stack || e)); process.exit(1); });
