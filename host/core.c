@@ -52,6 +52,10 @@ void core_timeout_text(char *buf, size_t len) {
     snprintf(buf, len, "timeout: the call ran past its timeout of %g s", core_call_timeout);
 }
 
+/* core.raise_timeout(): raises the running call's timeout error (a wait the
+ * runner ended at the call's deadline). */
+static int core_raise_timeout_l(lua_State *L) { return core_raise_timeout(L); }
+
 int core_raise_timeout(lua_State *L) {
     char msg[128];
     core_timeout_text(msg, sizeof msg);
@@ -108,32 +112,75 @@ void core_io_end(void) {
     if (core_call_deadline > 0 && r) runner_set_in_io(r, 0);
 }
 
-/* core.call_begin(timeout_s, record): a perform call starts on this thread
- * (record: what failing its jobs needs, should it never come back). */
-static int core_call_begin(lua_State *L) {
-    double timeout = luaL_checknumber(L, 1);
-    const char *record = luaL_optstring(L, 2, NULL);
-    double now = runner_monotonic();
+/* Makes a call (started, deadline) the one running on this thread now. */
+static void core_call_enter(lua_State *L, double started, double deadline, double timeout, const char *record) {
     core_call_timeout = timeout;
-    core_call_deadline = now + timeout;
+    core_call_deadline = deadline;
     core_call_expired = 0;
     core_call_main = L;
     struct runner *r = runner_self();
-    if (r) runner_set_call(r, now, core_call_deadline, record);
-    return 0;
+    if (r) runner_set_call(r, started, deadline, record);
 }
 
-/* core.call_end() -> expired: the call is over; true when its deadline
- * passed while it ran (the timeout signal came). */
-static int core_call_end(lua_State *L) {
+/* Nothing runs on this thread's CPU for a call any more (it ended, or waits:
+ * then the runner keeps it as parked). Returns whether its deadline passed. */
+static int core_call_leave(lua_State *L, int parked) {
     int expired = core_call_expired || (core_call_deadline > 0 && runner_monotonic() >= core_call_deadline);
     core_call_main = NULL;
     core_call_deadline = 0;
     core_call_expired = 0;
     lua_sethook(L, NULL, 0, 0);
     struct runner *r = runner_self();
-    if (r) runner_set_call(r, 0, 0, NULL);
-    lua_pushboolean(L, expired);
+    if (r && !(parked && runner_park(r) == 0)) runner_set_call(r, 0, 0, NULL);
+    return expired;
+}
+
+/* core.call_begin(timeout_s, record) -> started, deadline (monotonic): a
+ * perform call starts on this thread (record: what failing its jobs needs,
+ * should it never come back). */
+static int core_call_begin(lua_State *L) {
+    double timeout = luaL_checknumber(L, 1);
+    double now = runner_monotonic();
+    core_call_enter(L, now, now + timeout, timeout, luaL_optstring(L, 2, NULL));
+    lua_pushnumber(L, now);
+    lua_pushnumber(L, now + timeout);
+    return 2;
+}
+
+/* core.call_pause(): the running call waits (yielded, in luakiq's I/O); the
+ * thread may run other calls meanwhile (the runner keeps the call's state as
+ * parked: runner_park). The Lua runner enforces its deadline while it waits. */
+static int core_call_pause(lua_State *L) {
+    core_call_leave(L, 1);
+    return 0;
+}
+
+/* core.call_resume(started, deadline, timeout): the paused call that started
+ * at `started` runs on (a deadline already passed is the watchdog's at once). */
+static int core_call_resume(lua_State *L) {
+    double started = luaL_checknumber(L, 1), deadline = luaL_checknumber(L, 2);
+    core_call_timeout = luaL_checknumber(L, 3);
+    core_call_deadline = deadline;
+    core_call_expired = 0;
+    core_call_main = L;
+    struct runner *r = runner_self();
+    if (r && runner_unpark(r, started, &deadline) != 0) runner_set_call(r, started, deadline, NULL);
+    return 0;
+}
+
+/* core.mono() -> seconds of CLOCK_MONOTONIC (deadlines, timers). */
+static int core_mono(lua_State *L) {
+    lua_pushnumber(L, runner_monotonic());
+    return 1;
+}
+
+/* core.call_end(njobs) -> expired: the call (of njobs jobs: they count as
+ * performed) is over; true when its deadline passed while it ran. */
+static int core_call_end(lua_State *L) {
+    long long njobs = (long long)luaL_optnumber(L, 1, 0);
+    struct runner *r = runner_self();
+    if (r && njobs > 0) runner_add_jobs(r, njobs);
+    lua_pushboolean(L, core_call_leave(L, 0));
     return 1;
 }
 
@@ -189,11 +236,9 @@ static int core_sleep(lua_State *L) {
     return 0;
 }
 
-/* core.set_state(state, worker, shard, ids, prefix, njobs): what the calling
- * worker thread does now, for the TTIN dump, lease renewal (a thread that is
- * "performing" has its shard's lease renewed by the main thread) and the
- * per-thread counters of GET /metrics (njobs: how many jobs the call that
- * starts performing has; they count as performed when it ends). The state
+/* core.set_state(state, worker, shard, ids, prefix): what the calling worker
+ * thread does now, for the TTIN dump and lease renewal (a thread that is
+ * "performing" has its shard's lease renewed by the main thread). The state
  * names are runner.c's; an unknown one is an error. No-op on the main thread. */
 static int core_set_state(lua_State *L) {
     core_safe_point(L);
@@ -203,34 +248,54 @@ static int core_set_state(lua_State *L) {
     struct runner *r = runner_self();
     if (!r) return 0;
     runner_set_state(r, (enum runner_state)state, luaL_optstring(L, 2, NULL), (int)luaL_optinteger(L, 3, -1),
-                     luaL_optstring(L, 4, NULL), luaL_optstring(L, 5, NULL), (long long)luaL_optnumber(L, 6, 0));
+                     luaL_optstring(L, 4, NULL), luaL_optstring(L, 5, NULL));
     runner_set_lua_bytes(r, (long long)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + lua_gc(L, LUA_GCCOUNTB, 0));
     return 0;
 }
 
-/* core.thread_stats() -> {{jobs = n, lua_bytes = n [, worker = name,
- * call_age = s, call_timeout = s]}, ...} indexed by thread index + 1 (the
- * call fields while a call runs); empty outside `luakiq run`. Main thread
- * (GET /metrics, the dashboard). */
+/* core.thread_stats() -> {{jobs = n, lua_bytes = n, calls = {{worker =
+ * name, shard = n, age = s, timeout = s, parked = bool}, ...}}, ...} indexed
+ * by thread index + 1; calls: the one on the thread's CPU first, then those
+ * waiting in luakiq's I/O. Empty outside `luakiq run`. Main thread (GET
+ * /metrics, the dashboard). The calls are copied into a userdata buffer
+ * first: no lock and no malloc'd memory is held while Lua may raise. */
 static int core_thread_stats(lua_State *L) {
     int n = runner_count();
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
         struct runner_stat st;
         runner_stats(i, &st);
-        lua_createtable(L, 0, 5);
+        lua_createtable(L, 0, 3);
         lua_pushnumber(L, (lua_Number)st.jobs);
         lua_setfield(L, -2, "jobs");
         lua_pushnumber(L, (lua_Number)st.lua_bytes);
         lua_setfield(L, -2, "lua_bytes");
-        if (st.call_timeout > 0) {
-            lua_pushstring(L, st.worker);
-            lua_setfield(L, -2, "worker");
-            lua_pushnumber(L, st.call_age);
-            lua_setfield(L, -2, "call_age");
-            lua_pushnumber(L, st.call_timeout);
-            lua_setfield(L, -2, "call_timeout");
+        int room = 16, ncalls;
+        struct runner_call *calls;
+        for (;;) {
+            calls = lua_newuserdata(L, sizeof *calls * (size_t)room);
+            ncalls = runner_calls(i, calls, room);
+            if (ncalls <= room) break;
+            lua_pop(L, 1);
+            room = ncalls + 16; /* more parked meanwhile: try again with room */
         }
+        lua_createtable(L, ncalls, 0);
+        for (int k = 0; k < ncalls; k++) {
+            lua_createtable(L, 0, 5);
+            lua_pushstring(L, calls[k].worker);
+            lua_setfield(L, -2, "worker");
+            lua_pushinteger(L, calls[k].shard);
+            lua_setfield(L, -2, "shard");
+            lua_pushnumber(L, calls[k].age);
+            lua_setfield(L, -2, "age");
+            lua_pushnumber(L, calls[k].timeout);
+            lua_setfield(L, -2, "timeout");
+            lua_pushboolean(L, calls[k].parked);
+            lua_setfield(L, -2, "parked");
+            lua_rawseti(L, -2, k + 1);
+        }
+        lua_setfield(L, -3, "calls");
+        lua_pop(L, 1); /* the buffer */
         lua_rawseti(L, -2, i + 1);
     }
     return 1;
@@ -298,6 +363,8 @@ static const luaL_Reg core_funcs[] = {
     {"log_setup", core_log_setup},     {"thread_index", core_thread_index},
     {"fatal", core_fatal},             {"fatal_message", core_fatal_message},
     {"call_begin", core_call_begin},   {"call_end", core_call_end},
+    {"call_pause", core_call_pause},   {"call_resume", core_call_resume},
+    {"mono", core_mono},               {"raise_timeout", core_raise_timeout_l},
     {"deadline", core_deadline},       {"count_timeout", core_count_timeout},
     {"timeouts", core_timeouts},
     {NULL, NULL}};

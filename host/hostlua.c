@@ -76,9 +76,10 @@ static int hostlua_web_handle(void *ud, const struct web_request *req, struct we
 /* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread},
  *               dump_path = p, web = {addr = "ADDR:PORT", handler = fn(req), max_body = n}}
  *   -> exit code, stuck, signalled. Main thread only; blocks until the host
- * stops. stuck: the records (core.call_begin's) of calls that could not be
- * stopped at their timeout, whose threads still run; signalled: a TERM/INT
- * asked for the stop. */
+ * stops. stuck: {record = (core.call_begin's), parked = bool} of the calls
+ * that could not be stopped at their timeout, whose threads still run, and
+ * (parked = true) of the calls those threads had waiting in luakiq's I/O;
+ * signalled: a TERM/INT asked for the stop. */
 static int hostlua_run(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     if (runner_self()) return luaL_error(L, "host_run: only the main thread runs the host");
@@ -155,15 +156,21 @@ static int hostlua_run(lua_State *L) {
     free(boots); free(prefixes); free(threads);
     if (!ok) return luaL_error(L, "host_run: boots must be strings");
     char **stuck;
-    int nstuck = runner_take_stuck(&stuck);
+    int *parked;
+    int nstuck = runner_take_stuck(&stuck, &parked);
     lua_pushinteger(L, code);                  /* [code] */
     lua_createtable(L, nstuck, 0);             /* [code, stuck] */
     for (int i = 0; i < nstuck; i++) {
+        lua_createtable(L, 0, 2);
         lua_pushstring(L, stuck[i]);
+        lua_setfield(L, -2, "record");
+        lua_pushboolean(L, parked[i]);
+        lua_setfield(L, -2, "parked");
         free(stuck[i]);
         lua_rawseti(L, -2, i + 1);
     }
     free(stuck);
+    free(parked);
     lua_pushboolean(L, host_signalled());      /* [code, stuck, signalled] */
     return 3;
 }

@@ -6,13 +6,18 @@
  * this file never sees a VM. Everything shared between threads lives in
  * `struct runner` behind its own mutex: the wake-up mailbox (written by the
  * main thread when a push makes a shard due, read by the worker in
- * runner_wait) and the thread's state (written by the worker, read by the main
+ * runner_wait, which polls the runner's eventfd: the same fd can be polled
+ * next to sockets, e.g. by the HTTP client) and the thread's state (written by the worker, read by the main
  * thread for TTIN and lease renewal). Only bytes cross: strings are copied in
  * and out under the lock. The per-thread counters (jobs performed, Lua memory)
  * are relaxed atomics each worker writes and the main thread reads for GET
  * /metrics. The stop flag and the fatal message are process-wide
  * atomics/once-set values. */
 #include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -38,18 +43,19 @@ struct runner {
     atomic_int finished;
 
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    int wake_fd;                  /* eventfd: written on every wake-up, polled by the worker */
     char *mail[RUNNER_MAILBOX];
     int nmail;
     int wake_all;
 
     enum runner_state state;
     char worker[128], prefix[512], *ids;
-    long long njobs;              /* jobs of the call now performing */
     atomic_llong jobs, lua_bytes; /* GET /metrics */
     double deadline, signalled;   /* running call's deadline, last timeout signal (monotonic) */
     double call_started;          /* monotonic */
     char *call;                   /* the running call's record */
+    struct runner_parked *parked; /* calls waiting in luakiq's I/O (runner_park) */
+    int nparked, capparked;
     atomic_int in_io;
     int stuck;                    /* main thread only */
     atomic_int want_trace;
@@ -58,6 +64,21 @@ struct runner {
     double since;
 };
 
+/* A call that waits in luakiq's I/O while its thread runs other calls: what
+ * the thread's state said of it when it parked, restored when it runs on. */
+struct runner_parked {
+    double started, deadline;
+    int shard;
+    char *worker, *prefix, *ids, *record;
+};
+
+static void runner_parked_free(struct runner_parked *p) {
+    free(p->worker);
+    free(p->prefix);
+    free(p->ids);
+    free(p->record);
+}
+
 static struct runner **runners;
 static int nrunners;
 static atomic_int stopping;
@@ -65,6 +86,7 @@ static _Thread_local struct runner *self;
 static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *fatal_msg;
 static char **stuck_records; /* moved out of stuck runners by runner_join_all */
+static int *stuck_parked;      /* per record: 1 when its call was parked */
 static int nstuck_records;
 
 static double runner_now(void) {
@@ -118,7 +140,7 @@ int runner_start_all(int n, const char *const *boots, int (*body)(const char *bo
         atomic_init(&r->lua_bytes, 0);
         r->since = runner_now();
         pthread_mutex_init(&r->mu, NULL);
-        pthread_cond_init(&r->cv, NULL);
+        r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (pthread_create(&r->tid, NULL, runner_main, r) != 0) {
             free(r->boot);
             free(r);
@@ -145,18 +167,32 @@ int runner_exit_code(void) {
     return code;
 }
 
+/* Keeps a copy of a stuck thread's call record for runner_take_stuck
+ * (parked: the call was waiting, not running, when its thread got stuck). */
+static void runner_keep_stuck(const char *record, int parked) {
+    if (!record) return;
+    char **grown = realloc(stuck_records, sizeof *grown * (size_t)(nstuck_records + 1));
+    if (!grown) return;
+    stuck_records = grown;
+    int *grown_parked = realloc(stuck_parked, sizeof *grown_parked * (size_t)(nstuck_records + 1));
+    if (!grown_parked) return;
+    stuck_parked = grown_parked;
+    char *copy = strdup(record);
+    if (!copy) return;
+    stuck_parked[nstuck_records] = parked;
+    stuck_records[nstuck_records++] = copy;
+}
+
 void runner_join_all(void) {
     for (int i = 0; i < nrunners; i++) {
         struct runner *r = runners[i];
         if (r->stuck) {
             /* Still running its call: leave it be (never join, never free);
              * the process is replaced or ends. Keep what failing it needs. */
-            char **grown = realloc(stuck_records, sizeof *grown * (size_t)(nstuck_records + 1));
             pthread_mutex_lock(&r->mu);
-            char *rec = r->call ? strdup(r->call) : NULL;
+            runner_keep_stuck(r->call, 0);
+            for (int j = 0; j < r->nparked; j++) runner_keep_stuck(r->parked[j].record, 1);
             pthread_mutex_unlock(&r->mu);
-            if (grown) { stuck_records = grown; if (rec) stuck_records[nstuck_records++] = rec; else free(rec); }
-            else free(rec);
             continue;
         }
         pthread_join(r->tid, NULL);
@@ -165,8 +201,10 @@ void runner_join_all(void) {
         free(r->ids);
         free(r->trace);
         free(r->call);
+        for (int j = 0; j < r->nparked; j++) runner_parked_free(&r->parked[j]);
+        free(r->parked);
         pthread_mutex_destroy(&r->mu);
-        pthread_cond_destroy(&r->cv);
+        if (r->wake_fd >= 0) close(r->wake_fd);
         free(r);
     }
     free(runners);
@@ -194,23 +232,36 @@ void runner_wake(int index, const char *msg) {
             if (m) r->mail[r->nmail++] = m;
             else if (!dup) r->wake_all = 1;
         }
-        pthread_cond_signal(&r->cv);
         pthread_mutex_unlock(&r->mu);
+        uint64_t one = 1;
+        if (r->wake_fd >= 0 && write(r->wake_fd, &one, sizeof one) < 0) {} /* full counter: already awake */
     }
 }
 
+int runner_wake_fd(const struct runner *r) { return r->wake_fd; }
+
+static void runner_drain(struct runner *r) {
+    uint64_t n;
+    if (r->wake_fd >= 0 && read(r->wake_fd, &n, sizeof n) < 0) {} /* EAGAIN: nothing pending */
+}
+
 int runner_wait(struct runner *r, double timeout_s, char ***msgs, int *all) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
     if (!(timeout_s >= 0)) timeout_s = 0;
-    double whole = floor(timeout_s);
-    until.tv_sec += (time_t)whole;
-    until.tv_nsec += (long)((timeout_s - whole) * 1e9);
-    if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
-    pthread_mutex_lock(&r->mu);
+    double until = runner_monotonic() + timeout_s;
     /* timeout 0 is a poll (a busy thread looking for wake-ups): no wait at all */
-    while (timeout_s > 0 && !r->nmail && !r->wake_all && !atomic_load(&stopping))
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT) break;
+    for (;;) {
+        runner_drain(r);
+        pthread_mutex_lock(&r->mu);
+        int ready = r->nmail || r->wake_all || atomic_load(&stopping);
+        pthread_mutex_unlock(&r->mu);
+        double left = until - runner_monotonic();
+        if (ready || left <= 0) break;
+        struct pollfd p = {r->wake_fd, POLLIN, 0};
+        int ms = (int)ceil(left * 1000);
+        if (r->wake_fd < 0) { struct timespec ts = {0, 1000000}; nanosleep(&ts, NULL); }
+        else poll(&p, 1, ms);
+    }
+    pthread_mutex_lock(&r->mu);
     int n = r->nmail;
     *msgs = NULL;
     if (n) {
@@ -244,7 +295,8 @@ const char *runner_fatal(void) {
 
 static const char *const runner_state_names[] = {
     [RUNNER_STARTING] = "starting", [RUNNER_IDLE] = "idle", [RUNNER_FETCHING] = "fetching",
-    [RUNNER_PERFORMING] = "performing", [RUNNER_ERROR] = "error", [RUNNER_STOPPED] = "stopped"};
+    [RUNNER_PERFORMING] = "performing", [RUNNER_WAITING] = "waiting", [RUNNER_ERROR] = "error",
+    [RUNNER_STOPPED] = "stopped"};
 
 const char *runner_state_name(enum runner_state s) { return runner_state_names[s]; }
 
@@ -255,13 +307,9 @@ int runner_state_parse(const char *name) {
 }
 
 void runner_set_state(struct runner *r, enum runner_state state, const char *worker, int shard,
-                      const char *ids, const char *prefix, long long njobs) {
+                      const char *ids, const char *prefix) {
     char *copy = ids ? strdup(ids) : NULL;
     pthread_mutex_lock(&r->mu);
-    /* A call counts as performed when the thread leaves "performing". */
-    if (r->state == RUNNER_PERFORMING && r->njobs)
-        atomic_fetch_add_explicit(&r->jobs, r->njobs, memory_order_relaxed);
-    r->njobs = state == RUNNER_PERFORMING ? njobs : 0;
     r->state = state;
     snprintf(r->worker, sizeof r->worker, "%s", worker ? worker : "");
     r->shard = shard;
@@ -270,6 +318,10 @@ void runner_set_state(struct runner *r, enum runner_state state, const char *wor
     r->ids = copy;
     r->since = runner_now();
     pthread_mutex_unlock(&r->mu);
+}
+
+void runner_add_jobs(struct runner *r, long long n) {
+    atomic_fetch_add_explicit(&r->jobs, n, memory_order_relaxed);
 }
 
 void runner_set_lua_bytes(struct runner *r, long long bytes) {
@@ -282,13 +334,37 @@ void runner_stats(int i, struct runner_stat *out) {
     struct runner *r = runners[i];
     out->jobs = atomic_load_explicit(&r->jobs, memory_order_relaxed);
     out->lua_bytes = atomic_load_explicit(&r->lua_bytes, memory_order_relaxed);
+}
+
+int runner_calls(int i, struct runner_call *out, int max) {
+    if (i < 0 || i >= nrunners) return 0;
+    struct runner *r = runners[i];
+    double now = runner_monotonic();
+    int n = 0;
     pthread_mutex_lock(&r->mu);
     if (r->deadline > 0) {
-        snprintf(out->worker, sizeof out->worker, "%s", r->worker);
-        out->call_age = runner_monotonic() - r->call_started;
-        out->call_timeout = r->deadline - r->call_started;
+        if (n < max) {
+            struct runner_call *c = &out[n];
+            snprintf(c->worker, sizeof c->worker, "%s", r->worker);
+            c->shard = r->shard;
+            c->age = now - r->call_started;
+            c->timeout = r->deadline - r->call_started;
+            c->parked = 0;
+        }
+        n++;
+    }
+    for (int j = 0; j < r->nparked; j++, n++) {
+        if (n >= max) continue;
+        const struct runner_parked *p = &r->parked[j];
+        struct runner_call *c = &out[n];
+        snprintf(c->worker, sizeof c->worker, "%s", p->worker ? p->worker : "");
+        c->shard = p->shard;
+        c->age = now - p->started;
+        c->timeout = p->deadline - p->started;
+        c->parked = 1;
     }
     pthread_mutex_unlock(&r->mu);
+    return n;
 }
 
 /* Per-worker timeout counts: a handful of workers, so a small array under
@@ -333,6 +409,66 @@ void runner_set_call(struct runner *r, double started, double deadline, const ch
     pthread_mutex_unlock(&r->mu);
 }
 
+int runner_park(struct runner *r) {
+    pthread_mutex_lock(&r->mu);
+    if (r->nparked == r->capparked) {
+        int cap = r->capparked ? r->capparked * 2 : 8;
+        struct runner_parked *grown = realloc(r->parked, sizeof *grown * (size_t)cap);
+        if (!grown) {
+            pthread_mutex_unlock(&r->mu);
+            return -1;
+        }
+        r->parked = grown;
+        r->capparked = cap;
+    }
+    struct runner_parked *p = &r->parked[r->nparked++];
+    p->started = r->call_started;
+    p->deadline = r->deadline;
+    p->shard = r->shard;
+    p->worker = strdup(r->worker);
+    p->prefix = strdup(r->prefix);
+    p->ids = r->ids; /* moved */
+    p->record = r->call;
+    r->ids = NULL;
+    r->call = NULL;
+    r->deadline = 0;
+    r->signalled = 0;
+    r->state = RUNNER_WAITING;
+    r->worker[0] = r->prefix[0] = 0;
+    r->since = runner_now();
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+int runner_unpark(struct runner *r, double started, double *deadline) {
+    pthread_mutex_lock(&r->mu);
+    int j = 0;
+    while (j < r->nparked && r->parked[j].started != started) j++;
+    if (j == r->nparked) {
+        pthread_mutex_unlock(&r->mu);
+        return -1;
+    }
+    struct runner_parked p = r->parked[j];
+    r->parked[j] = r->parked[--r->nparked];
+    r->state = RUNNER_PERFORMING;
+    snprintf(r->worker, sizeof r->worker, "%s", p.worker ? p.worker : "");
+    snprintf(r->prefix, sizeof r->prefix, "%s", p.prefix ? p.prefix : "");
+    r->shard = p.shard;
+    free(r->ids);
+    r->ids = p.ids;
+    free(r->call);
+    r->call = p.record;
+    r->call_started = p.started;
+    r->deadline = p.deadline;
+    r->signalled = 0;
+    r->since = runner_now();
+    pthread_mutex_unlock(&r->mu);
+    free(p.worker);
+    free(p.prefix);
+    *deadline = p.deadline;
+    return 0;
+}
+
 void runner_set_in_io(struct runner *r, int in_io) { atomic_store(&r->in_io, in_io); }
 
 int runner_watch(double now, double grace, int *newly) {
@@ -366,10 +502,12 @@ int runner_stuck(void) {
     return n;
 }
 
-int runner_take_stuck(char ***records) {
+int runner_take_stuck(char ***records, int **parked) {
     int n = nstuck_records;
     *records = stuck_records;
+    *parked = stuck_parked;
     stuck_records = NULL;
+    stuck_parked = NULL;
     nstuck_records = 0;
     return n;
 }
@@ -378,11 +516,25 @@ void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg
     char prefix[512];
     for (int i = 0; i < nrunners; i++) {
         struct runner *r = runners[i];
-        pthread_mutex_lock(&r->mu);
-        int busy = r->state == RUNNER_PERFORMING && r->prefix[0];
-        memcpy(prefix, r->prefix, sizeof prefix);
-        pthread_mutex_unlock(&r->mu);
-        if (busy) fn(prefix, arg); /* called without the lock: fn does Redis I/O */
+        /* j = -1: the call on the CPU; j >= 0: the parked ones. Copied out one
+         * at a time: fn does Redis I/O and is called without the lock (a call
+         * that ends meanwhile gets one renewal too many: harmless, renew.lua
+         * never takes a lease another holds). */
+        for (int j = -1;; j++) {
+            pthread_mutex_lock(&r->mu);
+            int more = j < r->nparked;
+            int busy = 0;
+            if (j < 0) {
+                busy = r->state == RUNNER_PERFORMING && r->prefix[0];
+                memcpy(prefix, r->prefix, sizeof prefix);
+            } else if (more && r->parked[j].prefix) {
+                busy = r->parked[j].prefix[0] != 0;
+                snprintf(prefix, sizeof prefix, "%s", r->parked[j].prefix);
+            }
+            pthread_mutex_unlock(&r->mu);
+            if (!more) break;
+            if (busy) fn(prefix, arg);
+        }
     }
 }
 
@@ -421,6 +573,12 @@ void runner_dump(FILE *f) {
             double mono = runner_monotonic();
             fprintf(f, "call: running %.3f s of its timeout %.3f s%s\n", mono - r->call_started,
                     r->deadline - r->call_started, r->stuck ? " (stuck: the process is being replaced)" : "");
+        }
+        for (int j = 0; j < r->nparked; j++) {
+            const struct runner_parked *p = &r->parked[j];
+            fprintf(f, "parked: %s shard %d, ids %s: running %.3f s of its timeout %.3f s (waiting in luakiq's I/O)\n",
+                    p->worker ? p->worker : "", p->shard, p->ids ? p->ids : "", runner_monotonic() - p->started,
+                    p->deadline - p->started);
         }
         if (r->trace) fprintf(f, "%s\n\n", r->trace);
         else fprintf(f, "traceback: none (the thread reached no safe point in time: waiting, "

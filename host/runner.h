@@ -33,6 +33,11 @@ void runner_wake(int index, const char *msg);
  * a broad wake-up happened (re-probe everything). Returns the count. */
 int runner_wait(struct runner *r, double timeout_s, char ***msgs, int *all);
 
+/* An fd that becomes readable when thread r is woken (mail, stop): a worker
+ * waiting on other fds too (HTTP) polls it beside them, then calls
+ * runner_wait(r, 0, ...) to read the mailbox. */
+int runner_wake_fd(const struct runner *r);
+
 /* The calling worker thread's runner, or NULL on the main thread. */
 struct runner *runner_self(void);
 int runner_index(const struct runner *r);
@@ -46,29 +51,36 @@ const char *runner_fatal(void); /* NULL when none; valid until exit */
  * meaning beyond the dump: its shard's lease is renewed by the main thread,
  * and its jobs count as performed when the thread leaves it. */
 enum runner_state {
-    RUNNER_STARTING, RUNNER_IDLE, RUNNER_FETCHING, RUNNER_PERFORMING, RUNNER_ERROR, RUNNER_STOPPED
+    RUNNER_STARTING, RUNNER_IDLE, RUNNER_FETCHING, RUNNER_PERFORMING, RUNNER_WAITING, RUNNER_ERROR,
+    RUNNER_STOPPED
 };
 /* The state's name ("performing"), and back (-1 for an unknown name). */
 const char *runner_state_name(enum runner_state s);
 int runner_state_parse(const char *name);
 
 /* Set by the thread itself between steps: its state, the worker, shard, ids
- * (for the dump), the shard's key prefix (for lease renewal) and, entering
- * RUNNER_PERFORMING, how many jobs the call performs (counted when it ends). */
+ * (for the dump) and the shard's key prefix (for lease renewal). */
 void runner_set_state(struct runner *r, enum runner_state state, const char *worker, int shard,
-                      const char *ids, const char *prefix, long long njobs);
+                      const char *ids, const char *prefix);
+/* A call of n jobs ended (GET /metrics counts jobs performed per thread). */
+void runner_add_jobs(struct runner *r, long long n);
 /* The thread's Lua memory in bytes, as last reported by the thread itself. */
 void runner_set_lua_bytes(struct runner *r, long long bytes);
 /* Thread i as GET /metrics and the dashboard see it (main thread): jobs
- * performed so far, its last Lua memory (may be one batch old), the worker of
- * its running call with how long it has run and its timeout (0 when no call
- * runs). */
+ * performed so far and its last Lua memory (may be one batch old). */
 struct runner_stat {
     long long jobs, lua_bytes;
-    char worker[128];
-    double call_age, call_timeout;
 };
 void runner_stats(int i, struct runner_stat *out);
+/* Thread i's calls now (main thread): the one on its CPU, then the parked
+ * ones, each with how long it has run and its timeout. Fills at most max and
+ * returns how many there are (call again with more room if that is more). */
+struct runner_call {
+    char worker[128];
+    int shard, parked;
+    double age, timeout;
+};
+int runner_calls(int i, struct runner_call *out, int max);
 /* Calls failed by their timeout, per worker name, in this process (any
  * thread counts; the main thread reads with runner_timeouts(k, &name, &n)
  * for k = 0.. until it returns 0). */
@@ -81,6 +93,16 @@ int runner_timeouts(int k, char *worker, size_t len, long long *n);
  * own I/O, which ends itself at the deadline (no signal needed). */
 void runner_set_call(struct runner *r, double started, double deadline, const char *record);
 void runner_set_in_io(struct runner *r, int in_io);
+/* Calls in flight (docs/architecture.md): the running call waits in luakiq's
+ * I/O and the thread goes on with others. runner_park moves the thread's
+ * current call (its state, ids, record, deadline) aside, leaving no call on
+ * the CPU; its shard's lease is still renewed by the main thread, TTIN and
+ * the dashboard still list it, and a stuck thread's parked records come back
+ * from runner_take_stuck (marked parked). runner_unpark(r, started) makes the
+ * parked call that started at `started` the running one again and gives its
+ * deadline. Both -1 on failure (out of memory; no such call). */
+int runner_park(struct runner *r);
+int runner_unpark(struct runner *r, double started, double *deadline);
 /* Main thread, every ~100 ms: sends RUNNER_TIMEOUT_SIGNAL to each thread
  * whose call is past its deadline (not while it waits in luakiq's I/O; again
  * every 250 ms while it runs on), and marks a thread stuck when its call is
@@ -89,9 +111,11 @@ void runner_set_in_io(struct runner *r, int in_io);
 int runner_watch(double now, double grace, int *newly);
 int runner_stuck(void);
 /* After runner_join_all: the records of the calls that were stuck (a stuck
- * thread is neither joined nor freed: the process is replaced or exits).
- * The caller frees each string and the array. */
-int runner_take_stuck(char ***records);
+ * thread is neither joined nor freed: the process is replaced or exits), and
+ * of the calls parked on the stuck threads (parked[i] = 1: never ran out of
+ * time; their jobs go back unchanged). The caller frees each string and both
+ * arrays. */
+int runner_take_stuck(char ***records, int **parked);
 double runner_monotonic(void);
 /* The signal a call past its deadline gets; its handler is core.c's. */
 #define RUNNER_TIMEOUT_SIGNAL SIGURG

@@ -264,7 +264,8 @@ end
 
 -- After host_run left threads stuck in calls past their timeout (JIT-compiled
 -- code or a foreign call that cannot be interrupted): their jobs are failed
--- with the timeout error and their shards released, here in the main VM, then
+-- with the timeout error (the calls those threads had parked in luakiq's I/O:
+-- put back unchanged) and their shards released, here in the main VM, then
 -- the process is replaced by a fresh one with the same arguments (same pid),
 -- so the stuck calls never run next to their ids' next calls. After a TERM or
 -- INT the process exits instead. Never returns normally while a stuck thread runs.
@@ -272,8 +273,8 @@ local function replace(cfg, argv, token, stuck, signalled, code)
   local log = require "luakiq.log"
   local runner = require "luakiq.runner"
   local conn = connect(cfg, 10)
-  for _, record in ipairs(stuck) do
-    local ok, err = pcall(runner.fail_stuck, cfg, conn, token, record)
+  for _, s in ipairs(stuck) do
+    local ok, err = pcall(runner.fail_stuck, cfg, conn, token, s.record, s.parked)
     if not ok then log.error("cannot fail a stuck call's jobs (they come back after lease_ttl): " .. tostring(err)) end
   end
   local fatal = core.fatal_message()

@@ -79,7 +79,7 @@ local SETTINGS = {
 local WORKER = {
   name = "name", queue_name = "name", shards_count = "pos_int", batch_size = "pos_int",
   fetch_size = "pos_int", max_retry_count = "nonneg_int", retry_in = "func", perform = "func", retries_exhausted = "func",
-  timeout = "pos_num",
+  timeout = "pos_num", concurrent_shards = "pos_int",
 }
 
 local function identity(x) return x end
@@ -213,7 +213,7 @@ end
 local function load_worker(file, stem)
   local t = run_file(file)
   validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, fetch_size, " ..
-    "max_retry_count, retry_in, perform, retries_exhausted, timeout")
+    "max_retry_count, retry_in, perform, retries_exhausted, timeout, concurrent_shards")
   if t.perform == nil then fail(file .. ": perform is required (a function(payloads_by_id))") end
   local name = t.name or stem
   if checks.name(name) then
@@ -235,6 +235,7 @@ local function load_worker(file, stem)
     perform = t.perform,
     retries_exhausted = t.retries_exhausted,
     timeout = t.timeout,         -- nil: config.lua's timeout (set by M.load)
+    concurrent_shards = t.concurrent_shards, -- nil: every shard of a thread may be in a call
     file = file,
   }
   return w

@@ -232,13 +232,14 @@ return [==[<!doctype html>
       h("h2", { text: "Running calls" }),
       d.calls.length === 0 ? h("p", { class: "muted", id: "calls-none", text: "no perform call is running on this host" }) :
       h("table", { id: "calls" },
-        h("thead", null, h("tr", null, ["Thread", "Worker", "Running", "Timeout"]
-          .map(function (x, i) { return h("th", { class: i > 1 ? "n" : null, text: x }); }))),
+        h("thead", null, h("tr", null, ["Thread", "Worker", "Shard", "State", "Running", "Timeout"]
+          .map(function (x, i) { return h("th", { class: i > 3 ? "n" : null, text: x }); }))),
         h("tbody", null, d.calls.map(function (c) {
           // past 80% of its timeout: about to be failed (and maybe the process replaced)
           var late = c.running > 0.8 * c.timeout;
           return h("tr", { class: late ? "late" : null, "data-worker": c.worker, title: late ? "past 80% of its timeout" : null },
-            h("td", { text: c.thread }), h("td", { text: c.worker }),
+            h("td", { text: c.thread }), h("td", { text: c.worker }), h("td", { text: String(c.shard) }),
+            h("td", { text: c.waiting ? "waiting (I/O)" : "on CPU" }),
             h("td", { class: "n", text: c.running.toFixed(1) + " s" }), h("td", { class: "n", text: fmtNum(c.timeout) + " s" }));
         }))),
       h("h2", { text: "Redis" }),

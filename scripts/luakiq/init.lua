@@ -32,9 +32,10 @@ M.redis = {
 }
 
 -- sleep(s): waits s seconds; inside a perform call, never past its timeout
--- (then it raises the timeout error). deadline(): seconds left for the
--- running perform call, nil outside one.
-M.sleep = core.sleep
+-- (then it raises the timeout error), and the thread runs other shards'
+-- calls meanwhile (luakiq.wait). deadline(): seconds left for the running
+-- perform call, nil outside one.
+M.sleep = require("luakiq.wait").sleep
 M.deadline = core.deadline
 
 -- Stops the whole process: the current batch stays in flight (it comes back

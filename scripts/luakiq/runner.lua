@@ -7,6 +7,12 @@
 -- A successful batch is acked by the next Redis call this thread makes (the
 -- next fetch, or the flush before it waits), so the steady state costs one
 -- round trip per batch. Leases (docs/guarantees.md) fence every shard.
+--
+-- Calls in flight: each fetch-and-perform of a shard runs as a *task* (a
+-- coroutine). A perform call that waits in luakiq's I/O (luakiq.wait) parks
+-- its task; the thread goes on with other shards (at most one task per shard,
+-- so per-id order and exclusion hold) and resumes the task when its wait is
+-- over or its deadline comes. Redis calls of the runner itself never yield.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
 local keys = require "luakiq.keys"
@@ -14,6 +20,7 @@ local log = require "luakiq.log"
 local middleware = require "luakiq.middleware"
 local queue = require "luakiq.queue"
 local runtime = require "luakiq.runtime"
+local wait = require "luakiq.wait"
 local luakiq = require "luakiq"
 
 local M = {}
@@ -34,7 +41,10 @@ local function setup(boot)
     cfg = cfg, conn = conn, token = boot.token,
     lease_ms = math.floor(cfg.lease_ttl * 1000),
     handlers = {}, by_prefix = {},
-    pending = nil,   -- handler whose last batch succeeded and awaits its ack
+    pending = {},    -- handlers whose last batch succeeded and awaits its ack (a set)
+    waiting = {},    -- handler -> {req = wait request, deadline = mono} of its parked task
+    ntasks = 0,      -- tasks in flight (parked)
+    in_call = {},    -- worker name -> its shards in a call now (concurrent_shards)
     refused = {},    -- prefix -> true while another holder has the lease
     -- the per-batch debug line is built only when it is printed (its fields
     -- cost more than a blank job's whole batch otherwise)
@@ -53,13 +63,26 @@ local function setup(boot)
   return t
 end
 
--- Sends the pending ack (if any) alone; used before sleeping and at stop.
+-- The ack calls of the pending handlers but `except` (one fetch.lua call
+-- each, limit 0), and the handlers they are for.
+local function pending_acks(t, except)
+  local cmds, hs = {}, {}
+  for h in pairs(t.pending) do
+    if h ~= except then
+      hs[#hs + 1] = h
+      cmds[#cmds + 1] = queue.fetch_cmd(h, t, 0, true)
+    end
+  end
+  return cmds, hs
+end
+
+-- Sends the pending acks (if any) alone; used before sleeping and at stop.
 local function flush(t)
-  local h = t.pending
-  if not h then return end
-  local r = t.conn:pipeline { queue.fetch_cmd(h, t, 0, true) }
-  t.pending = nil
-  queue.parse_fetch(r[1], h, t)
+  if not next(t.pending) then return end
+  local cmds, hs = pending_acks(t)
+  local r = t.conn:pipeline(cmds)
+  t.pending = {}
+  for i, h in ipairs(hs) do queue.parse_fetch(r[i], h, t) end
 end
 
 -- Calls the worker's retries_exhausted with dead ({id=, payloads=, error=}
@@ -161,19 +184,53 @@ local function call_record(h, jobs, done)
   return json.encode { worker = h.worker, shard = h.shard, batch = h.batch or "", jobs = list, done = done or {} }
 end
 
+-- A wait of a call that cannot park its task (no task: the call runs from
+-- the specs or a scheduler without ctx.on_done): waits in place, never past
+-- the call's deadline. Returns the answer for the call.
+local function wait_here(req, deadline)
+  if req.kind == "sleep" then
+    local now = core.mono()
+    if req["until"] >= deadline then
+      core.sleep(deadline - now)
+      return wait.TIMEOUT
+    end
+    core.sleep(req["until"] - now)
+    return true
+  end
+  error("luakiq: unknown wait " .. tostring(req.kind), 0)
+end
+
 -- Runs one perform call (with the server middlewares) in a coroutine of its
 -- own, bounded by the worker's timeout (core.call_begin/call_end: past it, a
 -- hook raises "timeout: ..." in the call; luakiq's own waits end themselves).
--- Returns ok, err, traceback.
-local function run_call(h, w, batch, record)
+-- A wait in luakiq's I/O parks h's task (the thread loop answers it) or, with
+-- no task, waits in place. Returns ok, err, traceback.
+local function run_call(h, w, batch, record, njobs)
   local co = coroutine.create(h.perform)
-  core.call_begin(w.timeout, record)
-  local ok, err = coroutine.resume(co, w, batch)
-  local expired = core.call_end()
-  if ok and coroutine.status(co) ~= "dead" then
-    ok, err = false, "perform yielded: coroutine.yield outside a coroutine of its own"
+  local started, deadline = core.call_begin(w.timeout, record)
+  wait.current = co
+  local ok, a, req = coroutine.resume(co, w, batch)
+  while ok and coroutine.status(co) == "suspended" do
+    if a ~= wait.WAIT then
+      ok, a = false, "perform yielded: coroutine.yield outside a coroutine of its own"
+      break
+    end
+    core.call_pause()
+    wait.current = nil
+    local answer
+    if h.task and coroutine.running() == h.task then
+      answer = coroutine.yield(req, deadline) -- to the thread loop (task_step)
+    else
+      answer = wait_here(req, deadline)
+    end
+    core.call_resume(started, deadline, w.timeout)
+    wait.current = co
+    ok, a, req = coroutine.resume(co, answer)
   end
+  wait.current = nil
+  local expired = core.call_end(njobs)
   if ok then return true end
+  local err = a
   local tb = type(err) == "string" and debug.traceback(co, err) or debug.traceback(co, tostring(err))
   if expired and err ~= luakiq.FATAL then
     if not (type(err) == "string" and err:find("^timeout")) then
@@ -193,9 +250,9 @@ local function perform(t, h, jobs, done)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then return true, loaded end -- every payload was unloadable
   local ids = queue.ids(loaded)
-  core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix, #ids)
+  core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
-  local ok, err, tb = run_call(h, w, batch, call_record(h, loaded, done))
+  local ok, err, tb = run_call(h, w, batch, call_record(h, loaded, done), #ids)
   core.set_state("fetching", w.name, h.shard)
   -- A luakiq.redis wait the deadline cut short leaves the thread's connection
   -- broken: make it again now, so the failure is recorded at once.
@@ -221,13 +278,12 @@ end
 -- perform in progress, and at most ~poll_interval of finished work is ever
 -- unacked (what a kill -9 would rerun).
 local function process(t, h)
-  local cmds = {}
-  local ack_same = t.pending == h
-  if t.pending and not ack_same then cmds[1] = queue.fetch_cmd(t.pending, t, 0, true) end
+  local ack_same = t.pending[h] ~= nil
+  local cmds, acked = pending_acks(t, h)
   cmds[#cmds + 1] = queue.fetch_cmd(h, t, h.def.fetch_size, ack_same)
   local replies = t.conn:pipeline(cmds)
-  if #cmds == 2 then queue.parse_fetch(replies[1], t.pending, t) end
-  t.pending = nil
+  t.pending = {}
+  for i, p in ipairs(acked) do queue.parse_fetch(replies[i], p, t) end
   local res = queue.parse_fetch(replies[#replies], h, t)
   if not res then return false, nil end -- lease held elsewhere
   local jobs = res.jobs
@@ -274,8 +330,83 @@ local function process(t, h)
       end
     end
   end
-  t.pending = h
+  t.pending[h] = true
   return true, res.head
+end
+
+-- --- tasks: calls in flight ---------------------------------------------------
+
+-- Whether h may start a fetch now: not while its own task is in flight, nor
+-- while its worker has concurrent_shards of this thread's shards in a call.
+local function busy(t, h)
+  if h.task then return true end
+  local limit = h.def.concurrent_shards
+  return limit ~= nil and (t.in_call[h.worker] or 0) >= limit
+end
+
+local function task_end(t, h)
+  h.task = nil
+  t.waiting[h] = nil
+  t.ntasks = t.ntasks - 1
+  t.in_call[h.worker] = t.in_call[h.worker] - 1
+end
+
+-- Resumes h's task with ...; returns true, ok, head when it ended, false when
+-- it parked again on a wait (t.waiting[h]). A task that raised (a Redis
+-- error, luakiq.FATAL) is over; the error goes up to the thread loop.
+local function task_step(t, h, ...)
+  local ok, a, b = coroutine.resume(h.task, ...)
+  if not ok then
+    task_end(t, h)
+    error(a, 0)
+  end
+  if coroutine.status(h.task) == "dead" then
+    task_end(t, h)
+    return true, a, b
+  end
+  t.waiting[h] = { req = a, deadline = b } -- from run_call: the call's wait request and deadline
+  return false
+end
+
+-- When a parked task's wait is over (mono seconds): its sleep's end or the
+-- call's deadline, whichever comes first.
+local function due_at(w)
+  local at = w.deadline
+  if w.req.kind == "sleep" and w.req["until"] < at then at = w.req["until"] end
+  return at
+end
+
+-- Resumes every parked task whose wait is over; on_done(h, ok, head) for each
+-- task that ended. Returns true when a task was resumed. (The main thread
+-- renews the leases of parked calls' shards, as of the running one's.)
+local function service(t, on_done)
+  if not next(t.waiting) then return false end
+  local now, ready = core.mono(), nil
+  for h, w in pairs(t.waiting) do
+    if due_at(w) <= now then
+      ready = ready or {}
+      ready[#ready + 1] = h
+    end
+  end
+  if not ready then return false end
+  for _, h in ipairs(ready) do
+    local w = t.waiting[h]
+    local answer = (w.req.kind == "sleep" and w.req["until"] <= now and w.req["until"] <= w.deadline)
+      and true or wait.TIMEOUT
+    local ended, ok, head = task_step(t, h, answer)
+    if ended and on_done then on_done(h, ok, head) end
+  end
+  return true
+end
+
+-- Seconds until the first parked task's wait is over (nil: none parked).
+local function next_due(t)
+  local at
+  for _, w in pairs(t.waiting) do
+    local d = due_at(w)
+    if not at or d < at then at = d end
+  end
+  return at and math.max(at - core.mono(), 0)
 end
 
 local function scheduler_ctx(t)
@@ -284,7 +415,23 @@ local function scheduler_ctx(t)
     poll_interval = t.cfg.poll_interval,
     now = core.now,
   }
-  function ctx.process(h) return process(t, h) end
+  -- With ctx.on_done set by the scheduler, process() runs h as a task: it
+  -- returns ok, head when the task ended at once, or nil when it parked (its
+  -- ok, head come later through ctx.on_done(h, ok, head)). Without, calls
+  -- wait in place (one call at a time: a scheduler that knows no tasks).
+  function ctx.process(h)
+    if not ctx.on_done then return process(t, h) end
+    if h.task then error("luakiq: shard " .. h.prefix .. " is already in a call", 0) end
+    h.task = coroutine.create(process)
+    t.ntasks = t.ntasks + 1
+    t.in_call[h.worker] = (t.in_call[h.worker] or 0) + 1
+    local ended, ok, head = task_step(t, h, t, h)
+    if ended then return ok, head end
+    return nil
+  end
+  -- busy(h): h must not be processed now (in a call, or its worker's
+  -- concurrent_shards reached).
+  function ctx.busy(h) return busy(t, h) end
   -- Earliest perform_in per handler; a shard with orphaned in-flight jobs
   -- (a dead holder's, or our own whose ack/failure never reached Redis)
   -- counts as long overdue, so its fetch restores or redelivers them (heads.lua).
@@ -309,21 +456,34 @@ local function scheduler_ctx(t)
     end
     return woken
   end
-  -- Sleeps up to hint (capped by poll_interval) or until a push wakes us.
+  -- Sleeps up to hint (capped by poll_interval), until a push wakes us, or
+  -- until a parked task's wait is over (then it is resumed). Returns the
+  -- woken handler indexes and whether parked tasks were resumed.
   function ctx.wait(hint)
     flush(t)
-    if core.stopping() then return {} end
-    core.set_state("idle")
+    if core.stopping() and t.ntasks == 0 then return {} end
+    core.set_state(t.ntasks > 0 and "waiting" or "idle")
     collectgarbage("step")
     local timeout = t.cfg.poll_interval
     if hint and hint < timeout then timeout = math.max(hint, 0.001) end
-    return woken_of(core.wait(timeout))
+    local due = next_due(t)
+    if due and due < timeout then timeout = due end
+    local woken
+    if core.stopping() then
+      core.sleep(math.min(timeout, 0.05)) -- draining parked tasks: the mailbox no longer matters
+      woken = {}
+    else
+      woken = woken_of(core.wait(timeout))
+    end
+    return woken, service(t, ctx.on_done)
   end
-  -- Wake-ups that arrived while busy (never blocks). Looking at the mailbox
-  -- is a timed wait that expires at once, a syscall that cost as much as a
-  -- blank batch, so a busy thread looks at most every POLL_EVERY seconds.
+  -- Wake-ups that arrived while busy (never blocks), and parked tasks whose
+  -- wait is over. Looking at the mailbox is a timed wait that expires at
+  -- once, a syscall that cost as much as a blank batch, so a busy thread
+  -- looks at most every POLL_EVERY seconds.
   local next_poll = 0
   function ctx.poll()
+    service(t, ctx.on_done)
     local now = core.now()
     if now < next_poll then return {} end
     next_poll = now + POLL_EVERY
@@ -336,7 +496,9 @@ end
 -- runs; the host replaces the process or exits next): fails the call's jobs
 -- with the timeout error, acks the ids its fetch had done, puts the rest back
 -- and gives the shard's lease back. record: call_record's JSON.
-function M.fail_stuck(cfg, conn, token, record)
+-- parked: the call was waiting in luakiq's I/O on the stuck thread (its own
+-- deadline had not come): its jobs go back unchanged instead.
+function M.fail_stuck(cfg, conn, token, record, parked)
   local r = json.decode(record)
   local w = cfg.by_name[r.worker]
   if not w then error("fail_stuck: unknown worker " .. tostring(r.worker), 0) end
@@ -345,10 +507,14 @@ function M.fail_stuck(cfg, conn, token, record)
               prefix = keys.prefix(cfg.namespace, w.queue_name, r.shard) }
   local jobs = {}
   for i, j in ipairs(r.jobs) do jobs[i] = { id = j[1], retry_count = j[2] } end
-  local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..
-    "(JIT-compiled code or a foreign call); the process was replaced", w.timeout)
-  core.count_timeout(w.name)
-  fail(t, h, jobs, msg, nil, r.done)
+  if parked then
+    queue.settle(conn, h, t, r.done)
+  else
+    local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..
+      "(JIT-compiled code or a foreign call); the process was replaced", w.timeout)
+    core.count_timeout(w.name)
+    fail(t, h, jobs, msg, nil, r.done)
+  end
   queue.release(conn, { h }, token)
 end
 
@@ -365,7 +531,8 @@ function M.main(boot_json)
   local boot = json.decode(boot_json)
   core.log_setup { json = boot.log_json, level = boot.log_level }
   local t = setup(boot)
-  local step = t.cfg.scheduler(scheduler_ctx(t))
+  local ctx = scheduler_ctx(t)
+  local step = t.cfg.scheduler(ctx)
   local names = {}
   for i, h in ipairs(t.handlers) do names[i] = h.worker .. h.shard end
   log.info("thread started: " .. table.concat(names, ", "))
@@ -388,6 +555,16 @@ function M.main(boot_json)
         local okc, e = t.conn:reconnect()
         if okc then log.info("reconnected to Redis") else log.warn(e) end
       end
+    end
+  end
+  -- Graceful stop: the parked tasks finish their calls (each bounded by its
+  -- timeout) and settle their fetches first.
+  while t.ntasks > 0 and not core.fatal_message() do
+    local ok, err = xpcall(ctx.wait, traceback, 0.05)
+    if not ok then
+      if err == luakiq.FATAL then break end
+      log.error(tostring(err):match("^[^\n]*"))
+      core.sleep(0.1)
     end
   end
   -- Stop (graceful or after a fatal error): ack what ran, give the shards back

@@ -15,6 +15,17 @@
 --   poll()         optional, -> array of woken handler indexes, never blocks
 --   now()          -> float seconds (Unix time)
 --   poll_interval  seconds (default 1)
+-- Calls in flight (a scheduler opts in by setting ctx.on_done):
+--   on_done        set by the scheduler: function(h, ok, head). Then a
+--                  process(h) whose perform call waits in luakiq's I/O
+--                  returns nil at once (h is in flight), the thread runs
+--                  other shards, and on_done(h, ok, head) reports the result
+--                  later (from wait() or poll()). Without it, process()
+--                  returns only when h's work is done.
+--   busy(h)        true while h must not be processed (in flight, or its
+--                  worker's concurrent_shards reached)
+--   wait() also returns when a parked call's wait is over; its second
+--   result is then true.
 --
 -- Config:  scheduler = "lag" (default) | "seq" | function(ctx) return step end
 local M = {}
@@ -22,10 +33,14 @@ local M = {}
 -- seq: Lowkiq's Seq, exactly. Round robin over the handlers; after a full
 -- cycle in which every process() returned false (empty or failed), wait()
 -- once and return without processing.
+-- Calls in flight: a busy handler is skipped (it counts as a false result);
+-- a process() that parks counts as true (work went on).
 function M.seq(ctx)
   local handlers = ctx.handlers
   local n = #handlers
   local i, done, any_ok = 0, 0, false
+  local busy = ctx.busy or function() return false end
+  ctx.on_done = function(_, ok) if ok then any_ok = true end end
   return function()
     if done == n then -- a full cycle of results (also true when n == 0)
       local idle = not any_ok
@@ -36,9 +51,11 @@ function M.seq(ctx)
       end
     end
     i = i % n + 1
-    local ok = ctx.process(handlers[i])
+    local h = handlers[i]
     done = done + 1
-    if ok then any_ok = true end
+    if busy(h) then return end
+    local ok = ctx.process(h)
+    if ok or ok == nil then any_ok = true end
   end
 end
 
@@ -61,6 +78,10 @@ end
 --   wait (or a wake-up for that shard). A success clears the strikes.
 -- * Nothing due: wait(hint), hint = seconds until the earliest future head,
 --   capped by poll_interval, so that scheduled jobs start on time.
+-- * Calls in flight: a busy handler (ctx.busy) is not eligible; its result
+--   comes through ctx.on_done and updates heads and strikes as a direct
+--   result would. A wait that only resumed parked calls leaves the heads
+--   fresh (no probe).
 function M.lag(ctx)
   local handlers = ctx.handlers
   local n = #handlers
@@ -70,6 +91,18 @@ function M.lag(ctx)
   local stale = true      -- probe and forget strikes (start, after wait)
   local reprobe = false   -- probe only
   local reset_at = -math.huge
+  local busy = ctx.busy or function() return false end
+
+  local function result(i, ok, head)
+    if ok then
+      strikes[i] = nil
+      heads[i] = type(head) == "number" and head or false
+    else
+      strikes[i] = (strikes[i] or 0) + 1
+      if type(head) == "number" then heads[i] = head else reprobe = true end
+    end
+  end
+  ctx.on_done = function(h, ok, head) result(h.index, ok, head) end
 
   local function probe()
     local h = ctx.heads()
@@ -100,7 +133,7 @@ function M.lag(ctx)
     local best, best_lag, next_at = nil, -1, math.huge
     for i = 1, n do
       local head = heads[i]
-      if head and (strikes[i] or 0) < 2 then
+      if head and (strikes[i] or 0) < 2 and not busy(handlers[i]) then
         local lag = now - head
         if lag >= 0 then
           if lag > best_lag then best, best_lag = i, lag end
@@ -112,19 +145,14 @@ function M.lag(ctx)
 
     if best then
       local ok, head = ctx.process(handlers[best])
-      if ok then
-        strikes[best] = nil
-        heads[best] = type(head) == "number" and head or false
-      else
-        strikes[best] = (strikes[best] or 0) + 1
-        if type(head) == "number" then heads[best] = head else reprobe = true end
-      end
+      if ok ~= nil then result(best, ok, head) end
       return
     end
 
     local hint = interval
     if next_at - now < hint then hint = next_at - now end
-    ctx.wait(hint)
+    local woken, resumed = ctx.wait(hint)
+    if resumed and #woken == 0 then return end -- parked calls went on; the heads still hold
     stale = true -- time passed and pushes may have arrived
   end
 end

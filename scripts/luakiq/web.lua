@@ -205,11 +205,13 @@ local function api(ctx)
         if k == "lag" then total.lag = math.max(total.lag, q.lag) else total[k] = total[k] + q[k] end
       end
     end
-    -- This host's running perform calls (one per busy thread), oldest first.
+    -- This host's perform calls in flight (on a thread's CPU, or parked in
+    -- luakiq's I/O: waiting = true), oldest first.
     local calls = json.array()
     for i, t in ipairs(core.thread_stats()) do
-      if t.worker then
-        calls[#calls + 1] = { thread = "t" .. (i - 1), worker = t.worker, running = t.call_age, timeout = t.call_timeout }
+      for _, c in ipairs(t.calls) do
+        calls[#calls + 1] = { thread = "t" .. (i - 1), worker = c.worker, shard = c.shard, running = c.age,
+                              timeout = c.timeout, waiting = c.parked }
       end
     end
     table.sort(calls, function(a, b) return a.running > b.running end)
@@ -310,7 +312,9 @@ local function api(ctx)
     -- the calls its timeout ended (every worker listed, 0 when none).
     local oldest, timeouts, counted = {}, {}, core.timeouts()
     for _, t in ipairs(core.thread_stats()) do
-      if t.worker and (oldest[t.worker] or -1) < t.call_age then oldest[t.worker] = t.call_age end
+      for _, c in ipairs(t.calls) do
+        if (oldest[c.worker] or -1) < c.age then oldest[c.worker] = c.age end
+      end
     end
     local age = {}
     for _, w in ipairs(cfg.workers) do

@@ -1,7 +1,8 @@
 // The dashboard's "Running calls" table in headless Chromium (run by
 // spec/web/dashboard_spec.lua, whose host runs one Late call that never ends
 // on its own, timeout 10 s):  node calls.test.js BASE_URL WORKER
-// Checks: the call is listed with its worker and timeout; once it has run past
+// Checks: the call is listed with its worker, shard, state (waiting: it sleeps
+// in luakiq.sleep) and timeout; once it has run past
 // 80% of its timeout its row is highlighted (class "late"); no console errors.
 "use strict";
 const { launch } = require("./browser");
@@ -28,11 +29,14 @@ async function main() {
     const row = page.locator(`#calls tbody tr[data-worker="${worker}"]`);
     await row.waitFor({ timeout: 10000 });
     const cells = await row.locator("td").allTextContents();
-    check(cells[1] === worker && cells[3] === "10 s", "the running call is listed: " + cells.join(" | "));
-    check(!(await row.getAttribute("class")), "not highlighted while under 80% of its timeout (" + cells[2] + ")");
+    // Thread | Worker | Shard | State | Running | Timeout; the call sleeps in
+    // luakiq.sleep, so it is parked ("waiting (I/O)") nearly all the time
+    check(cells[1] === worker && cells[2] === "0" && cells[5] === "10 s", "the running call is listed: " + cells.join(" | "));
+    check(cells[3] === "waiting (I/O)", "a call in luakiq.sleep shows as waiting: " + cells[3]);
+    check(!(await row.getAttribute("class")), "not highlighted while under 80% of its timeout (" + cells[4] + ")");
     await page.locator(`#calls tbody tr.late[data-worker="${worker}"]`).waitFor({ timeout: 12000 });
     const late = await page.locator(`#calls tbody tr.late[data-worker="${worker}"] td`).allTextContents();
-    check(parseFloat(late[2]) > 8, "highlighted past 80% of its timeout: " + late.join(" | "));
+    check(parseFloat(late[4]) > 8, "highlighted past 80% of its timeout: " + late.join(" | "));
     check(problems.length === 0, "no console errors" + (problems.length ? ":\n  " + problems.join("\n  ") : ""));
   } finally {
     await close();

@@ -1,0 +1,43 @@
+-- luakiq.wait: how a perform call waits in luakiq's own I/O (luakiq.sleep,
+-- luakiq.http) without holding its thread.
+--
+-- The runner resumes every perform call in a coroutine of its own and sets
+-- M.current to it while it runs. A wait inside that coroutine yields a
+-- request to the runner (M.yield); the runner answers when the wait is over,
+-- meanwhile running other shards' calls (luakiq.runner), or waits in place
+-- when it cannot. A wait anywhere else (a coroutine of the worker's own, the
+-- main VM, `luakiq lua`) returns nil from M.yield: the caller waits in place.
+-- Requests: {kind = "sleep", ["until"] = core.mono() + s}
+--           {kind = "http", handle = ...}
+-- Answers: true (done), M.TIMEOUT (the call's deadline came first).
+local core = require "luakiq.core"
+
+local M = {}
+
+M.WAIT = setmetatable({}, { __tostring = function() return "luakiq.wait" end })
+M.TIMEOUT = setmetatable({}, { __tostring = function() return "luakiq.wait.TIMEOUT" end })
+M.current = nil
+
+-- True inside the perform call the runner is running (its own coroutine).
+function M.inside()
+  local co = coroutine.running()
+  return co ~= nil and co == M.current
+end
+
+-- Yields req to the runner; returns its answer, or raises the call's
+-- timeout error when the deadline came first. Only when M.inside().
+function M.yield(req)
+  local answer = coroutine.yield(M.WAIT, req)
+  if answer == M.TIMEOUT then core.raise_timeout() end
+  return answer
+end
+
+-- luakiq.sleep(s)
+function M.sleep(s)
+  if type(s) ~= "number" or s ~= s then error("luakiq.sleep: seconds must be a number", 2) end
+  if not M.inside() then return core.sleep(s) end
+  if s <= 0 then s = 0 end
+  M.yield { kind = "sleep", ["until"] = core.mono() + s }
+end
+
+return M
