@@ -14,6 +14,7 @@
 #include "core.h"
 #include "entry.h"
 #include "hostlua.h"
+#include "http.h"
 #include "log.h"
 #include "runner.h"
 #include "sys.h"
@@ -27,6 +28,7 @@ int entry_open_core(lua_State *L) {
     core_register(L);
     sys_register(L);
     conn_register(L);
+    http_register(L);
     hostlua_register(L, &entry_worker);
     return 1;
 }
@@ -44,6 +46,8 @@ static int entry_push_argv(lua_State *L, void *ud) {
 }
 
 int entry_main(int argc, char **argv) {
+    const char *err;
+    if (http_global_init(&err) != 0) { fprintf(stderr, "luakiq: cannot initialise libcurl: %s\n", err); return 1; }
     lua_State *L = vm_new(entry_open_core);
     if (!L) { fprintf(stderr, "luakiq: cannot create a Lua state\n"); return 1; }
     struct entry_argv a = {argc, argv};
@@ -57,6 +61,7 @@ int entry_main(int argc, char **argv) {
         code = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 0;
     }
     lua_close(L);
+    http_thread_end(); /* after the VM: closing it ends its transfers */
     return code;
 }
 
@@ -81,5 +86,6 @@ static int entry_thread(const char *boot) {
         code = (int)lua_tointeger(L, -1);
     }
     lua_close(L);
+    http_thread_end();
     return code;
 }

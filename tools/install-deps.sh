@@ -5,14 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake pkg-config libluajit-5.1-dev luajit libhiredis-dev libevent-dev
-      zlib1g-dev libcurl4-openssl-dev lua-busted lua-cjson redis-server)
+      zlib1g-dev libcurl4-openssl-dev ca-certificates lua-busted lua-cjson redis-server)
 # The web specs (spec/web): curl for the API, headless Chromium driven by
 # playwright-core (an npm package, tools/web-test) for the dashboard. Node from
 # elsewhere (e.g. NodeSource) is fine: Debian's is only added when none is there.
 tests=0
 [ "${1:-}" = "--test" ] && tests=1
+# luakiq.http's specs: python3 runs the test HTTP(S) server, openssl makes its
+# self-signed certificate.
 if [ $tests = 1 ]; then
-  pkgs+=(curl chromium)
+  pkgs+=(curl chromium python3 openssl)
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi

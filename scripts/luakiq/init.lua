@@ -36,6 +36,7 @@ M.redis = {
 -- calls meanwhile (luakiq.wait). deadline(): seconds left for the running
 -- perform call, nil outside one.
 M.sleep = require("luakiq.wait").sleep
+M.http = { request = require("luakiq.http").request }
 M.deadline = core.deadline
 
 -- Stops the whole process: the current batch stays in flight (it comes back

@@ -188,7 +188,14 @@ end
 -- the specs or a scheduler without ctx.on_done): waits in place, never past
 -- the call's deadline. Returns the answer for the call.
 local function wait_here(req, deadline)
-  if req.kind == "sleep" then
+  if req.kind == "http" then
+    while not req.transfer:done() do
+      local left = deadline - core.mono()
+      if left <= 0 then return wait.TIMEOUT end
+      core.http_wait(math.min(left, 1), false)
+    end
+    return true
+  elseif req.kind == "sleep" then
     local now = core.mono()
     if req["until"] >= deadline then
       core.sleep(deadline - now)
@@ -381,9 +388,10 @@ end
 -- renews the leases of parked calls' shards, as of the running one's.)
 local function service(t, on_done)
   if not next(t.waiting) then return false end
+  if core.http_active() > 0 then core.http_pump() end
   local now, ready = core.mono(), nil
   for h, w in pairs(t.waiting) do
-    if due_at(w) <= now then
+    if due_at(w) <= now or (w.req.kind == "http" and w.req.transfer:done()) then
       ready = ready or {}
       ready[#ready + 1] = h
     end
@@ -391,8 +399,12 @@ local function service(t, on_done)
   if not ready then return false end
   for _, h in ipairs(ready) do
     local w = t.waiting[h]
-    local answer = (w.req.kind == "sleep" and w.req["until"] <= now and w.req["until"] <= w.deadline)
-      and true or wait.TIMEOUT
+    local answer
+    if w.req.kind == "http" then
+      answer = w.req.transfer:done() and true or wait.TIMEOUT
+    else
+      answer = (w.req["until"] <= now and w.req["until"] <= w.deadline) and true or wait.TIMEOUT
+    end
     local ended, ok, head = task_step(t, h, answer)
     if ended and on_done then on_done(h, ok, head) end
   end
@@ -470,8 +482,15 @@ local function scheduler_ctx(t)
     if due and due < timeout then timeout = due end
     local woken
     if core.stopping() then
-      core.sleep(math.min(timeout, 0.05)) -- draining parked tasks: the mailbox no longer matters
+      -- draining parked tasks: the mailbox no longer matters
+      if core.http_active() > 0 then core.http_wait(math.min(timeout, 0.05), false)
+      else core.sleep(math.min(timeout, 0.05)) end
       woken = {}
+    elseif core.http_active() > 0 then
+      -- responses, pushes and the stop all end this wait (curl's sockets
+      -- and the thread's mailbox eventfd, polled together)
+      core.http_wait(timeout, true)
+      woken = woken_of(core.wait(0))
     else
       woken = woken_of(core.wait(timeout))
     end

@@ -8,7 +8,7 @@
 -- when it cannot. A wait anywhere else (a coroutine of the worker's own, the
 -- main VM, `luakiq lua`) returns nil from M.yield: the caller waits in place.
 -- Requests: {kind = "sleep", ["until"] = core.mono() + s}
---           {kind = "http", handle = ...}
+--           {kind = "http", transfer = t} (luakiq.http: done when t:done())
 -- Answers: true (done), M.TIMEOUT (the call's deadline came first).
 local core = require "luakiq.core"
 
@@ -25,10 +25,14 @@ function M.inside()
 end
 
 -- Yields req to the runner; returns its answer, or raises the call's
--- timeout error when the deadline came first. Only when M.inside().
-function M.yield(req)
+-- timeout error when the deadline came first (after on_timeout(), which
+-- ends what the wait started). Only when M.inside().
+function M.yield(req, on_timeout)
   local answer = coroutine.yield(M.WAIT, req)
-  if answer == M.TIMEOUT then core.raise_timeout() end
+  if answer == M.TIMEOUT then
+    if on_timeout then on_timeout() end
+    core.raise_timeout()
+  end
   return answer
 end
 

@@ -60,13 +60,28 @@ function M.exec(args, stdin, env)
   return rc, out, err
 end
 
+-- `luakiq enqueue DIR WORKER` of jobs (tables, sent as JSON lines); asserts
+-- that it succeeded.
+function M.enqueue(dir, worker, jobs, env)
+  local lines = {}
+  for i, j in ipairs(jobs) do lines[i] = require("luakiq.json").encode(j) end
+  local rc, _, err = M.exec("enqueue " .. M.quote(dir) .. " " .. worker, table.concat(lines, "\n"), env)
+  assert(rc == 0, "enqueue failed: " .. tostring(err))
+end
+
 -- Starts `luakiq ARGS` in the background; returns a process handle.
 function M.spawn(args, env)
+  return M.spawn_cmd(string.format("env %s %s %s", env or "", M.bin, args))
+end
+
+-- Starts a shell command line in the background (its stdout and stderr go to
+-- files of the handle's dir); returns a process handle whose pid is the
+-- command's own (it is exec'd), stopped by spec/run.lua if a test leaves it.
+function M.spawn_cmd(cmdline)
   local d = M.tmpdir()
-  -- The inner sh records its pid and execs the binary (so the pid is luakiq's);
-  -- the outer subshell waits for it and records the exit code.
-  local inner = string.format("echo $$ >%s/pid; exec env %s %s %s >%s/out 2>%s/err </dev/null",
-    d, env or "", M.bin, args, d, d)
+  -- The inner sh records its pid and execs the command (so the pid is the
+  -- command's); the outer subshell waits for it and records the exit code.
+  local inner = string.format("echo $$ >%s/pid; exec %s >%s/out 2>%s/err </dev/null", d, cmdline, d, d)
   assert(sh("( sh -c " .. M.quote(inner) .. "; echo $? >" .. d .. "/rc ) >/dev/null 2>&1 &"))
   local p = setmetatable({ dir = d }, { __index = M.proc })
   M.eventually(function() p.pid = tonumber(M.read(d .. "/pid")) return p.pid end, 5, "spawned pid")

@@ -79,6 +79,14 @@ function M.fixture(opts)
   return srv
 end
 
+-- The list at key, each entry decoded from JSON (what specs' workers record).
+function M:json_list(key)
+  local json = require "luakiq.json"
+  local list = {}
+  for i, e in ipairs(self.conn:call("LRANGE", key, 0, -1)) do list[i] = json.decode(e) end
+  return list
+end
+
 function M:flush()
   self.conn:call("FLUSHALL")
 end

@@ -39,18 +39,8 @@ local function scriptdir(opts)
   }
 end
 
-local function enqueue(dir, jobs)
-  local lines = {}
-  for i, j in ipairs(jobs) do lines[i] = json.encode(j) end
-  local rc, _, err = host.exec("enqueue " .. q(dir) .. " Sleepy", table.concat(lines, "\n"), env())
-  assert.are.equal(0, rc, err)
-end
-
-local function calls()
-  local list = {}
-  for i, e in ipairs(srv.conn:call("LRANGE", "t:calls", 0, -1)) do list[i] = json.decode(e) end
-  return list
-end
+local function enqueue(dir, jobs) host.enqueue(dir, "Sleepy", jobs, env()) end
+local function calls() return srv:json_list("t:calls") end
 
 local function wait_calls(n, timeout)
   return host.eventually(function()

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""A small real HTTP/1.1 server for the luakiq.http specs and the benchmark.
+
+    python3 httpd.py PORTFILE [--tls CERT KEY] [--delay-ms N]
+
+Binds 127.0.0.1 on a free port (the kernel's choice, so no race with other
+tests), writes the port to PORTFILE, and serves until killed. Keep-alive
+(HTTP/1.1, every response has a Content-Length); one thread per connection.
+
+Routes (any method):
+  /echo              200, JSON {method, path, headers (lower-case), body}
+  /status/N          status N, body "status N" (Retry-After: 2 on 429/503)
+  /delay/MS          sleeps MS ms, then 200 "ok"
+  /hang              never answers (the connection stays open)
+  /big/N             200 with N bytes of "x" (Content-Length N)
+  /chunked/N         200 with N bytes of "x", chunked (no Content-Length)
+  /redirect          302 to /echo
+  /conn              200, body = the client's port (same port: connection reused)
+  /multi             200 with X-Multi sent twice and Set-Cookie twice
+  /job/ID            sleeps --delay-ms (default 0), then 200; records ID in order
+                     per connection-independent list; /jobs returns them (JSON)
+"""
+import json
+import socketserver
+import ssl
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+DELAY_MS = 0
+JOBS = []
+JOBS_LOCK = threading.Lock()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body=b"", headers=()):
+        if isinstance(body, str):
+            body = body.encode()
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def handle_any(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        parts = self.path.split("?")[0].strip("/").split("/")
+        route = parts[0]
+        arg = parts[1] if len(parts) > 1 else ""
+        if route == "echo":
+            self.reply(200, json.dumps({
+                "method": self.command, "path": self.path,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "body": body.decode("utf-8", "replace"),
+            }), [("Content-Type", "application/json")])
+        elif route == "status":
+            code = int(arg)
+            extra = [("Retry-After", "2")] if code in (429, 503) else []
+            self.reply(code, "status %d" % code, extra)
+        elif route == "delay":
+            time.sleep(int(arg) / 1000.0)
+            self.reply(200, "ok")
+        elif route == "hang":
+            time.sleep(3600)
+        elif route == "big":
+            self.reply(200, b"x" * int(arg))
+        elif route == "chunked":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            left = int(arg)
+            while left > 0:
+                k = min(left, 65536)
+                self.wfile.write(b"%x\r\n" % k + b"x" * k + b"\r\n")
+                left -= k
+            self.wfile.write(b"0\r\n\r\n")
+        elif route == "redirect":
+            self.reply(302, "", [("Location", "/echo")])
+        elif route == "conn":
+            self.reply(200, str(self.client_address[1]))
+        elif route == "multi":
+            self.reply(200, "multi", [("X-Multi", "a"), ("X-Multi", "b"),
+                                      ("Set-Cookie", "x=1"), ("Set-Cookie", "y=2")])
+        elif route == "job":
+            if DELAY_MS:
+                time.sleep(DELAY_MS / 1000.0)
+            with JOBS_LOCK:
+                JOBS.append(arg)
+            self.reply(200, "ok")
+        elif route == "jobs":
+            with JOBS_LOCK:
+                self.reply(200, json.dumps(JOBS))
+        else:
+            self.reply(404, "no route " + route)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = handle_any
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+
+
+def main():
+    global DELAY_MS
+    args = sys.argv[1:]
+    portfile = args.pop(0)
+    tls = None
+    while args:
+        a = args.pop(0)
+        if a == "--tls":
+            tls = (args.pop(0), args.pop(0))
+        elif a == "--delay-ms":
+            DELAY_MS = int(args.pop(0))
+    srv = Server(("127.0.0.1", 0), Handler)
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(tls[0], tls[1])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    with open(portfile + ".tmp", "w") as f:
+        f.write(str(srv.server_address[1]))
+    import os
+    os.rename(portfile + ".tmp", portfile)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
