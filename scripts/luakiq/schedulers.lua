@@ -92,6 +92,7 @@ function M.lag(ctx)
   local reprobe = false   -- probe only
   local reset_at = -math.huge
   local busy = ctx.busy or function() return false end
+  local seen_busy = {}    -- i -> head a probe saw while i was in flight
 
   local function result(i, ok, head)
     if ok then
@@ -102,13 +103,23 @@ function M.lag(ctx)
       if type(head) == "number" then heads[i] = head else reprobe = true end
     end
   end
-  ctx.on_done = function(h, ok, head) result(h.index, ok, head) end
+  -- A call in flight reports the head its fetch saw, which can be older
+  -- than one a probe saw since (a push for the shard woke us meanwhile):
+  -- the earlier of the two wins, so that push is not forgotten.
+  ctx.on_done = function(h, ok, head)
+    local i = h.index
+    result(i, ok, head)
+    local p = seen_busy[i]
+    seen_busy[i] = nil
+    if type(p) == "number" and (heads[i] == false or heads[i] == nil or p < heads[i]) then heads[i] = p end
+  end
 
   local function probe()
     local h = ctx.heads()
     for i = 1, n do
       local v = h[i]
       heads[i] = type(v) == "number" and v or false
+      if busy(handlers[i]) then seen_busy[i] = heads[i] end
     end
     reprobe = false
   end

@@ -17,8 +17,11 @@ Routes (any method):
   /redirect          302 to /echo
   /conn              200, body = the client's port (same port: connection reused)
   /multi             200 with X-Multi sent twice and Set-Cookie twice
-  /job/ID            sleeps --delay-ms (default 0), then 200; records ID in order
-                     per connection-independent list; /jobs returns them (JSON)
+  /job/ID            sleeps --delay-ms (default 0), then 200; records ID (in
+                     the order requests arrive, over all connections)
+  /jobs              JSON array of the recorded IDs; /count[/PREFIX]: how many;
+                     /times: [[ID, Unix time it arrived], ...]
+  /reset             forgets the recorded IDs
 """
 import json
 import socketserver
@@ -30,11 +33,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 DELAY_MS = 0
 JOBS = []
+TIMES = []
 JOBS_LOCK = threading.Lock()
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body go out in separate writes: without TCP_NODELAY the
+    # body waits for the client's delayed ACK (40 ms per keep-alive request)
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
@@ -91,14 +98,27 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, "multi", [("X-Multi", "a"), ("X-Multi", "b"),
                                       ("Set-Cookie", "x=1"), ("Set-Cookie", "y=2")])
         elif route == "job":
-            if DELAY_MS:
-                time.sleep(DELAY_MS / 1000.0)
             with JOBS_LOCK:
                 JOBS.append(arg)
+                TIMES.append(time.time())
+            if DELAY_MS:
+                time.sleep(DELAY_MS / 1000.0)
             self.reply(200, "ok")
         elif route == "jobs":
             with JOBS_LOCK:
                 self.reply(200, json.dumps(JOBS))
+        elif route == "times":
+            with JOBS_LOCK:
+                self.reply(200, json.dumps(list(zip(JOBS, TIMES))))
+        elif route == "count":
+            # /count or /count/PREFIX: recorded IDs (starting with PREFIX)
+            with JOBS_LOCK:
+                self.reply(200, str(sum(1 for j in JOBS if j.startswith(arg))))
+        elif route == "reset":
+            with JOBS_LOCK:
+                del JOBS[:]
+                del TIMES[:]
+            self.reply(200, "ok")
         else:
             self.reply(404, "no route " + route)
 

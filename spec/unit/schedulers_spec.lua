@@ -40,6 +40,34 @@ end
 local function steps(step, k) for _ = 1, k do step() end end
 
 describe("luakiq.schedulers.lag", function()
+  it("keeps a push seen while the shard's call was in flight (calls in flight)", function()
+    local busy, queues = {}, { { 990 }, {} }
+    local ctx = fake(queues, {
+      result = function(i, queues)
+        table.remove(queues[i], 1)
+        busy[i] = true
+        return nil -- parked: the result comes through ctx.on_done
+      end,
+    })
+    function ctx.busy(h) return busy[h.index] == true end
+    local woken = {}
+    function ctx.poll() local w = woken woken = {} return w end
+    -- a wait that only resumed parked calls (as the runner's does)
+    function ctx.wait() ctx.n.wait = ctx.n.wait + 1 return {}, true end
+    local step = schedulers.lag(ctx)
+    step() -- shard 1's call parks
+    assert.same({ 1 }, ctx.processed)
+    -- a push for shard 1 wakes the thread while the call is in flight
+    queues[1][1] = 999
+    woken = { 1 }
+    step() -- probes (sees the pushed job of the busy shard), nothing else due: waits
+    -- the call ends; its fetch saw nothing left (the push came after it)
+    busy[1] = nil
+    ctx.on_done(ctx.handlers[1], true, nil)
+    step()
+    assert.same({ 1, 1 }, ctx.processed) -- the pushed job is fetched, not forgotten
+  end)
+
   it("processes a shard with lag 1.0 (Lowkiq)", function()
     local ctx = fake { { 999 } }
     schedulers.lag(ctx)()
