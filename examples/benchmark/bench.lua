@@ -437,6 +437,7 @@ local function fmt_int(x)
   return (s:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", ""))
 end
 local function mb(x) return x and string.format("%.1f MB", x / 1048576) or "?" end
+local function ms(x) return x and string.format("%.3f ms", x * 1000) or "?" end
 
 local COLS = { "shape", "enqueue jobs/s", "drain jobs/s", "calls/job", "cmds/job", "peak RSS", "Redis B/job",
                "host CPU/job", "Redis CPU/job" }
@@ -582,7 +583,6 @@ local main_ok, main_err = xpcall(function()
     end
     print_table({ "luakiq / Sidekiq", "enqueue", "drain", "calls/job", "cmds/job", "peak RSS", "Redis B/job" }, rrows)
   end
-  local function ms(x) return x and string.format("%.3f ms", x * 1000) or "?" end
   if lat then
     print()
     print_table({ "idle enqueue -> perform (lag, 5 shards, 5 threads)", "jobs", "p50", "p90", "p99", "max" },
@@ -669,5 +669,5 @@ cleanup()
 if not main_ok then
   io.stderr:write("benchmark failed: " .. tostring(main_err) .. "\n")
   if not opt.keep then io.stderr:write("(re-run with --keep to keep the logs)\n") end
-  os.exit(1)
+  return 1 -- not os.exit: the host closes its Lua state and connections on the way out
 end

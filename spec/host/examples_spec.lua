@@ -244,11 +244,12 @@ end)
 -- (its figures are not checked here; speed is measured by running it).
 describe("examples/benchmark", function()
   it("runs a small benchmark end to end and prints the tables and targets", function()
-    local rc, out, err = host.exec("lua examples/benchmark/bench.lua --jobs 2000 --shapes lag1,lag1x,b100 --latency 20 --sidekiq no")
+    local rc, out, err = host.exec("lua examples/benchmark/bench.lua --jobs 2000 --shapes lag1,lag1x,b100 --latency 20 --io 200 --sidekiq no")
     assert.are.equal(0, rc, tostring(out) .. tostring(err))
     for _, want in ipairs { "luakiq lag, 5 shards, batch 1 ", "luakiq lag, 5 shards, batch 1, fetch 1 ",
                             "luakiq lag, 24 shards, batch 100 ", "enqueue floor: ", "20/20",
-                            "Redis calls per job (worst shape)" } do
+                            "Redis calls per job (worst shape)",
+                            "I/O-bound, 100 ms HTTP: lost, duplicated, out of order, left" } do
       assert.truthy(out:find(want, 1, true), want .. " missing in:\n" .. out)
     end
     -- every shape drained all of its jobs: calls/job printed as a number, no error line
