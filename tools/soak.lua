@@ -3,7 +3,7 @@
 --   luakiq lua tools/soak.lua [--payloads N] [--ids K] [--hosts H] [--threads T]
 --       [--shards S] [--batch B] [--fetch-size Z] [--fail F] [--kill-every SECS] [--redis-restarts R]
 --       [--max-retry M] [--lease-ttl L] [--work MS] [--backlog X] [--bin PATH]
---       [--timeout SECS] [--seed N] [--quiet]
+--       [--timeout SECS] [--seed N] [--io MS] [--quiet]
 --
 -- Starts a private redis-server (appendonly, free port) and H hosts (`luakiq
 -- run`, same script directory) of the binary running this script (or --bin),
@@ -24,6 +24,13 @@
 --            ran again). A batch that ran again (a kill -9 before its ack) is
 --            at-least-once delivery: it counts as a duplicate, not an error.
 -- It prints the counts and exits 0 when every invariant holds, 1 otherwise.
+--
+-- --io MS: the I/O-bound mode. Each perform makes one luakiq.http.request to a
+-- local server (spec/helpers/httpd.py) that answers after 0..MS ms instead of
+-- sleeping, so its call parks and the thread runs other shards' calls
+-- meanwhile: several calls in flight per thread, under the same kills, TERMs,
+-- failures and Redis restarts. Use more shards than threads (e.g.
+--   luakiq lua tools/soak.lua --io 50 --shards 40 --threads 2 --batch 3).
 local root = (arg and arg[0] or ""):match("^(.*)/tools/[^/]*$") or "."
 package.path = root .. "/spec/?.lua;" .. package.path
 
@@ -34,12 +41,13 @@ local runtime = require "luakiq.runtime"
 local client = require "luakiq.client"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
+local httpd = require "helpers.httpd"
 
 -- Options ----------------------------------------------------------------------
 local opt = {
   payloads = 20000, ids = 0, hosts = 2, threads = 3, shards = 8, batch = 10, ["fetch-size"] = 0, fail = 0.1,
   ["kill-every"] = 4, ["redis-restarts"] = 1, ["max-retry"] = 4, ["lease-ttl"] = 1.5, work = 1,
-  backlog = 0, timeout = 0, seed = 0,
+  backlog = 0, timeout = 0, seed = 0, io = 0,
 }
 local flags = { quiet = true, keep = true }
 do
@@ -84,12 +92,13 @@ host.bin = bin
 
 -- Redis and the script directory ----------------------------------------------
 local srv = redis.start { appendonly = true }
+local web = opt.io > 0 and httpd.start() or nil
 local WORKER = ([[
 local luakiq = require "luakiq"
 local core = require "luakiq.core"
-local pid = tostring(core.getpid())
+local pid = core.getpid() .. "." .. (core.thread_index() or 0) -- process.thread
 math.randomseed(core.getpid() * 1000 + (core.thread_index() or 0) + math.floor(core.now() * 1000) %% 100000)
-local FAIL, WORK = %s, %s
+local FAIL, WORK, IO, URL = %s, %s, %d, %q
 return {
   shards_count = %d, batch_size = %d, fetch_size = %s, max_retry_count = %d,
   retry_in = function(count) return 0.05 * (count + 1) end,
@@ -101,7 +110,12 @@ return {
       for i, p in ipairs(ps) do s[i] = string.format("%%d", p) end
       parts[#parts + 1] = id .. ":" .. table.concat(s, ",")
     end
-    if WORK > 0 then core.sleep(math.random() * WORK) end
+    if IO > 0 then
+      local res = luakiq.http.request { url = URL .. "/delay/" .. math.random(0, IO), timeout = 30 }
+      if res.status ~= 200 then error("soak: HTTP " .. tostring(res.status)) end
+    elseif WORK > 0 then
+      core.sleep(math.random() * WORK)
+    end
     local failed = math.random() < FAIL
     local t1 = core.now()
     luakiq.redis.call("RPUSH", "soak:log", string.format("%%s|%%.6f|%%.6f|%%s|%%s",
@@ -112,7 +126,7 @@ return {
     luakiq.redis.call("INCRBY", "soak:done", n) -- for the pusher's pacing only
   end,
 }
-]]):format(opt.fail, opt.work / 1000, opt.shards, opt.batch,
+]]):format(opt.fail, opt.work / 1000, math.floor(opt.io), web and web.url or "", opt.shards, opt.batch,
   opt["fetch-size"] > 0 and tostring(opt["fetch-size"]) or "nil", opt["max-retry"])
 local dir = host.scriptdir {
   ["config.lua"] = ("return { threads_per_node = %d, poll_interval = 0.2, lease_ttl = %s, redis_retry = 60 }")
@@ -205,9 +219,9 @@ local function fault_step()
 end
 
 say(("soak: %d payloads over %d ids, %d hosts x %d threads, %d shards, batch %d, fetch_size %s, fail %.2f, " ..
-  "kill every ~%gs, %d Redis restarts, seed %d, Redis %s"):format(N, IDS, opt.hosts, opt.threads, opt.shards, opt.batch,
+  "kill every ~%gs, %d Redis restarts, seed %d, Redis %s%s"):format(N, IDS, opt.hosts, opt.threads, opt.shards, opt.batch,
   opt["fetch-size"] > 0 and opt["fetch-size"] or "default", opt.fail,
-  opt["kill-every"], opt["redis-restarts"], seed, srv.url))
+  opt["kill-every"], opt["redis-restarts"], seed, srv.url, web and (", HTTP 0-" .. opt.io .. " ms " .. web.url) or ""))
 local chunk = math.max(100, math.floor(BACKLOG / 4))
 while core.now() < deadline do
   fault_step()
@@ -335,6 +349,27 @@ for idn = 1, IDS do
   for p in pairs(ok_count) do if p > pushed[idn] then example("unknown", "id " .. id .. " payload " .. p) end end
 end
 
+-- Calls in flight at once on one thread (the I/O mode's point): a sweep over
+-- each process.thread's recorded calls.
+local inflight = 0
+do
+  local by_thread = {}
+  for _, recs in pairs(records) do
+    for _, r in ipairs(recs) do
+      local ev = by_thread[r.pid] or {}
+      by_thread[r.pid] = ev
+      ev[r.n] = ev[r.n] or { r.t0, r.t1 } -- one record per call, listed once per id
+    end
+  end
+  for _, calls in pairs(by_thread) do
+    local ev = {}
+    for _, c in pairs(calls) do ev[#ev + 1] = { c[1], 1 } ev[#ev + 1] = { c[2], -1 } end
+    table.sort(ev, function(a, b) if a[1] ~= b[1] then return a[1] < b[1] end return a[2] < b[2] end)
+    local cur = 0
+    for _, e in ipairs(ev) do cur = cur + e[2] inflight = math.max(inflight, cur) end
+  end
+end
+
 local host_errors = 0
 for _, p in ipairs(logs) do
   local log = p:log()
@@ -351,6 +386,9 @@ out:write(("  hosts %d x %d threads, %d shards, batch %d, fetch_size %s; faults:
   "~%.0f%% batches failing\n"):format(opt.hosts, opt.threads, opt.shards, opt.batch,
   opt["fetch-size"] > 0 and opt["fetch-size"] or "default", stats.kills, stats.terms,
   stats.redis_restarts, opt.fail * 100))
+out:write(("  %s; at most %d calls in flight on one thread\n"):format(
+  opt.io > 0 and ("I/O mode: one HTTP request per call, 0-" .. opt.io .. " ms") or "calls sleep 0-" .. opt.work .. " ms",
+  inflight))
 out:write(("  batches recorded %d (ids x batches %d); payload executions %d ok, %d failed attempts\n"):format(
   nrec, (function() local n = 0 for _, r in pairs(records) do n = n + #r end return n end)(), c.executions,
   c.failed_attempts))
@@ -362,6 +400,7 @@ out:write(("  overlaps %d, order violations %d, unsorted batches %d, unknown pay
   stats.bad_exit or 0, timed_out and ", TIMED OUT" or ""))
 for _, e in ipairs(examples) do out:write("  ! ", e, "\n") end
 
+if web then web.stop() end
 if opt.keep then
   out:write("  kept: ", dir, " ", srv.dir, " (Redis ", srv.url, " still running, pid ", tostring(srv.pid), ")\n")
 else
