@@ -1,6 +1,7 @@
 -- Build-time generator: writes a C file holding every Lua file under scripts/.
 --   scripts/luakiq/x.lua   -> module "luakiq.x", LuaJIT bytecode with debug info,
 --                             chunkname "@scripts/luakiq/x.lua" (errors name the real file)
+--   workers/x.lua          -> module "luakiq.workers.x" (the ready-made workers), the same way
 --   scripts/redis/x.lua    -> Redis script "x", source text (for SCRIPT LOAD), with
 --                             "-- luakiq:include NAME" lines replaced by scripts/redis/lib/NAME.lua
 -- usage: luajit embed.lua SOURCE_ROOT OUT.c FILE...
@@ -23,7 +24,9 @@ for i = 3, #arg do
     end)
     kind, name, bytes = 1, rel:match("^scripts/redis/(.-)%.lua$"), src
   else
-    local mod = rel:match("^scripts/(.-)%.lua$"):gsub("/init$", ""):gsub("/", ".")
+    -- scripts/luakiq/x.lua -> luakiq.x; workers/x.lua -> luakiq.workers.x
+    local base = rel:match("^scripts/(.-)%.lua$") or ("luakiq/" .. rel:match("^(workers/.-)%.lua$"))
+    local mod = base:gsub("/init$", ""):gsub("/", ".")
     local fn, err = loadstring(src, "@" .. rel)
     if not fn then io.stderr:write(err, "\n") os.exit(1) end
     kind, name, bytes = 0, mod, string.dump(fn)

@@ -15,6 +15,7 @@
 #include "entry.h"
 #include "hostlua.h"
 #include "http.h"
+#include "proc.h"
 #include "log.h"
 #include "runner.h"
 #include "sys.h"
@@ -29,6 +30,7 @@ int entry_open_core(lua_State *L) {
     sys_register(L);
     conn_register(L);
     http_register(L);
+    proc_register(L);
     hostlua_register(L, &entry_worker);
     return 1;
 }

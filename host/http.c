@@ -281,26 +281,39 @@ static int http_pump(lua_State *L) {
     return 1;
 }
 
-/* core.http_wait(seconds, wake) -> transfers in flight: waits until one of
- * this thread's transfers can move, `seconds` pass, or (wake true, on a
- * worker thread) the thread's mailbox is written; then pumps. A signal
- * (the timeout watchdog's) ends the wait early too. */
+/* core.http_wait(seconds, wake [, fds]) -> transfers in flight: waits until
+ * one of this thread's transfers can move, `seconds` pass, (wake true, on a
+ * worker thread) the thread's mailbox is written, or one of `fds` (an array
+ * of fds, e.g. a parked call's child process's: proc.c) is readable; then
+ * pumps. A signal (the timeout watchdog's) ends the wait early too. */
+#define HTTP_EXTRA_FDS 32
 static int http_wait(lua_State *L) {
     core_safe_point(L);
     double s = luaL_checknumber(L, 1);
     int wake = lua_toboolean(L, 2);
     CURLM *multi = http_engine();
     if (!multi) return luaL_error(L, "http: cannot start the transfer engine");
-    struct curl_waitfd extra = {0};
+    struct curl_waitfd extra[HTTP_EXTRA_FDS + 1];
     unsigned n = 0;
     struct runner *r = runner_self();
     if (wake && r && runner_wake_fd(r) >= 0) {
-        extra.fd = runner_wake_fd(r);
-        extra.events = CURL_WAIT_POLLIN;
-        n = 1;
+        extra[n].fd = runner_wake_fd(r);
+        extra[n].events = CURL_WAIT_POLLIN;
+        extra[n++].revents = 0;
+    }
+    if (lua_type(L, 3) == LUA_TTABLE) {
+        int m = (int)lua_objlen(L, 3);
+        for (int i = 1; i <= m && n < HTTP_EXTRA_FDS + 1; i++) {
+            lua_rawgeti(L, 3, i);
+            int fd = (int)lua_tointeger(L, -1);
+            lua_pop(L, 1);
+            extra[n].fd = fd;
+            extra[n].events = CURL_WAIT_POLLIN;
+            extra[n++].revents = 0;
+        }
     }
     int ms = s <= 0 ? 0 : s > 3600 ? 3600000 : (int)(s * 1000 + 0.999);
-    curl_multi_poll(multi, n ? &extra : NULL, n, ms, NULL);
+    curl_multi_poll(multi, n ? extra : NULL, n, ms, NULL);
     http_pump_all();
     lua_pushinteger(L, http_nactive);
     return 1;

@@ -52,6 +52,7 @@ struct runner {
     char worker[128], prefix[512], *ids;
     atomic_llong jobs, lua_bytes; /* GET /metrics */
     double deadline, signalled;   /* running call's deadline, last timeout signal (monotonic) */
+    double ending;                /* seconds added to the stuck grace while a child is ended (proc.c) */
     double call_started;          /* monotonic */
     char *call;                   /* the running call's record */
     struct runner_parked *parked; /* calls waiting in luakiq's I/O (runner_park) */
@@ -471,6 +472,13 @@ int runner_unpark(struct runner *r, double started, double *deadline) {
 
 void runner_set_in_io(struct runner *r, int in_io) { atomic_store(&r->in_io, in_io); }
 
+void runner_set_ending(struct runner *r, double seconds) {
+    pthread_mutex_lock(&r->mu);
+    r->ending = seconds;
+    pthread_mutex_unlock(&r->mu);
+    atomic_store(&r->in_io, seconds > 0);
+}
+
 int runner_watch(double now, double grace, int *newly) {
     int stuck = 0;
     *newly = 0;
@@ -482,7 +490,7 @@ int runner_watch(double now, double grace, int *newly) {
                 r->signalled = now;
                 pthread_kill(r->tid, RUNNER_TIMEOUT_SIGNAL);
             }
-            if (!r->stuck && now >= r->deadline + grace) {
+            if (!r->stuck && now >= r->deadline + grace + r->ending) {
                 r->stuck = 1;
                 *newly = 1;
                 log_fmt(LOG_ERROR, "t%d: a call of %s (shard %d, ids %s) runs %.1f s past its timeout and cannot be "

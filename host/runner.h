@@ -93,6 +93,10 @@ int runner_timeouts(int k, char *worker, size_t len, long long *n);
  * own I/O, which ends itself at the deadline (no signal needed). */
 void runner_set_call(struct runner *r, double started, double deadline, const char *record);
 void runner_set_in_io(struct runner *r, int in_io);
+/* The calling thread is ending a child process past its call's deadline
+ * (TERM, up to `seconds` of grace, KILL): no timeout signal, and the thread
+ * counts as stuck only that much later. 0 when done. Worker thread. */
+void runner_set_ending(struct runner *r, double seconds);
 /* Calls in flight (docs/architecture.md): the running call waits in luakiq's
  * I/O and the thread goes on with others. runner_park moves the thread's
  * current call (its state, ids, record, deadline) aside, leaving no call on

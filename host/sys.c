@@ -1,5 +1,6 @@
 /* sys.c - operating-system utilities for Lua (part of `luakiq.core`):
- * CRC-32 (the shard of an id), directory listings (the script directory),
+ * CRC-32 (the shard of an id), SHA-256 and HMAC-SHA256 (the webhook
+ * worker's signature and delivery id), directory listings (the script directory),
  * random lease tokens, a free loopback port (tests), the pid and the resident
  * set size (GET /metrics), os.execute for workers, and replacing or ending
  * the process at once (a call that cannot be stopped). Stateless: any thread. */
@@ -8,7 +9,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,13 +17,14 @@
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <lua.h>
 #include <lauxlib.h>
 #include "core.h"
+#include "proc.h"
 #include "runner.h"
 #include "sys.h"
-
-extern char **environ;
 
 static int sys_crc32(lua_State *L) {
     size_t len;
@@ -33,6 +34,35 @@ static int sys_crc32(lua_State *L) {
 }
 
 /* core.list_dir(path) -> {name...} (sorted, no dot files) | nil, err */
+/* core.hmac_sha256(key, data) -> lower-case hex of HMAC-SHA256 (OpenSSL's
+ * libcrypto; the webhook worker's signature). */
+static int sys_hmac_sha256(lua_State *L) {
+    size_t klen, dlen;
+    const char *key = luaL_checklstring(L, 1, &klen);
+    const char *data = luaL_checklstring(L, 2, &dlen);
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (!HMAC(EVP_sha256(), key, (int)klen, (const unsigned char *)data, dlen, mac, &len))
+        return luaL_error(L, "hmac_sha256: OpenSSL failed");
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    for (unsigned int i = 0; i < len; i++) snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+    lua_pushlstring(L, hex, 2 * len);
+    return 1;
+}
+
+/* core.sha256(data) -> lower-case hex of SHA-256 (libcrypto). */
+static int sys_sha256(lua_State *L) {
+    size_t dlen;
+    const char *data = luaL_checklstring(L, 1, &dlen);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (!EVP_Digest(data, dlen, md, &len, EVP_sha256(), NULL)) return luaL_error(L, "sha256: OpenSSL failed");
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    for (unsigned int i = 0; i < len; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    lua_pushlstring(L, hex, 2 * len);
+    return 1;
+}
+
 static int sys_strcmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 static int sys_list_dir(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
@@ -157,23 +187,9 @@ static int sys_exit_now(lua_State *L) {
 static int sys_execute(lua_State *L) {
     const char *cmd = luaL_optstring(L, 1, NULL);
     if (!cmd) { lua_pushinteger(L, 1); return 1; }
-    posix_spawnattr_t attr;
-    sigset_t none, defaults;
-    sigemptyset(&none);
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGQUIT);
-    sigaddset(&defaults, SIGPIPE);
-    sigaddset(&defaults, SIGTERM);
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
     char *const argv[] = {"sh", "-c", (char *)cmd, NULL};
     pid_t pid;
-    int rc = posix_spawn(&pid, "/bin/sh", NULL, &attr, argv, environ);
-    posix_spawnattr_destroy(&attr);
+    int rc = proc_spawn(&pid, "/bin/sh", argv, 0, NULL);
     if (rc != 0) { lua_pushinteger(L, -1); return 1; }
     double left = core_io_begin();
     double until = left >= 0 ? runner_monotonic() + left : 0, killed = 0;
@@ -183,13 +199,19 @@ static int sys_execute(lua_State *L) {
         if (got == pid || (got < 0 && errno != EINTR)) break;
         double now = runner_monotonic();
         if (until > 0 && now >= until) {
-            if (!killed) { kill(-pid, SIGTERM); killed = now; }
+            if (!killed) {
+                struct runner *r = runner_self();
+                if (r) runner_set_ending(r, 3); /* TERM, KILL 2 s later: not stuck meanwhile */
+                kill(-pid, SIGTERM);
+                killed = now;
+            }
             else if (now - killed >= 2) kill(-pid, SIGKILL);
         }
         struct timespec ts = {0, 5000000};
         nanosleep(&ts, NULL);
     }
     core_io_end();
+    if (killed && runner_self()) runner_set_ending(runner_self(), 0);
     if (killed) return core_raise_timeout(L);
     lua_pushinteger(L, status);
     return 1;
@@ -199,6 +221,7 @@ static const luaL_Reg sys_funcs[] = {
     {"execute", sys_execute},
     {"exec_self", sys_exec_self}, {"exit_now", sys_exit_now},
     {"crc32", sys_crc32},         {"list_dir", sys_list_dir},
+    {"hmac_sha256", sys_hmac_sha256}, {"sha256", sys_sha256},
     {"token", sys_token},         {"free_port", sys_free_port},
     {"getpid", sys_getpid},       {"rss", sys_rss},
     {NULL, NULL}};

@@ -1,5 +1,5 @@
-/* sys.h - operating-system utilities for Lua (crc32, list_dir, token,
- * free_port, getpid, rss in `luakiq.core`). */
+/* sys.h - operating-system utilities for Lua (crc32, sha256, hmac_sha256, list_dir,
+ * token, free_port, getpid, rss in `luakiq.core`). */
 #ifndef LUAKIQ_SYS_H
 #define LUAKIQ_SYS_H
 

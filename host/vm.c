@@ -33,14 +33,17 @@ int vm_pcall(lua_State *L, int nargs, int nresults) {
 }
 
 /* package.preload loader for an embedded module (upvalue 1: the embed index).
- * With LUAKIQ_SCRIPTS set, the same module is read from the source tree. */
+ * With LUAKIQ_SCRIPTS set (the source tree's scripts/), the same module is
+ * read from the source tree. */
 static int vm_load_embedded(lua_State *L) {
     const struct embed_file *e = &embed_files[lua_tointeger(L, lua_upvalueindex(1))];
     const char *dir = getenv("LUAKIQ_SCRIPTS");
     int rc;
     if (dir && *dir) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->path + strlen("scripts/"));
+        /* LUAKIQ_SCRIPTS names scripts/; workers/ sits beside it */
+        if (strncmp(e->path, "scripts/", 8) == 0) snprintf(path, sizeof path, "%s/%s", dir, e->path + 8);
+        else snprintf(path, sizeof path, "%s/../%s", dir, e->path);
         rc = luaL_loadfile(L, path);
     } else {
         rc = luaL_loadbuffer(L, (const char *)e->bytes, e->len, e->path);

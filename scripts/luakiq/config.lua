@@ -26,6 +26,15 @@ end
 -- Value checks: each returns nil when v is fine, else what it must be.
 local function finite(v) return type(v) == "number" and v == v and v ~= math.huge and v ~= -math.huge end
 local function int(v) return finite(v) and v % 1 == 0 end
+-- An array (keys 1..n, nothing else) of values of Lua type ty.
+local function array_of(v, ty)
+  if type(v) ~= "table" then return false end
+  local n = #v
+  for k, x in pairs(v) do
+    if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 or type(x) ~= ty then return false end
+  end
+  return true
+end
 local checks = {
   pos_int = function(v) if not (int(v) and v >= 1) then return "a positive integer" end end,
   nonneg_int = function(v) if not (int(v) and v >= 0) then return "a non-negative integer" end end,
@@ -39,22 +48,14 @@ local checks = {
       return "a non-empty string without spaces, control characters, '{' or '}'"
     end
   end,
-  funcs = function(v)
-    if type(v) ~= "table" then return "an array of functions" end
-    local n = #v
-    for k, f in pairs(v) do
-      if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 or type(f) ~= "function" then
-        return "an array of functions"
-      end
-    end
-  end,
-  names = function(v)
-    if type(v) ~= "table" then return "an array of worker names" end
-    local n = #v
+  funcs = function(v) if not array_of(v, "function") then return "an array of functions" end end,
+  names = function(v) if not array_of(v, "string") then return "an array of worker names" end end,
+  strs = function(v) if not array_of(v, "string") or #v == 0 then return "a non-empty array of strings" end end,
+  bool = function(v) if type(v) ~= "boolean" then return "true or false" end end,
+  str_map = function(v)
+    if type(v) ~= "table" then return "a table of strings {name = value}" end
     for k, s in pairs(v) do
-      if type(k) ~= "number" or k < 1 or k > n or k % 1 ~= 0 or type(s) ~= "string" then
-        return "an array of worker names"
-      end
+      if type(k) ~= "string" or type(s) ~= "string" then return "a table of strings {name = value}" end
     end
   end,
   scheduler = function(v)
@@ -239,6 +240,28 @@ local function load_worker(file, stem)
     file = file,
   }
   return w
+end
+
+-- For the ready-made workers (workers/*.lua, luakiq.workers.NAME): splits
+-- opts into the worker's own options (own: key -> check name) and worker
+-- keys (the keys of a worker file), checking both; an unknown key raises one
+-- line naming it, e.g. "luakiq.workers.webhook: unknown key 'urll' (did you
+-- mean 'url'?) (...)". Raised in the worker file, the loader puts the file
+-- in front. Returns mine, worker_table.
+function M.ready_made_options(what, opts, own)
+  if type(opts) ~= "table" then fail(what .. ": expects a table of options") end
+  local mine, w, known = {}, {}, {}
+  for k, check in pairs(WORKER) do known[k] = check end
+  known.perform = nil -- the ready-made worker's own
+  for k, check in pairs(own) do known[k] = check end
+  local names = {}
+  for k in pairs(own) do names[#names + 1] = k end
+  table.sort(names)
+  validate(what, opts, known, "options: " .. table.concat(names, ", ") .. ", and every worker key")
+  for k, v in pairs(opts) do
+    if own[k] then mine[k] = v else w[k] = v end
+  end
+  return mine, w
 end
 
 -- load(dir [, list_dir]) -> cfg. list_dir(path) -> names | nil, err (the host

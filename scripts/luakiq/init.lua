@@ -37,7 +37,14 @@ M.redis = {
 -- perform call, nil outside one.
 M.sleep = require("luakiq.wait").sleep
 M.http = { request = require("luakiq.http").request }
+M.process = { run = require("luakiq.process").run }
 M.deadline = core.deadline
+
+-- Error values for the failure path (luakiq.failure): error(luakiq.permanent(msg))
+-- sends the call's jobs to the morgue at once; error(luakiq.retry_after(s, msg))
+-- retries them in s seconds.
+M.permanent = require("luakiq.failure").permanent
+M.retry_after = require("luakiq.failure").retry_after
 
 -- Stops the whole process: the current batch stays in flight (it comes back
 -- on the next start), last_words(msg) runs on the main thread, exit code 1.

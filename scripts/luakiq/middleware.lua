@@ -30,9 +30,10 @@ function M.chain(list, inner)
     end
   end
   if n == 0 then return inner end
-  return function(worker, batch)
+  -- extra (the server's per-call info) goes to inner, not to middlewares
+  return function(worker, batch, extra)
     local function run(i)
-      if i > n then return inner(worker, batch) end
+      if i > n then return inner(worker, batch, extra) end
       return list[i](worker, batch, function() return run(i + 1) end)
     end
     return run(1)

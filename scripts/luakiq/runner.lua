@@ -21,6 +21,7 @@ local middleware = require "luakiq.middleware"
 local queue = require "luakiq.queue"
 local runtime = require "luakiq.runtime"
 local wait = require "luakiq.wait"
+local failure = require "luakiq.failure"
 local luakiq = require "luakiq"
 
 local M = {}
@@ -55,7 +56,7 @@ local function setup(boot)
     local handler = {
       worker = h.worker, shard = h.shard, def = w, index = i,
       prefix = keys.prefix(cfg.namespace, w.queue_name, h.shard),
-      perform = middleware.chain(cfg.middlewares, function(worker, batch) return worker.perform(batch) end),
+      perform = middleware.chain(cfg.middlewares, function(worker, batch, call) return worker.perform(batch, call) end),
     }
     t.handlers[i] = handler
     t.by_prefix[handler.prefix] = i
@@ -105,16 +106,21 @@ local function fail(t, h, jobs, err, tb, done)
   if not ok or (dumped ~= nil and type(dumped) ~= "string") then dumped = msg end
   local now = core.now()
   local retry_at = {}
+  -- luakiq.permanent: as if the retries were exhausted (max_retry_count 0
+  -- in fail.lua: the morgue rule at once); luakiq.retry_after: its delay
+  local f = failure.of(err)
+  local max_rc = (f and f.permanent) and 0 or w.max_retry_count
   for i, job in ipairs(jobs) do
     local count = job.retry_count + 1
-    local okr, delay = pcall(w.retry_in, count)
+    local okr, delay = true, f and f.retry_in
+    if not delay then okr, delay = pcall(w.retry_in, count) end
     if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
       log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
       delay = count ^ 4 + 15 + math.random(0, 29) * (count + 1)
     end
     retry_at[i] = now + delay
   end
-  local morgued = queue.fail(t.conn, h, t, now, w.max_retry_count, dumped or "", jobs, retry_at, done)
+  local morgued = queue.fail(t.conn, h, t, now, max_rc, dumped or "", jobs, retry_at, done)
   if tb then log.debug(tb) end
   log.warn("batch failed: " .. msg:match("^[^\n]*"), {
     worker = w.name, shard = h.shard, ids = queue.ids(jobs), morgued = #morgued })
@@ -195,6 +201,14 @@ local function wait_here(req, deadline)
       core.http_wait(math.min(left, 1), false)
     end
     return true
+  elseif req.kind == "proc" then
+    local stop = req["until"] and math.min(req["until"], deadline) or deadline
+    while not req.proc:done() do
+      local left = stop - core.mono()
+      if left <= 0 then return stop < deadline and true or wait.TIMEOUT end
+      req.proc:wait(math.min(left, 1))
+    end
+    return true
   elseif req.kind == "sleep" then
     local now = core.mono()
     if req["until"] >= deadline then
@@ -212,11 +226,11 @@ end
 -- hook raises "timeout: ..." in the call; luakiq's own waits end themselves).
 -- A wait in luakiq's I/O parks h's task (the thread loop answers it) or, with
 -- no task, waits in place. Returns ok, err, traceback.
-local function run_call(h, w, batch, record, njobs)
+local function run_call(h, w, batch, record, njobs, call)
   local co = coroutine.create(h.perform)
   local started, deadline = core.call_begin(w.timeout, record)
   wait.current = co
-  local ok, a, req = coroutine.resume(co, w, batch)
+  local ok, a, req = coroutine.resume(co, w, batch, call)
   while ok and coroutine.status(co) == "suspended" do
     if a ~= wait.WAIT then
       ok, a = false, "perform yielded: coroutine.yield outside a coroutine of its own"
@@ -248,6 +262,33 @@ local function run_call(h, w, batch, record, njobs)
   return false, err, tb
 end
 
+-- perform's second argument, {worker =, shard =, delivery =}. delivery is
+-- an id of the call's jobs as they are: queue, then per job (in id order)
+-- its id, perform_in and payloads (hex of SHA-256, 32 digits). The same
+-- jobs delivered again after a kill -9 (restored with their own perform_in)
+-- give the same id, so receivers can de-duplicate on it; the same payloads
+-- enqueued again later (a new perform_in) give another. Computed only when
+-- read (a blank job should not pay for a hash).
+local function delivery_id(queue_name, jobs)
+  local list = {}
+  for i, job in ipairs(jobs) do list[i] = job end
+  table.sort(list, function(a, b) return a.id < b.id end)
+  local parts = { queue_name }
+  for _, job in ipairs(list) do
+    parts[#parts + 1] = #job.id .. ":" .. job.id .. string.format("%.17g", job.perform_in) .. "#" .. #job.payloads
+    for _, p in ipairs(job.payloads) do parts[#parts + 1] = #p[1] .. ":" .. p[1] end
+  end
+  return core.sha256(table.concat(parts, "\n")):sub(1, 32)
+end
+local CALL_MT = {
+  __index = function(t, k)
+    if k ~= "delivery" then return nil end
+    local d = delivery_id(rawget(t, "queue_"), rawget(t, "jobs_"))
+    rawset(t, "delivery", d)
+    return d
+  end,
+}
+
 -- Performs jobs (a slice of h's batch in flight) as one perform call. done:
 -- the ids of the batch already performed. Returns ok, err, traceback; ok is
 -- true too when nothing was left to perform. Raises luakiq.FATAL.
@@ -259,7 +300,8 @@ local function perform(t, h, jobs, done)
   local ids = queue.ids(loaded)
   core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
-  local ok, err, tb = run_call(h, w, batch, call_record(h, loaded, done), #ids)
+  local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
+  local ok, err, tb = run_call(h, w, batch, call_record(h, loaded, done), #ids, call)
   core.set_state("fetching", w.name, h.shard)
   -- A luakiq.redis wait the deadline cut short leaves the thread's connection
   -- broken: make it again now, so the failure is recorded at once.
@@ -375,23 +417,33 @@ local function task_step(t, h, ...)
   return false
 end
 
--- When a parked task's wait is over (mono seconds): its sleep's end or the
--- call's deadline, whichever comes first.
+-- When a parked task's wait is over (mono seconds): its own end (a sleep's,
+-- a process's timeout) or the call's deadline, whichever comes first.
 local function due_at(w)
   local at = w.deadline
-  if w.req.kind == "sleep" and w.req["until"] < at then at = w.req["until"] end
+  local u = w.req["until"]
+  if u and u < at then at = u end
   return at
+end
+
+-- True when the I/O a parked task waits for has finished.
+local function io_done(req)
+  if req.kind == "http" then return req.transfer:done() end
+  if req.kind == "proc" then return req.proc:done() end
+  return false
 end
 
 -- Resumes every parked task whose wait is over; on_done(h, ok, head) for each
 -- task that ended. Returns true when a task was resumed. (The main thread
 -- renews the leases of parked calls' shards, as of the running one's.)
+-- The answer is true when the I/O finished or the wait's own end came
+-- before the call's deadline, wait.TIMEOUT when the deadline came first.
 local function service(t, on_done)
   if not next(t.waiting) then return false end
   if core.http_active() > 0 then core.http_pump() end
   local now, ready = core.mono(), nil
   for h, w in pairs(t.waiting) do
-    if due_at(w) <= now or (w.req.kind == "http" and w.req.transfer:done()) then
+    if due_at(w) <= now or io_done(w.req) then
       ready = ready or {}
       ready[#ready + 1] = h
     end
@@ -399,16 +451,25 @@ local function service(t, on_done)
   if not ready then return false end
   for _, h in ipairs(ready) do
     local w = t.waiting[h]
-    local answer
-    if w.req.kind == "http" then
-      answer = w.req.transfer:done() and true or wait.TIMEOUT
-    else
-      answer = (w.req["until"] <= now and w.req["until"] <= w.deadline) and true or wait.TIMEOUT
-    end
+    local u, answer = w.req["until"], wait.TIMEOUT
+    if io_done(w.req) or (u and u <= now and u <= w.deadline) then answer = true end
     local ended, ok, head = task_step(t, h, answer)
     if ended and on_done then on_done(h, ok, head) end
   end
   return true
+end
+
+-- The fds of parked calls' child processes (polled with the mailbox and
+-- libcurl's sockets), or nil when no call waits on a process.
+local function proc_fds(t)
+  local fds
+  for _, w in pairs(t.waiting) do
+    if w.req.kind == "proc" then
+      fds = fds or {}
+      for _, fd in ipairs { w.req.proc:fds() } do fds[#fds + 1] = fd end
+    end
+  end
+  return fds
 end
 
 -- Seconds until the first parked task's wait is over (nil: none parked).
@@ -481,15 +542,20 @@ local function scheduler_ctx(t)
     local due = next_due(t)
     if due and due < timeout then timeout = due end
     local woken
+    local fds = proc_fds(t)
+    -- a safety net: a process whose exit is not pollable (no pidfd) or past
+    -- the number of fds polled at once is looked at every 0.25 s
+    if fds and timeout > 0.25 then timeout = 0.25 end
     if core.stopping() then
       -- draining parked tasks: the mailbox no longer matters
-      if core.http_active() > 0 then core.http_wait(math.min(timeout, 0.05), false)
+      if core.http_active() > 0 or fds then core.http_wait(math.min(timeout, 0.05), false, fds)
       else core.sleep(math.min(timeout, 0.05)) end
       woken = {}
-    elseif core.http_active() > 0 then
-      -- responses, pushes and the stop all end this wait (curl's sockets
-      -- and the thread's mailbox eventfd, polled together)
-      core.http_wait(timeout, true)
+    elseif core.http_active() > 0 or fds then
+      -- responses, processes, pushes and the stop all end this wait (curl's
+      -- sockets, the children's fds and the thread's mailbox eventfd, polled
+      -- together)
+      core.http_wait(timeout, true, fds)
       woken = woken_of(core.wait(0))
     else
       woken = woken_of(core.wait(timeout))

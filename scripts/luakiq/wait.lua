@@ -9,7 +9,10 @@
 -- main VM, `luakiq lua`) returns nil from M.yield: the caller waits in place.
 -- Requests: {kind = "sleep", ["until"] = core.mono() + s}
 --           {kind = "http", transfer = t} (luakiq.http: done when t:done())
--- Answers: true (done), M.TIMEOUT (the call's deadline came first).
+--           {kind = "proc", proc = p, ["until"] = mono or nil} (luakiq.process:
+--             done when p:done(); the runner polls p:fds())
+-- Answers: true (done, or the request's own "until" came), M.TIMEOUT (the
+-- call's deadline came first).
 local core = require "luakiq.core"
 
 local M = {}

@@ -12,6 +12,21 @@ local function sh(cmd)
 end
 M.sh = sh
 
+-- The stdout of a shell command.
+function M.capture(cmd)
+  local p = assert(io.popen(cmd))
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
+-- The stdout of a shell command as an array of lines.
+function M.lines(cmd)
+  local t = {}
+  for l in M.capture(cmd):gmatch("[^\n]+") do t[#t + 1] = l end
+  return t
+end
+
 function M.quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
 function M.tmpdir()

@@ -21,7 +21,14 @@ Routes (any method):
                      the order requests arrive, over all connections)
   /jobs              JSON array of the recorded IDs; /count[/PREFIX]: how many;
                      /times: [[ID, Unix time it arrived], ...]
-  /reset             forgets the recorded IDs
+  /hook/MODE         a webhook receiver: records {mode, method, headers, body,
+                     time} and answers by MODE: a number N (status N, body
+                     "status N"; Retry-After: 2 on 429/503), "flaky" (500 the
+                     first time a body is seen, then 200), "later" (429 with
+                     Retry-After: 1 the first time, then 200, per body),
+                     "slow" (sleeps 5 s, then 200)
+  /hooks             JSON array of the recorded deliveries
+  /reset             forgets the recorded IDs and deliveries
 """
 import json
 import socketserver
@@ -35,6 +42,8 @@ DELAY_MS = 0
 JOBS = []
 TIMES = []
 JOBS_LOCK = threading.Lock()
+HOOKS = []
+SEEN = set()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -104,6 +113,33 @@ class Handler(BaseHTTPRequestHandler):
             if DELAY_MS:
                 time.sleep(DELAY_MS / 1000.0)
             self.reply(200, "ok")
+        elif route == "hook":
+            hdrs = {k.lower(): v for k, v in self.headers.items()}
+            with JOBS_LOCK:
+                HOOKS.append({"mode": arg, "method": self.command, "headers": hdrs,
+                              "body": body.decode("utf-8", "replace"), "time": time.time()})
+                key = (arg, body)
+                first = key not in SEEN
+                SEEN.add(key)
+            if arg.isdigit():
+                code = int(arg)
+                extra = [("Retry-After", "2")] if code in (429, 503) else []
+                self.reply(code, "status %d" % code, extra)
+            elif arg == "flaky":
+                self.reply(500 if first else 200, "flaky" if first else "ok")
+            elif arg == "later":
+                if first:
+                    self.reply(429, "later", [("Retry-After", "1")])
+                else:
+                    self.reply(200, "ok")
+            elif arg == "slow":
+                time.sleep(5)
+                self.reply(200, "ok")
+            else:
+                self.reply(404, "no hook mode " + arg)
+        elif route == "hooks":
+            with JOBS_LOCK:
+                self.reply(200, json.dumps(HOOKS), [("Content-Type", "application/json")])
         elif route == "jobs":
             with JOBS_LOCK:
                 self.reply(200, json.dumps(JOBS))
@@ -118,6 +154,8 @@ class Handler(BaseHTTPRequestHandler):
             with JOBS_LOCK:
                 del JOBS[:]
                 del TIMES[:]
+                del HOOKS[:]
+                SEEN.clear()
             self.reply(200, "ok")
         else:
             self.reply(404, "no route " + route)

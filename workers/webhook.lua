@@ -1,0 +1,97 @@
+-- luakiq.workers.webhook: a ready-made worker that delivers each perform
+-- call's jobs to an HTTP endpoint as one POST (rickover's downstream
+-- delivery; docs/workers.md).
+--
+--   -- DIR/workers/Orders.lua
+--   return require("luakiq.workers.webhook") {
+--     url = "https://hooks.example.com/orders",
+--     secret = os.getenv("ORDERS_HOOK_SECRET"), -- optional: sign the body
+--     batch_size = 10, timeout = 30,            -- and any other worker key
+--   }
+--
+-- Request: POST url, Content-Type: application/json, the body
+-- {"jobs":[{"id":"1","payloads":[...]}],"worker":"Orders"} (canonical JSON),
+-- X-Luakiq-Delivery: an id that is the same every time the same fetch is
+-- delivered (after a failure or a kill -9 before the ack): receivers
+-- de-duplicate on it; X-Luakiq-Signature: sha256=<hex HMAC-SHA256 of the
+-- body with secret> when secret is set.
+-- Response: 2xx: done. 408, 425, 429, 5xx and transport errors: a failure
+-- that is retried (a Retry-After header, seconds or an HTTP date, sets when;
+-- else retry_in). Any other status (a 3xx, 400, 404, ...): a permanent
+-- failure (the morgue at once), the error naming the status and the first
+-- 200 bytes of the body. The request never outlives the call's timeout.
+-- While it is in flight the call is parked: the thread runs other shards'
+-- calls meanwhile.
+local core = require "luakiq.core"
+local config = require "luakiq.config"
+local deliver = require "luakiq.deliver"
+local failure = require "luakiq.failure"
+local http = require "luakiq.http"
+
+local WHAT = "luakiq.workers.webhook"
+local RETRY = { [408] = true, [425] = true, [429] = true }
+local MONTHS = { Jan = 1, Feb = 2, Mar = 3, Apr = 4, May = 5, Jun = 6, Jul = 7, Aug = 8, Sep = 9, Oct = 10,
+                 Nov = 11, Dec = 12 }
+
+-- Days from 1970-01-01 to y-m-d (proleptic Gregorian), for HTTP dates in UTC
+-- without the local time zone mktime would apply.
+local function days(y, m, d)
+  if m <= 2 then y, m = y - 1, m + 12 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * (m - 3) + 2) / 5) + d - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+-- Seconds from now given by a Retry-After value (delay-seconds or an
+-- IMF-fixdate like "Wed, 21 Oct 2015 07:28:00 GMT"), or nil.
+local function retry_after(v, now)
+  if not v then return nil end
+  local s = v:match("^%s*(%d+)%s*$")
+  if s then return tonumber(s) end
+  local d, mon, y, hh, mm, ss = v:match("^%s*%a+, (%d%d) (%a%a%a) (%d%d%d%d) (%d%d):(%d%d):(%d%d) GMT%s*$")
+  if not d or not MONTHS[mon] then return nil end
+  local at = days(tonumber(y), MONTHS[mon], tonumber(d)) * 86400 + tonumber(hh) * 3600 + tonumber(mm) * 60 + tonumber(ss)
+  return math.max(at - now, 0)
+end
+
+local function excerpt(body)
+  body = (body or ""):sub(1, 200):gsub("[%c]", " ")
+  return body
+end
+
+local function new(opts)
+  local own, w = config.ready_made_options(WHAT, opts,
+    { url = "str", secret = "str", headers = "str_map", insecure = "bool" })
+  if not own.url then error(WHAT .. ": url is required (http:// or https://)", 0) end
+  if not own.url:lower():find("^https?://[^/?#]") then
+    error(WHAT .. ": url must be http:// or https://", 0)
+  end
+  -- one perform call per fetch: the delivery id is the fetch's
+  w.fetch_size = w.fetch_size or w.batch_size
+  local url, secret, insecure = own.url, own.secret, own.insecure
+  local extra = own.headers or {}
+  function w.perform(batch, call)
+    local body = deliver.body(call.worker, batch)
+    local headers = { ["Content-Type"] = "application/json", ["X-Luakiq-Delivery"] = call.delivery }
+    for k, v in pairs(extra) do headers[k] = v end
+    if secret then headers["X-Luakiq-Signature"] = "sha256=" .. core.hmac_sha256(secret, body) end
+    -- a transport error raises "http: ..." (retried); the call's deadline
+    -- bounds the request (timeout here is only an upper bound)
+    local res = http.request { method = "POST", url = url, headers = headers, body = body,
+                               insecure = insecure, timeout = 3600 }
+    local st = res.status
+    if st >= 200 and st < 300 then return end
+    local msg = ("webhook: HTTP %d: %s"):format(st, excerpt(res.body))
+    if RETRY[st] or st >= 500 then
+      local after = retry_after(res.headers["retry-after"], core.now())
+      if after then error(failure.retry_after(after, msg), 0) end
+      error(msg, 0)
+    end
+    error(failure.permanent(msg), 0)
+  end
+  return w
+end
+
+return setmetatable({ retry_after = retry_after }, { __call = function(_, opts) return new(opts) end })
