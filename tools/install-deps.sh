@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what luakiq needs to build (and, with --test, to run the whole test
-# suite), from Debian 12's packages and the npm registry only. Does nothing when
-# everything is already there.
+# Installs what luakiq needs to build (with --examples, to run the examples
+# with real services; with --test, to run the whole test suite), from Debian
+# 12's packages and the npm registry only. Does nothing when everything is
+# already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake pkg-config libluajit-5.1-dev luajit libhiredis-dev libevent-dev
@@ -9,8 +10,15 @@ pkgs=(build-essential cmake pkg-config libluajit-5.1-dev luajit libhiredis-dev l
 # The web specs (spec/web): curl for the API, headless Chromium driven by
 # playwright-core (an npm package, tools/web-test) for the dashboard. Node from
 # elsewhere (e.g. NodeSource) is fine: Debian's is only added when none is there.
-tests=0
-[ "${1:-}" = "--test" ] && tests=1
+tests=0 examples=0
+[ "${1:-}" = "--test" ] && tests=1 examples=1
+[ "${1:-}" = "--examples" ] && examples=1
+# The examples with real services (examples/postgres, examples/webhook):
+# PostgreSQL and its Lua client (lua-dbi-postgresql, see docs/workers.md),
+# python3 for the webhook example's receiver.
+if [ $examples = 1 ]; then
+  pkgs+=(postgresql lua-dbi-postgresql python3)
+fi
 # luakiq.http's specs: python3 runs the test HTTP(S) server, openssl makes its
 # self-signed certificate.
 if [ $tests = 1 ]; then

@@ -9,18 +9,15 @@ tools/build.sh
 dir=${1:-examples/orders}
 secs=${2:-6}
 tmp=$(mktemp -d)
+. tools/private-services.sh
 cleanup() {
   [ -n "${host_pid:-}" ] && kill "$host_pid" 2>/dev/null || true
-  [ -f "$tmp/redis.pid" ] && kill "$(cat "$tmp/redis.pid")" 2>/dev/null || true
+  private_stop "$tmp"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 if [ -z "${REDIS_URL:-}" ]; then
-  port=$(build/luakiq lua <(echo 'print(require("luakiq.core").free_port())'))
-  redis-server --port "$port" --bind 127.0.0.1 --dir "$tmp" --daemonize yes \
-    --pidfile "$tmp/redis.pid" --logfile "$tmp/redis.log" --save '' --appendonly no
-  export REDIS_URL="redis://127.0.0.1:$port/0"
-  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  private_redis_start "$tmp"
   echo "private redis-server on $REDIS_URL"
 fi
 # 20 orders x 5 snapshots each, plus one broken snapshot that will fail and retry.

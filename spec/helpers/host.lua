@@ -20,6 +20,15 @@ function M.capture(cmd)
   return out
 end
 
+-- Runs a shell command line: exit code, stdout, stderr.
+function M.sh_out(cmd)
+  local d = M.tmpdir()
+  os.execute("(" .. cmd .. ") >" .. d .. "/out 2>" .. d .. "/err </dev/null; echo $? >" .. d .. "/rc")
+  local rc, out, err = tonumber(M.read(d .. "/rc")), M.read(d .. "/out") or "", M.read(d .. "/err") or ""
+  sh("rm -rf " .. d)
+  return rc, out, err
+end
+
 -- The stdout of a shell command as an array of lines.
 function M.lines(cmd)
   local t = {}
@@ -60,18 +69,15 @@ end
 
 -- Runs the binary to completion: returns exit code, stdout, stderr.
 function M.exec(args, stdin, env)
-  local d = M.tmpdir()
-  local cmd = (env or "") .. " " .. M.bin .. " " .. args .. " >" .. d .. "/out 2>" .. d .. "/err"
+  local cmd = (env or "") .. " " .. M.bin .. " " .. args
+  local d
   if stdin then
+    d = M.tmpdir()
     M.write(d .. "/in", stdin)
     cmd = cmd .. " <" .. d .. "/in"
-  else
-    cmd = cmd .. " </dev/null"
   end
-  local ok, _, code = os.execute(cmd .. "; echo $? >" .. d .. "/rc")
-  local rc = tonumber(M.read(d .. "/rc"))
-  local out, err = M.read(d .. "/out"), M.read(d .. "/err")
-  sh("rm -rf " .. d)
+  local rc, out, err = M.sh_out(cmd)
+  if d then sh("rm -rf " .. d) end
   return rc, out, err
 end
 

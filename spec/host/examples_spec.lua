@@ -256,3 +256,31 @@ describe("examples/benchmark", function()
     assert.falsy(out:find("error", 1, true), out)
   end)
 end)
+
+-- The examples with real services, run as their READMEs say (with the binary
+-- under test): a private PostgreSQL and Redis, a real webhook receiver.
+describe("examples/postgres", function()
+  it("ends with every order's newest snapshot under 5 threads and injected failures", function()
+    local rc, out, err = host.sh_out("LUAKIQ_BIN=" .. host.quote(host.bin) ..
+      " examples/postgres/run.sh 200 20")
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find("200 orders, 200 at version 20", 1, true), out)
+    assert.truthy(out:find("OK: every order holds its newest snapshot", 1, true), out)
+    local failures = tonumber(out:match("failures injected and retried: (%d+)"))
+    assert.is_true(failures > 0, out)
+  end)
+end)
+
+describe("examples/webhook", function()
+  it("delivers signed POSTs, retries a failing order, sends rejected and forged jobs to the morgue", function()
+    local rc, out, err = host.sh_out("LUAKIQ_BIN=" .. host.quote(host.bin) .. " examples/webhook/run.sh")
+    assert.are.equal(0, rc, out .. err)
+    for i = 1, 5 do assert.truthy(out:find("processed order-" .. i .. " ", 1, true), out) end
+    assert.truthy(out:find("failed order-6 (attempt 2)", 1, true), out)
+    assert.truthy(out:find('processed order-6 [{"fail_times": 2, "total": 60}]', 1, true), out)
+    assert.falsy(out:find("processed order-7", 1, true), out)
+    assert.truthy(out:find("rejected: bad signature", 1, true), out)
+    assert.truthy(out:find('"error":"webhook: HTTP 400: bad data in order-7","id":"order-7"', 1, true), out)
+    assert.truthy(out:find('"error":"webhook: HTTP 401: bad signature","id":"forged-1"', 1, true), out)
+  end)
+end)
