@@ -370,6 +370,10 @@ function commands.lua(argv)
 end
 
 function M.main(argv)
+  -- Development mode: the Redis scripts come from the tree, expanded by the
+  -- same luakiq.include as the build's, before any thread needs one.
+  local tree = os.getenv("LUAKIQ_SCRIPTS")
+  if tree and tree ~= "" then require("luakiq.include").define_tree(tree, core.list_dir, core.script_define) end
   local cmd = argv[1]
   if not cmd or cmd == "--help" or cmd == "-h" or cmd == "help" then
     io.stdout:write(USAGE)

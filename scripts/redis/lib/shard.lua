@@ -1,7 +1,7 @@
 -- Shared by several queue scripts: a script that needs these has a line
 -- "luakiq:include shard" (as a comment, at the start of the line), which is
--- replaced by this file when the script is loaded (cmake/embed.lua
--- at build time; store.c with LUAKIQ_SCRIPTS; tools/redis-scripts-test.sh).
+-- replaced by this file when the script is loaded (scripts/luakiq/include.lua:
+-- at build time, with LUAKIQ_SCRIPTS and in tools/redis-scripts-test.sh).
 -- Redis scripts cannot require each other, so this is how they share code.
 
 -- Merges the payload set src into dst (DESIGN §1 merge rules: union, an equal
