@@ -231,7 +231,7 @@ function commands.jobs(argv)
   local admin = require "luakiq.admin"
   local list
   if what == "busy" then
-    list = admin.busy(conn, cfg, worker)
+    list = admin.busy(conn, cfg, worker, core.now())
   else
     local order = opt.order or (what == "queue" and "perform_in" or "updated_at")
     local lex = order == "id"

@@ -61,6 +61,7 @@ for _, id in ipairs(touched) do
     redis.call("HDEL", K.busy_errors, id)
   end
 end
+if #touched > 0 and redis.call("EXISTS", busy) == 0 then redis.call("DEL", K.busy_fetched_at) end
 if #touched > 0 then redis.call("HINCRBY", K.counters, "failed", #touched) end
 out[2] = tostring(buried)
 return out

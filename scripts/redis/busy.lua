@@ -1,8 +1,10 @@
 -- busy.lua: the shard's jobs in flight (the batch fetch.lua handed out and
 -- nobody acked, failed or restored yet), in perform_in order.
--- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".  No ARGV.
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".  ARGV[1] (optional):
+-- "fetched_at" adds one element at the end of the reply.
 -- Returns {n, then per job: id, perform_in, retry_count, error or "",
--- npayloads, payload, score, ...} (strings).
+-- npayloads, payload, score, ...} (strings), then with "fetched_at" the time
+-- fetch.lua fetched the batch (its `now`; "" when unknown, nothing in flight).
 -- luakiq:include keys
 local P = KEYS[1]
 local K = shard_keys(P)
@@ -25,4 +27,5 @@ for _, j in ipairs(jobs) do
   out[#out + 1] = tostring(#pl / 2)
   for k = 1, #pl do out[#out + 1] = pl[k] end
 end
+if ARGV[1] == "fetched_at" then out[#out + 1] = #jobs > 0 and redis.call("GET", K.busy_fetched_at) or "" end
 return out

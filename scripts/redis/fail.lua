@@ -108,7 +108,7 @@ for i = 1, #flat, 2 do
     back(id, pin, rc, redis.call("HGET", berrs, id), busy_payloads_key(P, id))
   end
 end
-redis.call("DEL", busy, berrs)
+redis.call("DEL", busy, berrs, K.busy_fetched_at)
 if failed > 0 then redis.call("HINCRBY", K.counters, "failed", failed) end
 if acked > 0 then redis.call("HINCRBY", K.counters, "processed", acked) end
 out[2], out[3], out[4] = tostring(failed), tostring(morgued), head()

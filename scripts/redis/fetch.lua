@@ -14,7 +14,7 @@
 -- Fetch: if a batch is still in flight (not acked), it is delivered again
 -- (same batch id): its sender lost the reply. Otherwise up to limit due ids
 -- (perform_in <= now, lowest first, -inf included) move to the busy keys under
--- a new batch id.
+-- a new batch id, and busy:fetched_at = now (once per batch, not per job).
 -- Returns {"OK", batch, head, restored, acked, n, then per job: id,
 -- perform_in, retry_count, error or "", npayloads, payload1, payload2, ...};
 -- batch = id of the returned jobs ("" when n = 0), head = lowest perform_in
@@ -56,7 +56,7 @@ if not cur and redis.call("GET", K.holder) ~= token then
       restored = restored + 1
     end
   end
-  redis.call("DEL", busy, berrs)
+  redis.call("DEL", busy, berrs, K.busy_fetched_at)
   redis.call("SET", K.holder, token)
 end
 redis.call("SET", K.lease, token, "PX", lease_ms)
@@ -71,8 +71,8 @@ end
 if ack ~= "" and ack == redis.call("GET", K.batch) then
   local ids = redis.call("HKEYS", busy)
   if #ids > 0 then
-    local dels = { busy, berrs }
-    for i, id in ipairs(ids) do dels[i + 2] = busy_payloads_key(P, id) end
+    local dels = { busy, berrs, K.busy_fetched_at }
+    for i, id in ipairs(ids) do dels[i + 3] = busy_payloads_key(P, id) end
     del_keys(dels)
     redis.call("HINCRBY", K.counters, "processed", #ids)
     acked = #ids
@@ -126,6 +126,7 @@ if want == "1" and limit > 0 then
     end)
     for _, j in ipairs(jobs) do add_job(j[1], j[2], j[3], redis.call("HGET", berrs, j[1])) end
     n = #jobs
+    if n == 0 then redis.call("DEL", K.busy_fetched_at) end -- only junk was in flight
     out[2] = redis.call("GET", K.batch) or ""
   else
     -- One due id more than the limit: when it exists it stays queued and is
@@ -169,7 +170,10 @@ if want == "1" and limit > 0 then
         local pl = redis.call("ZRANGE", src, "0", "-1")
         if #pl > 0 then
           redis.call("RENAME", src, busy_payloads_key(P, id))
-          if n == 0 then out[2] = tostring(redis.call("INCR", K.batch)) end
+          if n == 0 then
+            out[2] = tostring(redis.call("INCR", K.batch))
+            redis.call("SET", K.busy_fetched_at, now_s) -- once per batch: busy.lua's fetched_at
+          end
           if err then redis.call("HSET", berrs, id, err) end
           fields[#fields + 1] = id
           fields[#fields + 1] = busy_value(pin, rc)
