@@ -1,5 +1,6 @@
--- fail.lua: the whole failure path of a batch as one atomic step (DESIGN §1
--- "Failure"): no crash can duplicate or lose a payload.
+-- fail.lua: the whole failure path of a batch as one atomic step
+-- (docs/redis.md, "fail.lua" and "Merge rules"): no crash can duplicate or
+-- lose a payload.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
 -- ARGV[1] token, [2] lease_ms, [3] now, [4] batch id (from fetch.lua; "" =
 --      whatever is in flight), [5] max_retry_count, [6] error (already dumped;

@@ -6,7 +6,7 @@
 -- Lease (fencing): if another token holds "lease" -> {"LEASE", pttl}, nothing
 -- done. If nobody holds it and "holder" is another token, this is a new
 -- acquisition: every in-flight job of the shard returns to the queue with its
--- own perform_in/retry_count/error (the "failed + queued" merge of DESIGN §1),
+-- own perform_in/retry_count/error (the "failed + queued" merge, docs/redis.md),
 -- then holder = token. A holder whose lease merely expired re-acquires and
 -- keeps its batch. Then lease = token for lease_ms.
 -- Ack: only when ARGV[5] is the id of the batch in flight, so a call re-sent

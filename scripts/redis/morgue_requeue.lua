@@ -1,5 +1,5 @@
--- morgue_requeue.lua: put dead jobs back in the queue (DESIGN §1 "morgue +
--- queued"): payloads united with a queued same-id job (min score),
+-- morgue_requeue.lua: put dead jobs back in the queue ("morgue + queued",
+-- docs/redis.md "Merge rules"): payloads united with a queued same-id job (min score),
 -- perform_in = now, retry_count = -1, the morgue error copied into "errors".
 -- The jobs leave the morgue.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".

@@ -1,5 +1,5 @@
 -- push.lua: enqueue jobs into one shard (perform_async), merging with queued
--- jobs of the same id by DESIGN §1 "new + queued":
+-- jobs of the same id by "new + queued" (docs/redis.md, "Merge rules"):
 --   payloads united, an equal payload keeps the minimal score (ZADD LT);
 --   perform_in and retry_count of the queued job win (ZADD NX).
 -- Within one call the groups apply in order, so the first occurrence of an id

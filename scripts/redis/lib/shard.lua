@@ -5,7 +5,7 @@
 -- at build time, with LUAKIQ_SCRIPTS and in tools/redis-scripts-test.sh).
 -- Redis scripts cannot require each other, so this is how they share code.
 
--- Merges the payload set src into dst (DESIGN §1 merge rules: union, an equal
+-- Merges the payload set src into dst (docs/redis.md, "Merge rules": union, an equal
 -- payload keeps the minimal score). src is gone afterwards.
 local function merge_payloads(src, dst)
   if redis.call("EXISTS", dst) == 1 then
