@@ -4,8 +4,11 @@
 --   workers/x.lua          -> module "luakiq.workers.x" (the ready-made workers), the same way
 --   scripts/redis/x.lua    -> Redis script "x", source text (for SCRIPT LOAD), with
 --                             "-- luakiq:include NAME" lines replaced by scripts/redis/lib/NAME.lua
+--                             (scripts/luakiq/include.lua, also used by LUAKIQ_SCRIPTS)
 -- usage: luajit embed.lua SOURCE_ROOT OUT.c FILE...
 local root, out = arg[1], arg[2]
+-- the one include expander, shared with development mode and the scripts test
+local include = dofile(root .. "/scripts/luakiq/include.lua")
 local entries = {}
 for i = 3, #arg do
   local path = arg[i]
@@ -15,13 +18,7 @@ for i = 3, #arg do
   f:close()
   local kind, name, bytes
   if rel:match("^scripts/redis/") then
-    -- "-- luakiq:include NAME" lines take in scripts/redis/lib/NAME.lua
-    src = src:gsub("%-%- luakiq:include (%w+)\n", function(lib)
-      local lf = assert(io.open(root .. "/scripts/redis/lib/" .. lib .. ".lua", "rb"))
-      local text = lf:read("*a")
-      lf:close()
-      return text
-    end)
+    src = include.expand(src, root .. "/scripts/redis/lib")
     kind, name, bytes = 1, rel:match("^scripts/redis/(.-)%.lua$"), src
   else
     -- scripts/luakiq/x.lua -> luakiq.x; workers/x.lua -> luakiq.workers.x

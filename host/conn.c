@@ -306,6 +306,15 @@ static int conn_script_source(lua_State *L) {
     return 1;
 }
 
+/* core.script_define(name, source): development mode (LUAKIQ_SCRIPTS), see
+ * store_script_define. Raises when the store's table is full. */
+static int conn_script_define(lua_State *L) {
+    size_t len;
+    const char *name = luaL_checkstring(L, 1), *src = luaL_checklstring(L, 2, &len);
+    if (store_script_define(name, src, len) != 0) return luaL_error(L, "cannot define Redis script '%s'", name);
+    return 0;
+}
+
 /* core.script_names() -> names of the embedded Redis scripts */
 static int conn_script_names(lua_State *L) {
     lua_newtable(L);
@@ -328,6 +337,7 @@ static const luaL_Reg conn_methods[] = {
 static const luaL_Reg conn_funcs[] = {
     {"connect", conn_connect},
     {"script_source", conn_script_source},
+    {"script_define", conn_script_define},
     {"script_names", conn_script_names},
     {NULL, NULL}};
 

@@ -5,7 +5,7 @@
 
 struct lua_State;
 
-/* Adds connect, script_source and script_names to the table on top of the
+/* Adds connect, script_source, script_define and script_names to the table on top of the
  * stack (the luakiq.core table being built) and registers the connection
  * metatable. Any thread, for its own VM. */
 void conn_register(struct lua_State *L);

@@ -189,82 +189,54 @@ void store_bound_io(store *s, double seconds) {
 
 #define STORE_MAX_SCRIPTS 64
 static pthread_mutex_t store_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct { char name[64]; char sha[41]; char *src; size_t len; } store_scripts[STORE_MAX_SCRIPTS];
+/* src: the embedded text, or (owned) a copy given to store_script_define */
+static struct { char name[64]; char sha[41]; char *src; size_t len; int owned; } store_scripts[STORE_MAX_SCRIPTS];
 static int store_nscripts;
 
-/* Reads a whole file into a new NUL-terminated buffer; NULL when it cannot. */
-static char *store_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
-        fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = 0;
-        *len = (size_t)n;
-    } else {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    return buf;
-}
-
-/* Development mode only (the build does the same in cmake/embed.lua): replaces
- * each "-- luakiq:include NAME" line of src by DIR/redis/lib/NAME.lua. Takes
- * ownership of src; returns the expanded text, or NULL when a library is missing. */
-static char *store_expand_includes(const char *dir, char *src, size_t *len) {
-    static const char tag[] = "\n-- luakiq:include ";
-    char *at;
-    size_t from = 0; /* text before it is expanded already: a library is never re-expanded */
-    /* (from - 1: a library's last newline may start the next include line) */
-    while ((at = strstr(src + (from ? from - 1 : 0), tag))) {
-        at++; /* keep the newline: the tag starts the next line */
-        const size_t taglen = sizeof tag - 2; /* without the newline and the NUL */
-        char *name = at + taglen, *eol = strchr(name, '\n');
-        size_t nlen = eol ? (size_t)(eol - name) : strlen(name), liblen = 0;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/redis/lib/%.*s.lua", dir, (int)nlen, name);
-        char *lib = store_read_file(path, &liblen);
-        size_t head = (size_t)(at - src), tail = *len - (head + taglen + nlen + (eol ? 1 : 0));
-        char *out = lib ? malloc(head + liblen + tail + 1) : NULL;
-        if (!out) { free(lib); free(src); return NULL; }
-        memcpy(out, src, head);
-        memcpy(out + head, lib, liblen);
-        memcpy(out + head + liblen, eol ? eol + 1 : name + nlen, tail + 1);
-        *len = head + liblen + tail;
-        from = head + liblen;
-        free(lib);
-        free(src);
-        src = out;
-    }
-    return src;
-}
-
-/* Finds or creates the table entry of a script (caller holds store_mu). */
+/* Finds or creates the table entry of a script (caller holds store_mu). In
+ * development mode (LUAKIQ_SCRIPTS set) the table holds what luakiq.include
+ * defined from the tree at start (store_script_define) and nothing else: a
+ * script missing there is unknown, never the embedded copy. */
 static int store_script_slot(const char *name) {
     for (int i = 0; i < store_nscripts; i++)
         if (strcmp(store_scripts[i].name, name) == 0) return i;
     const char *dir = getenv("LUAKIQ_SCRIPTS");
-    char *src = NULL;
-    size_t len = 0;
-    if (dir && *dir) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/redis/%s.lua", dir, name);
-        if (!(src = store_read_file(path, &len)) || !(src = store_expand_includes(dir, src, &len))) return -1;
-    } else {
-        const struct embed_file *e = embed_find(EMBED_REDIS_SCRIPT, name);
-        if (!e) return -1;
-        src = (char *)e->bytes;
-        len = e->len;
-    }
-    if (store_nscripts == STORE_MAX_SCRIPTS || strlen(name) >= sizeof store_scripts[0].name) return -1;
+    if (dir && *dir) return -1;
+    const struct embed_file *e = embed_find(EMBED_REDIS_SCRIPT, name);
+    if (!e || store_nscripts == STORE_MAX_SCRIPTS || strlen(name) >= sizeof store_scripts[0].name) return -1;
     int i = store_nscripts++;
     snprintf(store_scripts[i].name, sizeof store_scripts[i].name, "%s", name);
-    store_scripts[i].src = src;
-    store_scripts[i].len = len;
+    store_scripts[i].src = (char *)e->bytes;
+    store_scripts[i].len = e->len;
     store_scripts[i].sha[0] = 0;
     return i;
+}
+
+int store_script_define(const char *name, const char *src, size_t len) {
+    char *copy = malloc(len + 1);
+    if (!copy) return -1;
+    memcpy(copy, src, len);
+    copy[len] = 0;
+    pthread_mutex_lock(&store_mu);
+    int i = 0;
+    while (i < store_nscripts && strcmp(store_scripts[i].name, name) != 0) i++;
+    if (i == store_nscripts) {
+        if (i == STORE_MAX_SCRIPTS || strlen(name) >= sizeof store_scripts[0].name) {
+            pthread_mutex_unlock(&store_mu);
+            free(copy);
+            return -1;
+        }
+        store_nscripts++;
+        snprintf(store_scripts[i].name, sizeof store_scripts[i].name, "%s", name);
+    } else if (store_scripts[i].owned) {
+        free(store_scripts[i].src);
+    }
+    store_scripts[i].src = copy;
+    store_scripts[i].len = len;
+    store_scripts[i].owned = 1;
+    store_scripts[i].sha[0] = 0;
+    pthread_mutex_unlock(&store_mu);
+    return 0;
 }
 
 const char *store_script_source(const char *name, size_t *len) {

@@ -55,9 +55,15 @@ long long store_reply_int(const store_reply *r);
 size_t store_reply_count(const store_reply *r);
 const store_reply *store_reply_elem(const store_reply *r, size_t i);
 
-/* Source of an embedded (or, with LUAKIQ_SCRIPTS set, on-disk) Redis script;
+/* Source of an embedded (or, with LUAKIQ_SCRIPTS set, defined) Redis script;
  * NULL when unknown. The returned string is owned by the store module. */
 const char *store_script_source(const char *name, size_t *len);
+
+/* Development mode: sets the source of the Redis script name (a copy is
+ * kept), replacing the embedded one; luakiq.cli defines the tree's scripts,
+ * expanded by luakiq.include, before any worker thread starts. 0 on success,
+ * -1 when the table is full or the name too long. */
+int store_script_define(const char *name, const char *src, size_t len);
 
 /* Main thread only: subscribes to channel on the event loop, calling cb for
  * every message, and reconnects every second while Redis is away. */

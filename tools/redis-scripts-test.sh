@@ -31,9 +31,9 @@ j() { r "$@" | paste -sd'|' -; }
 declare -A SHA
 for f in scripts/redis/*.lua; do
   name=$(basename "$f" .lua)
-  # "-- luakiq:include NAME" lines take in scripts/redis/lib/NAME.lua, as the build does
-  SHA[$name]=$(r SCRIPT LOAD "$(awk -v lib="$(dirname "$f")/lib" \
-    '/^-- luakiq:include / { while ((getline l < (lib "/" $3 ".lua")) > 0) print l; next } { print }' "$f")")
+  # "-- luakiq:include NAME" lines expanded by the build's own expander
+  src=$(luajit scripts/luakiq/include.lua "$f") || { echo "cannot expand $f"; exit 1; }
+  SHA[$name]=$(r SCRIPT LOAD "$src")
   if ! [[ ${SHA[$name]} =~ ^[0-9a-f]{40}$ ]]; then echo "SCRIPT LOAD $f failed: ${SHA[$name]}"; exit 1; fi
 done
 

@@ -142,15 +142,24 @@ function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offse
   return page
 end
 
--- Jobs in flight, over every shard.
-function M.busy(conn, cfg, worker_name)
+-- Jobs in flight, over every shard. With now (the listings of `luakiq jobs
+-- DIR WORKER busy` and the HTTP API), each record also has fetched_at (when
+-- fetch.lua took its batch) and running (whole seconds since then, >= 0);
+-- both are absent for a batch fetched by a host that did not record it.
+function M.busy(conn, cfg, worker_name, now)
   local w = worker_of(cfg, worker_name)
   local cmds = {}
-  for i, p in ipairs(prefixes(cfg, w)) do cmds[i] = { script = "busy", p } end
+  for i, p in ipairs(prefixes(cfg, w)) do cmds[i] = { script = "busy", p, now and "fetched_at" or nil } end
   local all = {}
   for _, r in ipairs(conn:pipeline(cmds)) do
     check(r, "busy")
-    for _, rec in ipairs(load_records(cfg, r, "queue", 2)) do all[#all + 1] = rec end
+    local fetched_at = now and tonumber(r[#r])
+    for _, rec in ipairs(load_records(cfg, r, "queue", 2)) do
+      if fetched_at then
+        rec.fetched_at, rec.running = fetched_at, math.max(0, math.floor(now - fetched_at))
+      end
+      all[#all + 1] = rec
+    end
   end
   return all
 end

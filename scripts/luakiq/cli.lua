@@ -231,7 +231,7 @@ function commands.jobs(argv)
   local admin = require "luakiq.admin"
   local list
   if what == "busy" then
-    list = admin.busy(conn, cfg, worker)
+    list = admin.busy(conn, cfg, worker, core.now())
   else
     local order = opt.order or (what == "queue" and "perform_in" or "updated_at")
     local lex = order == "id"
@@ -370,6 +370,10 @@ function commands.lua(argv)
 end
 
 function M.main(argv)
+  -- Development mode: the Redis scripts come from the tree, expanded by the
+  -- same luakiq.include as the build's, before any thread needs one.
+  local tree = os.getenv("LUAKIQ_SCRIPTS")
+  if tree and tree ~= "" then require("luakiq.include").define_tree(tree, core.list_dir, core.script_define) end
   local cmd = argv[1]
   if not cmd or cmd == "--help" or cmd == "-h" or cmd == "help" then
     io.stdout:write(USAGE)

@@ -85,7 +85,7 @@ local WORKER = {
 
 local function identity(x) return x end
 
--- A fresh table of every setting's default (DESIGN §1-2, Lowkiq's defaults).
+-- A fresh table of every setting's default (docs/configuration.md, Lowkiq's defaults).
 function M.defaults()
   local url = os.getenv("REDIS_URL")
   return {

@@ -1,6 +1,10 @@
 -- luakiq.keys: Redis key names and the id -> shard function (docs/redis.md).
 -- Every key of one shard shares the hash tag {QUEUE:SHARD}, so each queue
 -- script touches a single cluster slot.
+-- This is the host-side half of the schema: the shard prefix (KEYS[1] of the
+-- queue scripts), the registry and the wake channel. The names of the keys
+-- under a prefix live in scripts/redis/lib/keys.lua, the Redis-side half,
+-- which every queue script includes; keep the two in step.
 local core = require "luakiq.core"
 
 local M = {}

@@ -227,7 +227,7 @@ local function api(ctx)
     local what = q.what or "queue"
     local list, offset, limit, more
     if what == "busy" then
-      list = admin.busy(c.conn(), cfg, worker)
+      list = admin.busy(c.conn(), cfg, worker, core.now())
       table.sort(list, function(a, b) return a.id < b.id end)
       offset, limit, more = 0, #list, false
     elseif ORDERS[what] then

@@ -15,9 +15,11 @@
 -- (busy, busy:errors). counters.failed += ids touched.
 -- Returns {"OK", buried, then per triple: the payload's score, or "" when it
 -- was not buried} (buried = payloads moved; fetch.lua sends no scores).
+-- luakiq:include keys
 -- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
+local K = shard_keys(P)
 local token, batch = ARGV[1], ARGV[4]
 local lease_ms = arg_lease("bury", token, ARGV[2])
 local now = arg_finite("bury", "now", ARGV[3])
@@ -25,10 +27,10 @@ if not batch or batch == "" or (#ARGV - 4) % 3 ~= 0 then
   error("luakiq bury: ARGV must be token, lease_ms, now, batch, then id/payload/error triples", 0)
 end
 
-local refused = hold_lease(P, token, lease_ms)
+local refused = hold_lease(K, token, lease_ms)
 if refused then return refused end
-local busy = P .. "busy"
-if redis.call("EXISTS", busy) == 0 or batch ~= redis.call("GET", P .. "batch") then
+local busy = K.busy
+if redis.call("EXISTS", busy) == 0 or batch ~= redis.call("GET", K.batch) then
   return { "OK", "0" }
 end
 
@@ -36,16 +38,16 @@ local now_s = string.format("%.17g", now)
 local buried, touched, out = 0, {}, { "OK", "0" }
 for i = 5, #ARGV, 3 do
   local id, payload, err = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local src = P .. "busy:payloads:" .. id
+  local src = busy_payloads_key(P, id)
   local score = redis.call("HEXISTS", busy, id) == 1 and redis.call("ZSCORE", src, payload)
   out[#out + 1] = score or ""
   if score then
     redis.call("ZREM", src, payload)
-    redis.call("ZADD", P .. "morgue:payloads:" .. id, "LT", score, payload)
-    redis.call("ZADD", P .. "morgue", now_s, id)
-    redis.call("ZADD", P .. "morgue:ids", 0, id)
-    if err ~= "" then redis.call("HSET", P .. "morgue:errors", id, err)
-    else redis.call("HDEL", P .. "morgue:errors", id) end
+    redis.call("ZADD", morgue_payloads_key(P, id), "LT", score, payload)
+    redis.call("ZADD", K.morgue, now_s, id)
+    redis.call("ZADD", K.morgue_ids, 0, id)
+    if err ~= "" then redis.call("HSET", K.morgue_errors, id, err)
+    else redis.call("HDEL", K.morgue_errors, id) end
     buried = buried + 1
     if not touched[id] then
       touched[id] = true
@@ -54,11 +56,12 @@ for i = 5, #ARGV, 3 do
   end
 end
 for _, id in ipairs(touched) do
-  if redis.call("EXISTS", P .. "busy:payloads:" .. id) == 0 then
+  if redis.call("EXISTS", busy_payloads_key(P, id)) == 0 then
     redis.call("HDEL", busy, id)
-    redis.call("HDEL", P .. "busy:errors", id)
+    redis.call("HDEL", K.busy_errors, id)
   end
 end
-if #touched > 0 then redis.call("HINCRBY", P .. "counters", "failed", #touched) end
+if #touched > 0 and redis.call("EXISTS", busy) == 0 then redis.call("DEL", K.busy_fetched_at) end
+if #touched > 0 then redis.call("HINCRBY", K.counters, "failed", #touched) end
 out[2] = tostring(buried)
 return out

@@ -1,13 +1,17 @@
 -- busy.lua: the shard's jobs in flight (the batch fetch.lua handed out and
 -- nobody acked, failed or restored yet), in perform_in order.
--- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".  No ARGV.
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".  ARGV[1] (optional):
+-- "fetched_at" adds one element at the end of the reply.
 -- Returns {n, then per job: id, perform_in, retry_count, error or "",
--- npayloads, payload, score, ...} (strings).
+-- npayloads, payload, score, ...} (strings), then with "fetched_at" the time
+-- fetch.lua fetched the batch (its `now`; "" when unknown, nothing in flight).
+-- luakiq:include keys
 local P = KEYS[1]
-local flat, jobs = redis.call("HGETALL", P .. "busy"), {}
+local K = shard_keys(P)
+local flat, jobs = redis.call("HGETALL", K.busy), {}
 for i = 1, #flat, 2 do
-  local pin, rc = string.match(flat[i + 1], "^(.-)\n(.*)$")
-  jobs[#jobs + 1] = { flat[i], pin or "0", rc or "-1", tonumber(pin) or 0 }
+  local pin, rc = busy_entry(flat[i + 1], "0")
+  jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin) }
 end
 table.sort(jobs, function(a, b)
   if a[4] ~= b[4] then return a[4] < b[4] end
@@ -15,12 +19,13 @@ table.sort(jobs, function(a, b)
 end)
 local out = { tostring(#jobs) }
 for _, j in ipairs(jobs) do
-  local pl = redis.call("ZRANGE", P .. "busy:payloads:" .. j[1], 0, -1, "WITHSCORES")
+  local pl = redis.call("ZRANGE", busy_payloads_key(P, j[1]), 0, -1, "WITHSCORES")
   out[#out + 1] = j[1]
   out[#out + 1] = j[2]
   out[#out + 1] = j[3]
-  out[#out + 1] = redis.call("HGET", P .. "busy:errors", j[1]) or ""
+  out[#out + 1] = redis.call("HGET", K.busy_errors, j[1]) or ""
   out[#out + 1] = tostring(#pl / 2)
   for k = 1, #pl do out[#out + 1] = pl[k] end
 end
+if ARGV[1] == "fetched_at" then out[#out + 1] = #jobs > 0 and redis.call("GET", K.busy_fetched_at) or "" end
 return out

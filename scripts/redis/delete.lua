@@ -3,13 +3,15 @@
 -- during the flight is deleted and the running one is not.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".  ARGV = ids.
 -- Returns the number of queued jobs deleted (integer).
+-- luakiq:include keys
 local P = KEYS[1]
+local K = shard_keys(P)
 local count = 0
 for _, id in ipairs(ARGV) do
-  count = count + redis.call("ZREM", P .. "queue", id)
-  redis.call("ZREM", P .. "retries", id)
-  redis.call("ZREM", P .. "ids", id)
-  redis.call("DEL", P .. "payloads:" .. id)
-  redis.call("HDEL", P .. "errors", id)
+  count = count + redis.call("ZREM", K.queue, id)
+  redis.call("ZREM", K.retries, id)
+  redis.call("ZREM", K.ids, id)
+  redis.call("DEL", payloads_key(P, id))
+  redis.call("HDEL", K.errors, id)
 end
 return count

@@ -1,5 +1,6 @@
--- fail.lua: the whole failure path of a batch as one atomic step (DESIGN §1
--- "Failure"): no crash can duplicate or lose a payload.
+-- fail.lua: the whole failure path of a batch as one atomic step
+-- (docs/redis.md, "fail.lua" and "Merge rules"): no crash can duplicate or
+-- lose a payload.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
 -- ARGV[1] token, [2] lease_ms, [3] now, [4] batch id (from fetch.lua; "" =
 --      whatever is in flight), [5] max_retry_count, [6] error (already dumped;
@@ -23,9 +24,11 @@
 -- is a partial ack: the ids not performed yet go back to the queue.
 -- Returns {"OK", failed, morgued, head or "", then per morgued job: id,
 -- payload, score}.
+-- luakiq:include keys
 -- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
+local K = shard_keys(P)
 local token, batch, err = ARGV[1], ARGV[4], ARGV[6]
 local function finite(x) return x and x == x and x ~= math.huge and x ~= -math.huge end
 local lease_ms = arg_lease("fail", token, ARGV[2])
@@ -43,24 +46,24 @@ for i = 7, #ARGV, 2 do
   listed[#listed + 1] = { ARGV[i], not done and string.format("%.17g", pin) }
 end
 local now_s = string.format("%.17g", now)
-local busy, berrs = P .. "busy", P .. "busy:errors"
+local busy, berrs = K.busy, K.busy_errors
 
-local refused = hold_lease(P, token, lease_ms)
+local refused = hold_lease(K, token, lease_ms)
 if refused then return refused end
 
-local function head() return redis.call("ZRANGE", P .. "queue", 0, 0, "WITHSCORES")[2] or "" end
-if redis.call("EXISTS", busy) == 0 or (batch ~= "" and batch ~= redis.call("GET", P .. "batch")) then
+local function head() return redis.call("ZRANGE", K.queue, 0, 0, "WITHSCORES")[2] or "" end
+if redis.call("EXISTS", busy) == 0 or (batch ~= "" and batch ~= redis.call("GET", K.batch)) then
   return { "OK", "0", "0", head() }
 end
 
 -- Moves the payload zset src of id back to the queue (failed + queued).
 local function back(id, pin, rc, e, src)
   if redis.call("EXISTS", src) == 0 then return end
-  redis.call("ZADD", P .. "queue", pin, id)
-  set_retry(P, id, rc)
-  redis.call("ZADD", P .. "ids", 0, id)
-  merge_payloads(src, P .. "payloads:" .. id)
-  if e and e ~= "" then redis.call("HSET", P .. "errors", id, e) else redis.call("HDEL", P .. "errors", id) end
+  redis.call("ZADD", K.queue, pin, id)
+  set_retry(K, id, rc)
+  redis.call("ZADD", K.ids, 0, id)
+  merge_payloads(src, payloads_key(P, id))
+  if e and e ~= "" then redis.call("HSET", K.errors, id, e) else redis.call("HDEL", K.errors, id) end
 end
 
 local out = { "OK", "0", "0", "" }
@@ -70,23 +73,22 @@ for _, l in ipairs(listed) do
   local v = not seen[id] and redis.call("HGET", busy, id)
   if v and not l[2] then
     seen[id] = true
-    if redis.call("DEL", P .. "busy:payloads:" .. id) == 1 then acked = acked + 1 end
+    if redis.call("DEL", busy_payloads_key(P, id)) == 1 then acked = acked + 1 end
   elseif v then
     seen[id] = true
     failed = failed + 1
-    local rc = tonumber(string.match(v, "\n(.*)$"))
-    if not finite(rc) or rc ~= math.floor(rc) or rc < -1 then rc = -1 end -- junk
-    rc = rc + 1
-    local src = P .. "busy:payloads:" .. id
+    local _, rc_s = busy_entry(v, now_s)
+    local rc = tonumber(rc_s) + 1
+    local src = busy_payloads_key(P, id)
     if rc >= max_rc then
       local first = redis.call("ZRANGE", src, 0, 0, "WITHSCORES")
       if first[1] then
         redis.call("ZREM", src, first[1])
-        redis.call("ZADD", P .. "morgue", now_s, id)
-        redis.call("ZADD", P .. "morgue:ids", 0, id)
-        redis.call("ZADD", P .. "morgue:payloads:" .. id, "LT", first[2], first[1])
-        if err ~= "" then redis.call("HSET", P .. "morgue:errors", id, err)
-        else redis.call("HDEL", P .. "morgue:errors", id) end
+        redis.call("ZADD", K.morgue, now_s, id)
+        redis.call("ZADD", K.morgue_ids, 0, id)
+        redis.call("ZADD", morgue_payloads_key(P, id), "LT", first[2], first[1])
+        if err ~= "" then redis.call("HSET", K.morgue_errors, id, err)
+        else redis.call("HDEL", K.morgue_errors, id) end
         morgued = morgued + 1
         out[#out + 1] = id
         out[#out + 1] = first[1]
@@ -103,15 +105,12 @@ local flat = redis.call("HGETALL", busy)
 for i = 1, #flat, 2 do
   local id = flat[i]
   if not seen[id] then
-    -- junk (not "perform_in\nretry_count") must not break ZADD half-way
-    local pin, rc = string.match(flat[i + 1], "^(.-)\n(.*)$")
-    if not finite(tonumber(pin)) then pin = now_s end
-    if not (rc and rc:match("^%-?%d+$")) then rc = "-1" end
-    back(id, pin, rc, redis.call("HGET", berrs, id), P .. "busy:payloads:" .. id)
+    local pin, rc = busy_entry(flat[i + 1], now_s)
+    back(id, pin, rc, redis.call("HGET", berrs, id), busy_payloads_key(P, id))
   end
 end
-redis.call("DEL", busy, berrs)
-if failed > 0 then redis.call("HINCRBY", P .. "counters", "failed", failed) end
-if acked > 0 then redis.call("HINCRBY", P .. "counters", "processed", acked) end
+redis.call("DEL", busy, berrs, K.busy_fetched_at)
+if failed > 0 then redis.call("HINCRBY", K.counters, "failed", failed) end
+if acked > 0 then redis.call("HINCRBY", K.counters, "processed", acked) end
 out[2], out[3], out[4] = tostring(failed), tostring(morgued), head()
 return out

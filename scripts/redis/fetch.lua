@@ -6,7 +6,7 @@
 -- Lease (fencing): if another token holds "lease" -> {"LEASE", pttl}, nothing
 -- done. If nobody holds it and "holder" is another token, this is a new
 -- acquisition: every in-flight job of the shard returns to the queue with its
--- own perform_in/retry_count/error (the "failed + queued" merge of DESIGN §1),
+-- own perform_in/retry_count/error (the "failed + queued" merge, docs/redis.md),
 -- then holder = token. A holder whose lease merely expired re-acquires and
 -- keeps its batch. Then lease = token for lease_ms.
 -- Ack: only when ARGV[5] is the id of the batch in flight, so a call re-sent
@@ -14,64 +14,52 @@
 -- Fetch: if a batch is still in flight (not acked), it is delivered again
 -- (same batch id): its sender lost the reply. Otherwise up to limit due ids
 -- (perform_in <= now, lowest first, -inf included) move to the busy keys under
--- a new batch id.
+-- a new batch id, and busy:fetched_at = now (once per batch, not per job).
 -- Returns {"OK", batch, head, restored, acked, n, then per job: id,
 -- perform_in, retry_count, error or "", npayloads, payload1, payload2, ...};
 -- batch = id of the returned jobs ("" when n = 0), head = lowest perform_in
 -- left in the queue (or ""), payloads in ascending score order. (No scores:
 -- perform does not see them, and leaving them out saves ~12% of Redis's
 -- time per job at batch 100; busy.lua lists them.)
+-- luakiq:include keys
 -- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
+local K = shard_keys(P)
 local token, ack, want = ARGV[1], ARGV[5], ARGV[6]
 local lease_ms = arg_lease("fetch", token, ARGV[2])
 local now, limit = arg_finite("fetch", "now", ARGV[3]), arg_count("fetch", "limit", ARGV[4])
 if ack == nil or (want ~= "0" and want ~= "1") then
   error("luakiq fetch: ARGV must be token, lease_ms, now, limit, ack batch id, fetch (0|1)", 0)
 end
-local busy, berrs = P .. "busy", P .. "busy:errors"
-
--- A busy entry is "perform_in\nretry_count" (Redis score strings). Junk
--- written by someone else reads as perform_in = now, retry_count = -1: it
--- must neither break a ZADD half-way through this script (no rollback) nor
--- reach the host as a non-number.
-local function busy_entry(v)
-  local pin, rc = string.match(v, "^(.-)\n(.*)$")
-  local p = tonumber(pin)
-  if not (p and p == p and (pin:match("^[-+]?%d*%.?%d*[eE]?[-+]?%d*$") or pin:match("^[-+]?inf$"))) then
-    pin = string.format("%.17g", now)
-  end
-  if not (rc and rc:match("^%-?%d+$") and tonumber(rc) >= -1) then rc = "-1" end
-  return pin, rc
-end
+local busy, berrs = K.busy, K.busy_errors
 
 -- Lease.
-local cur = redis.call("GET", P .. "lease")
+local cur = redis.call("GET", K.lease)
 if cur and cur ~= token then
-  return { "LEASE", tostring(redis.call("PTTL", P .. "lease")) }
+  return { "LEASE", tostring(redis.call("PTTL", K.lease)) }
 end
 local restored = 0
-if not cur and redis.call("GET", P .. "holder") ~= token then
-  local flat = redis.call("HGETALL", busy)
+if not cur and redis.call("GET", K.holder) ~= token then
+  local flat, now_s = redis.call("HGETALL", busy), string.format("%.17g", now)
   for i = 1, #flat, 2 do
     local id = flat[i]
-    local pin, rc = busy_entry(flat[i + 1])
-    local src, dst = P .. "busy:payloads:" .. id, P .. "payloads:" .. id
+    local pin, rc = busy_entry(flat[i + 1], now_s)
+    local src, dst = busy_payloads_key(P, id), payloads_key(P, id)
     if redis.call("EXISTS", src) == 1 then
-      redis.call("ZADD", P .. "queue", pin, id)
-      set_retry(P, id, rc)
-      redis.call("ZADD", P .. "ids", 0, id)
+      redis.call("ZADD", K.queue, pin, id)
+      set_retry(K, id, rc)
+      redis.call("ZADD", K.ids, 0, id)
       merge_payloads(src, dst)
       local err = redis.call("HGET", berrs, id)
-      if err then redis.call("HSET", P .. "errors", id, err) else redis.call("HDEL", P .. "errors", id) end
+      if err then redis.call("HSET", K.errors, id, err) else redis.call("HDEL", K.errors, id) end
       restored = restored + 1
     end
   end
-  redis.call("DEL", busy, berrs)
-  redis.call("SET", P .. "holder", token)
+  redis.call("DEL", busy, berrs, K.busy_fetched_at)
+  redis.call("SET", K.holder, token)
 end
-redis.call("SET", P .. "lease", token, "PX", lease_ms)
+redis.call("SET", K.lease, token, "PX", lease_ms)
 
 -- Ack: one variadic DEL for the batch's keys. GET batch first, so a call
 -- that acks nothing costs no HKEYS.
@@ -80,13 +68,13 @@ local inflight
 local function del_keys(list)
   for i = 1, #list, 1000 do redis.call("DEL", unpack(list, i, math.min(i + 999, #list))) end
 end
-if ack ~= "" and ack == redis.call("GET", P .. "batch") then
+if ack ~= "" and ack == redis.call("GET", K.batch) then
   local ids = redis.call("HKEYS", busy)
   if #ids > 0 then
-    local dels = { busy, berrs }
-    for i, id in ipairs(ids) do dels[i + 2] = P .. "busy:payloads:" .. id end
+    local dels = { busy, berrs, K.busy_fetched_at }
+    for i, id in ipairs(ids) do dels[i + 3] = busy_payloads_key(P, id) end
     del_keys(dels)
-    redis.call("HINCRBY", P .. "counters", "processed", #ids)
+    redis.call("HINCRBY", K.counters, "processed", #ids)
     acked = #ids
   end
   inflight = false
@@ -100,7 +88,7 @@ local out = { "OK", "", "", tostring(restored), tostring(acked), "0" }
 -- below pass strings.)
 local COUNT = { "1", "2", "3", "4" }
 local function add_job(id, pin, rc, err, pl)
-  pl = pl or redis.call("ZRANGE", P .. "busy:payloads:" .. id, "0", "-1")
+  pl = pl or redis.call("ZRANGE", busy_payloads_key(P, id), "0", "-1")
   local k = #out
   out[k + 1] = id
   out[k + 2] = pin
@@ -122,10 +110,10 @@ if want == "1" and limit > 0 then
   if inflight then
     -- Deliver the unacked batch again, in perform_in order. An entry
     -- without payloads (junk) is dropped, not delivered empty.
-    local flat, jobs = redis.call("HGETALL", busy), {}
+    local flat, jobs, now_s = redis.call("HGETALL", busy), {}, string.format("%.17g", now)
     for i = 1, #flat, 2 do
-      if redis.call("EXISTS", P .. "busy:payloads:" .. flat[i]) == 1 then
-        local pin, rc = busy_entry(flat[i + 1])
+      if redis.call("EXISTS", busy_payloads_key(P, flat[i])) == 1 then
+        local pin, rc = busy_entry(flat[i + 1], now_s)
         jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin) }
       else
         redis.call("HDEL", busy, flat[i])
@@ -138,13 +126,14 @@ if want == "1" and limit > 0 then
     end)
     for _, j in ipairs(jobs) do add_job(j[1], j[2], j[3], redis.call("HGET", berrs, j[1])) end
     n = #jobs
-    out[2] = redis.call("GET", P .. "batch") or ""
+    if n == 0 then redis.call("DEL", K.busy_fetched_at) end -- only junk was in flight
+    out[2] = redis.call("GET", K.batch) or ""
   else
     -- One due id more than the limit: when it exists it stays queued and is
     -- the new head, so the usual ZRANGE for the head is not needed.
     local now_s = ARGV[3]
     if not now_s:match("^%-?%d+%.?%d*$") then now_s = string.format("%.17g", now) end
-    local due = redis.call("ZRANGEBYSCORE", P .. "queue", "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(limit + 1))
+    local due = redis.call("ZRANGEBYSCORE", K.queue, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(limit + 1))
     local m = #due / 2
     if m > limit then
       head = due[2 * limit + 2]
@@ -155,36 +144,39 @@ if want == "1" and limit > 0 then
       for i = 1, m do ids[i] = due[2 * i - 1] end
       -- retry_count: from the retries index, -1 when absent (a fresh job)
       local rcs = {}
-      if redis.call("EXISTS", P .. "retries") == 1 then
+      if redis.call("EXISTS", K.retries) == 1 then
         local retried = {}
-        each_chunk("ZMSCORE", P .. "retries", ids, function(r, off)
+        each_chunk("ZMSCORE", K.retries, ids, function(r, off)
           for j = 1, #r do
             rcs[off + j] = r[j]
             if r[j] then retried[#retried + 1] = ids[off + j] end
           end
         end)
-        if #retried > 0 then each_chunk("ZREM", P .. "retries", retried) end
+        if #retried > 0 then each_chunk("ZREM", K.retries, retried) end
       end
-      each_chunk("ZREM", P .. "queue", ids)
-      each_chunk("ZREM", P .. "ids", ids)
+      each_chunk("ZREM", K.queue, ids)
+      each_chunk("ZREM", K.ids, ids)
       local errs = {}
-      if redis.call("EXISTS", P .. "errors") == 1 then
-        each_chunk("HMGET", P .. "errors", ids, function(r, off) for j = 1, #r do errs[off + j] = r[j] end end)
-        each_chunk("HDEL", P .. "errors", ids)
+      if redis.call("EXISTS", K.errors) == 1 then
+        each_chunk("HMGET", K.errors, ids, function(r, off) for j = 1, #r do errs[off + j] = r[j] end end)
+        each_chunk("HDEL", K.errors, ids)
       end
       local fields = {}
       for i = 1, m do
         local id, pin = ids[i], due[2 * i]
         local rc, err = rcs[i] or "-1", errs[i] or nil
         -- An id without a payload key (junk) is dropped.
-        local src = P .. "payloads:" .. id
+        local src = payloads_key(P, id)
         local pl = redis.call("ZRANGE", src, "0", "-1")
         if #pl > 0 then
-          redis.call("RENAME", src, P .. "busy:payloads:" .. id)
-          if n == 0 then out[2] = tostring(redis.call("INCR", P .. "batch")) end
+          redis.call("RENAME", src, busy_payloads_key(P, id))
+          if n == 0 then
+            out[2] = tostring(redis.call("INCR", K.batch))
+            redis.call("SET", K.busy_fetched_at, now_s) -- once per batch: busy.lua's fetched_at
+          end
           if err then redis.call("HSET", berrs, id, err) end
           fields[#fields + 1] = id
-          fields[#fields + 1] = pin .. "\n" .. rc
+          fields[#fields + 1] = busy_value(pin, rc)
           add_job(id, pin, rc, err, pl)
           n = n + 1
         end
@@ -193,6 +185,6 @@ if want == "1" and limit > 0 then
     end
   end
 end
-out[3] = head or redis.call("ZRANGE", P .. "queue", "0", "0", "WITHSCORES")[2] or ""
+out[3] = head or redis.call("ZRANGE", K.queue, "0", "0", "WITHSCORES")[2] or ""
 out[6] = tostring(n)
 return out

@@ -9,11 +9,13 @@
 -- in between). Either way the shard must be fetched, even if its queue is
 -- empty: fetch.lua restores (dead holder) or redelivers (own batch) them, or
 -- the pending ack settles it.
+-- luakiq:include keys
 local P = KEYS[1]
-local head = redis.call("ZRANGE", P .. "queue", 0, 0, "WITHSCORES")[2] or ""
+local K = shard_keys(P)
+local head = redis.call("ZRANGE", K.queue, 0, 0, "WITHSCORES")[2] or ""
 local orphaned = false
-if redis.call("EXISTS", P .. "busy") == 1 then
-  local lease = redis.call("GET", P .. "lease")
+if redis.call("EXISTS", K.busy) == 1 then
+  local lease = redis.call("GET", K.lease)
   orphaned = not lease or (ARGV[1] ~= nil and ARGV[1] ~= "" and lease == ARGV[1])
 end
 return { head, orphaned and "1" or "0" }

@@ -15,12 +15,14 @@
 -- retry_count >= 0, so the fresh jobs (-1) come from the id index, skipping
 -- retried ids; with no retried job queued that is a rank lookup, otherwise a
 -- walk of the id index (linear in offset, like ZRANGEBYSCORE's LIMIT).
+-- luakiq:include keys
 local P = KEYS[1]
+local K = shard_keys(P)
 local what, order, dir, min, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local offset, limit = tonumber(ARGV[6]), tonumber(ARGV[7])
 local sources = {
   queue = { id = "ids", perform_in = "queue", retry_count = "retries" },
-  morgue = { id = "morgue:ids", updated_at = "morgue" },
+  morgue = { id = "morgue_ids", updated_at = "morgue" },
 }
 local src = sources[what] and sources[what][order]
 if not src then
@@ -47,10 +49,10 @@ local function by_retry_count()
   end
   local lo, lox = bound(min)
   local hi, hix = bound(max)
-  local R, I = P .. "retries", P .. "ids"
+  local R, I = K.retries, K.ids
   local nr_all = redis.call("ZCARD", R)
   local fresh_in = (lo < -1 or (lo == -1 and not lox)) and (hi > -1 or (hi == -1 and not hix))
-  local nf = fresh_in and math.max(redis.call("ZCARD", P .. "queue") - nr_all, 0) or 0
+  local nf = fresh_in and math.max(redis.call("ZCARD", K.queue) - nr_all, 0) or 0
   local function retried(off, n)
     if n <= 0 then return {} end
     if dir == "asc" then return redis.call("ZRANGEBYSCORE", R, min, max, "LIMIT", off, n) end
@@ -100,19 +102,20 @@ else
   else cmd = dir == "asc" and "ZRANGEBYSCORE" or "ZREVRANGEBYSCORE" end
   local lo, hi = min, max
   if dir == "desc" then lo, hi = max, min end
-  ids = redis.call(cmd, P .. src, lo, hi, "LIMIT", offset, limit)
+  ids = redis.call(cmd, K[src], lo, hi, "LIMIT", offset, limit)
 end
 local out, n = { "0" }, 0
-local pre = what == "morgue" and "morgue:" or ""
+local zset, errs, payloads_of = K.queue, K.errors, payloads_key
+if what == "morgue" then zset, errs, payloads_of = K.morgue, K.morgue_errors, morgue_payloads_key end
 for _, id in ipairs(ids) do
-  local first = redis.call("ZSCORE", P .. (what == "morgue" and "morgue" or "queue"), id)
+  local first = redis.call("ZSCORE", zset, id)
   if first then
     n = n + 1
     out[#out + 1] = id
     out[#out + 1] = first
-    if what == "queue" then out[#out + 1] = redis.call("ZSCORE", P .. "retries", id) or "-1" end
-    out[#out + 1] = redis.call("HGET", P .. pre .. "errors", id) or ""
-    local pl = redis.call("ZRANGE", P .. pre .. "payloads:" .. id, 0, -1, "WITHSCORES")
+    if what == "queue" then out[#out + 1] = redis.call("ZSCORE", K.retries, id) or "-1" end
+    out[#out + 1] = redis.call("HGET", errs, id) or ""
+    local pl = redis.call("ZRANGE", payloads_of(P, id), 0, -1, "WITHSCORES")
     out[#out + 1] = tostring(#pl / 2)
     for k = 1, #pl do out[#out + 1] = pl[k] end
   end

@@ -3,20 +3,22 @@
 -- ARGV[1] limit, then ids. No ids = the first `limit` morgue ids in lex order
 -- (call again until remaining is 0 to delete all).
 -- Returns {deleted, remaining morgue size} (strings).
+-- luakiq:include keys
 -- luakiq:include args
 local P = KEYS[1]
+local K = shard_keys(P)
 local limit = arg_count("morgue_delete", "limit", ARGV[1])
 local ids = {}
 if #ARGV > 1 then
   for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
 elseif limit > 0 then
-  ids = redis.call("ZRANGEBYLEX", P .. "morgue:ids", "-", "+", "LIMIT", 0, limit)
+  ids = redis.call("ZRANGEBYLEX", K.morgue_ids, "-", "+", "LIMIT", 0, limit)
 end
 local count = 0
 for _, id in ipairs(ids) do
-  count = count + redis.call("ZREM", P .. "morgue", id)
-  redis.call("ZREM", P .. "morgue:ids", id)
-  redis.call("DEL", P .. "morgue:payloads:" .. id)
-  redis.call("HDEL", P .. "morgue:errors", id)
+  count = count + redis.call("ZREM", K.morgue, id)
+  redis.call("ZREM", K.morgue_ids, id)
+  redis.call("DEL", morgue_payloads_key(P, id))
+  redis.call("HDEL", K.morgue_errors, id)
 end
-return { tostring(count), tostring(redis.call("ZCARD", P .. "morgue")) }
+return { tostring(count), tostring(redis.call("ZCARD", K.morgue)) }

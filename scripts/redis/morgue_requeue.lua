@@ -1,5 +1,5 @@
--- morgue_requeue.lua: put dead jobs back in the queue (DESIGN §1 "morgue +
--- queued"): payloads united with a queued same-id job (min score),
+-- morgue_requeue.lua: put dead jobs back in the queue ("morgue + queued",
+-- docs/redis.md "Merge rules"): payloads united with a queued same-id job (min score),
 -- perform_in = now, retry_count = -1, the morgue error copied into "errors".
 -- The jobs leave the morgue.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
@@ -8,33 +8,35 @@
 -- remaining is 0 to requeue all).
 -- Returns {requeued, remaining morgue size} (strings). Publishes the prefix
 -- on the channel when something was requeued.
+-- luakiq:include keys
 -- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
+local K = shard_keys(P)
 local now, limit = arg_finite("morgue_requeue", "now", ARGV[2]), arg_count("morgue_requeue", "limit", ARGV[3])
 local now_s = string.format("%.17g", now)
 local ids = {}
 if #ARGV > 3 then
   for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
 elseif limit > 0 then
-  ids = redis.call("ZRANGEBYLEX", P .. "morgue:ids", "-", "+", "LIMIT", 0, limit)
+  ids = redis.call("ZRANGEBYLEX", K.morgue_ids, "-", "+", "LIMIT", 0, limit)
 end
 local count = 0
 for _, id in ipairs(ids) do
-  local src, dst = P .. "morgue:payloads:" .. id, P .. "payloads:" .. id
-  if redis.call("ZSCORE", P .. "morgue", id) and redis.call("EXISTS", src) == 1 then
-    redis.call("ZADD", P .. "queue", now_s, id)
-    redis.call("ZREM", P .. "retries", id) -- retry_count -1: not in the retries index
-    redis.call("ZADD", P .. "ids", 0, id)
+  local src, dst = morgue_payloads_key(P, id), payloads_key(P, id)
+  if redis.call("ZSCORE", K.morgue, id) and redis.call("EXISTS", src) == 1 then
+    redis.call("ZADD", K.queue, now_s, id)
+    redis.call("ZREM", K.retries, id) -- retry_count -1: not in the retries index
+    redis.call("ZADD", K.ids, 0, id)
     merge_payloads(src, dst)
-    local err = redis.call("HGET", P .. "morgue:errors", id)
-    if err then redis.call("HSET", P .. "errors", id, err) else redis.call("HDEL", P .. "errors", id) end
+    local err = redis.call("HGET", K.morgue_errors, id)
+    if err then redis.call("HSET", K.errors, id, err) else redis.call("HDEL", K.errors, id) end
     count = count + 1
   end
   redis.call("DEL", src)
-  redis.call("ZREM", P .. "morgue", id)
-  redis.call("ZREM", P .. "morgue:ids", id)
-  redis.call("HDEL", P .. "morgue:errors", id)
+  redis.call("ZREM", K.morgue, id)
+  redis.call("ZREM", K.morgue_ids, id)
+  redis.call("HDEL", K.morgue_errors, id)
 end
 if count > 0 and ARGV[1] ~= "" then redis.call("PUBLISH", ARGV[1], P) end
-return { tostring(count), tostring(redis.call("ZCARD", P .. "morgue")) }
+return { tostring(count), tostring(redis.call("ZCARD", K.morgue)) }

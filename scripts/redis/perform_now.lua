@@ -4,11 +4,13 @@
 -- ARGV[1] wake channel ("" = no publish), [2] now, [3] limit (jobs per call).
 -- Returns {changed, remaining future jobs} (strings); call again until
 -- remaining is 0. Publishes the prefix on the channel when changed > 0.
+-- luakiq:include keys
 -- luakiq:include args
 local P = KEYS[1]
+local K = shard_keys(P)
 local now, limit = arg_finite("perform_now", "now", ARGV[2]), arg_count("perform_now", "limit", ARGV[3])
 local now_s = string.format("%.17g", now)
-local queue = P .. "queue"
+local queue = K.queue
 local ids = {}
 if limit > 0 then ids = redis.call("ZRANGEBYSCORE", queue, "(" .. now_s, "+inf", "LIMIT", 0, limit) end
 for _, id in ipairs(ids) do redis.call("ZADD", queue, "XX", now_s, id) end

@@ -1,5 +1,5 @@
 -- push.lua: enqueue jobs into one shard (perform_async), merging with queued
--- jobs of the same id by DESIGN §1 "new + queued":
+-- jobs of the same id by "new + queued" (docs/redis.md, "Merge rules"):
 --   payloads united, an equal payload keeps the minimal score (ZADD LT);
 --   perform_in and retry_count of the queued job win (ZADD NX).
 -- Within one call the groups apply in order, so the first occurrence of an id
@@ -13,7 +13,9 @@
 -- Publishes the prefix on the channel when the head got earlier (an empty
 -- queue counts as +inf): that covers "a due job appeared in a shard with no
 -- due job" and "the next wake-up time moved earlier". At most one PUBLISH.
+-- luakiq:include keys
 local P = KEYS[1]
+local K = shard_keys(P)
 local channel = ARGV[1]
 -- Numbers are normalized to %.17g; jobs of one call mostly share their
 -- strings (perform_in = score = now, retry_count = -1), so each distinct
@@ -53,7 +55,7 @@ for i = 3, #ARGV, 5 do
   k = k + 2
   finite(ARGV[i + 3], "score", n)
 end
-local queue = P .. "queue"
+local queue = K.queue
 local before = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
 -- The retries index holds only retry_count >= 0 (lib/shard.lua set_retry).
 -- A job pushed with one enters it only when its id was not queued yet (a
@@ -67,7 +69,7 @@ if retried then
   end
   for _, r in ipairs(retried) do
     if want[r[1]] == r and not redis.call("ZSCORE", queue, r[1]) then
-      redis.call("ZADD", P .. "retries", r[2], r[1])
+      redis.call("ZADD", K.retries, r[2], r[1])
     end
   end
 end
@@ -78,10 +80,10 @@ local added = 0
 for from = 1, k, 2000 do
   local to = math.min(from + 1999, k)
   added = added + redis.call("ZADD", queue, "NX", unpack(qargs, from, to))
-  redis.call("ZADD", P .. "ids", "NX", unpack(iargs, from, to))
+  redis.call("ZADD", K.ids, "NX", unpack(iargs, from, to))
 end
 for i = 3, #ARGV, 5 do
-  redis.call("ZADD", P .. "payloads:" .. ARGV[i], "LT", memo[ARGV[i + 3]], ARGV[i + 4])
+  redis.call("ZADD", payloads_key(P, ARGV[i]), "LT", memo[ARGV[i + 3]], ARGV[i + 4])
 end
 local head = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
 if channel ~= "" and head and (not before or tonumber(head) < tonumber(before)) then

@@ -2,8 +2,9 @@
 -- KEYS[1] = the registry hash "NS:queues" (queue name -> shards_count).
 -- ARGV[1] = queue name, ARGV[2] = shards_count (integer >= 1).
 -- Returns the stored shards_count as a string: the caller refuses to start
--- when it differs from its own (DESIGN §1: a queue's shards_count is fixed,
--- because shard = crc32(id) % shards_count).
+-- when it differs from its own: a queue's shards_count is fixed, because
+-- shard = crc32(id) % shards_count (docs/configuration.md, "Changing
+-- shards_count").
 local queue, count = ARGV[1], tonumber(ARGV[2])
 if not queue or queue == "" then error("luakiq register: queue name is empty", 0) end
 if not count or count ~= math.floor(count) or count < 1 or count > 1e9 then

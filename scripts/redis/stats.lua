@@ -5,14 +5,16 @@
 -- retry_count >= 0), morgue_length, head (lowest perform_in) or "",
 -- processed, failed, busy (jobs in flight)}.
 -- (The retries index holds only retry_count >= 0, so fresh = queue - retries.)
+-- luakiq:include keys
 local P = KEYS[1]
-local queued, retries = redis.call("ZCARD", P .. "queue"), redis.call("ZCARD", P .. "retries")
+local K = shard_keys(P)
+local queued, retries = redis.call("ZCARD", K.queue), redis.call("ZCARD", K.retries)
 return {
   tostring(math.max(queued - retries, 0)),
   tostring(retries),
-  tostring(redis.call("ZCARD", P .. "morgue")),
-  redis.call("ZRANGE", P .. "queue", 0, 0, "WITHSCORES")[2] or "",
-  redis.call("HGET", P .. "counters", "processed") or "0",
-  redis.call("HGET", P .. "counters", "failed") or "0",
-  tostring(redis.call("HLEN", P .. "busy")),
+  tostring(redis.call("ZCARD", K.morgue)),
+  redis.call("ZRANGE", K.queue, 0, 0, "WITHSCORES")[2] or "",
+  redis.call("HGET", K.counters, "processed") or "0",
+  redis.call("HGET", K.counters, "failed") or "0",
+  tostring(redis.call("HLEN", K.busy)),
 }

@@ -161,4 +161,26 @@ describe("LUAKIQ_SCRIPTS (development mode)", function()
     assert.is_nil(embedded:find("\n%-%- luakiq:include ")) -- every include line expanded
     assert.are.equal(embedded, loaded)
   end)
+
+  it("reads the tree at start: an edited library shows in every script that includes it, and runs", function()
+    local dir = host.tmpdir()
+    local tree = dir .. "/scripts"
+    assert(host.sh("cp -r scripts " .. q(tree)))
+    local args = tree .. "/redis/lib/args.lua"
+    host.write(args, "-- EDITED IN THE TREE\n" .. host.read(args))
+    host.write(dir .. "/run.lua", [[
+      local core = require "luakiq.core"
+      local conn = core.connect(arg[1])
+      io.write(core.script_source("fetch"), "\n==\n", core.script_source("push"), "\n==\n")
+      local r = conn:script("fetch", "dev:{Q:0}:", "tok", 1000, 1, 1, "", "1")
+      io.write(r[1], " ", r[6], "\n")
+      io.write(tostring(core.script_source("nope")), "\n")]])
+    local rc, out, err = host.exec("lua " .. q(dir .. "/run.lua") .. " " .. q(srv.url), nil, "LUAKIQ_SCRIPTS=" .. q(tree))
+    host.sh("rm -rf " .. q(dir))
+    assert.are.equal(0, rc, err)
+    local fetch, push, rest = out:match("^(.-)\n==\n(.-)\n==\n(.*)$")
+    assert.truthy(fetch:find("-- EDITED IN THE TREE", 1, true), fetch)
+    assert.falsy(push:find("-- EDITED IN THE TREE", 1, true))
+    assert.are.equal("OK 0\nnil\n", rest) -- EVALSHA ran the tree's text; unknown names stay unknown
+  end)
 end)

@@ -92,6 +92,28 @@ describe("queries", function()
           env:busy(w))
       end
     end)
+
+    it("busy listings with a time show when each batch was fetched and for how long it has run", function()
+      for _, w in ipairs(BOTH) do
+        local shard = w == "Multi" and 2 or 0
+        env.conn:call("ZADD", env:prefix(w, shard) .. "queue", "XX", now() - 20, "2")
+        local res = env:fetch(w, shard, { now = now() - 12.25 })
+        assert.are.same({ "2" }, env:ids(res.jobs))
+        local list = admin.busy(env.conn, env.cfg, w, now())
+        assert.are.equal(1, #list)
+        assert.are.equal("2", list[1].id)
+        assert.are.equal(now() - 12.25, list[1].fetched_at)
+        assert.are.equal(12, list[1].running) -- whole seconds
+        assert.are.equal(0, admin.busy(env.conn, env.cfg, w, now() - 100)[1].running) -- never negative
+        -- redelivery of the unacked batch keeps the first fetch's time
+        env:fetch(w, shard, { now = now() })
+        assert.are.equal(now() - 12.25, admin.busy(env.conn, env.cfg, w, now())[1].fetched_at)
+        -- acked: nothing in flight, and no time left behind
+        env:fetch(w, shard, { ack = res.batch, fetch = false })
+        assert.are.same({}, admin.busy(env.conn, env.cfg, w, now()))
+        assert.are.equal(0, env.conn:call("EXISTS", env:prefix(w, shard) .. "busy:fetched_at"))
+      end
+    end)
   end)
 
   describe("paging across shards", function()

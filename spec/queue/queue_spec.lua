@@ -1,7 +1,7 @@
 -- Lowkiq's spec/queue/queue_spec.rb for luakiq: fetch, push merge (new +
 -- queued), push_back merge (failed + queued, fail.lua), in-flight data, ack,
 -- morgue, delete and serialization, on the "Test" queue (1 shard), with the
--- merge rules of DESIGN §1 where they differ from Lowkiq's code.
+-- merge rules of docs/redis.md ("Merge rules") where they differ from Lowkiq's code.
 local S = require "queue.support"
 local admin = require "luakiq.admin"
 
@@ -60,7 +60,7 @@ describe("queue", function()
       assert.are.same({ { "v1", 1 } }, env:queued("Test", 1).payloads)
     end)
 
-    it("keeps the minimal score even when the lower score comes later (DESIGN §1)", function()
+    it("keeps the minimal score even when the lower score comes later (docs/redis.md, merge rules)", function()
       env:push("Test", { { id = 1, payload = "v1", score = 5 } })
       env:push("Test", { { id = 1, payload = "v1", score = 3 } })
       assert.are.same({ { "v1", 3 } }, env:queued("Test", 1).payloads)

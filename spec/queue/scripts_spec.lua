@@ -176,4 +176,22 @@ describe("scripts", function()
       assert.truthy(k:find("^luakiq:{Multi:3}:"), k)
     end
   end)
+
+  it("take every key name from lib/keys.lua (docs/redis.md, key names); none spells one itself", function()
+    local schema = host.read("scripts/redis/lib/keys.lua")
+    for _, name in ipairs(core.list_dir("scripts/redis")) do
+      if name:match("%.lua$") then
+        local src = host.read("scripts/redis/" .. name):gsub("%-%-[^\n]*", "") -- code only
+        assert.falsy(src:find('KEYS%[1%] %.%. "'), name)
+        assert.falsy(src:find('P %.%. "'), name)
+        assert.falsy(src:find('"[%w_]*:"'), name)   -- "payloads:", "morgue:"
+        if name ~= "register.lua" then
+          assert.truthy(host.read("scripts/redis/" .. name):find("\n%-%- luakiq:include keys\n"), name)
+        end
+      end
+    end
+    for suffix in schema:gmatch('= "([%w:_]+)",') do
+      assert.truthy(host.read("docs/redis.md"):find("`P " .. suffix .. "`", 1, true), suffix)
+    end
+  end)
 end)

@@ -3,7 +3,7 @@
 -- perform, retry_in and retries_exhausted replaced by recorders. Plus what
 -- Lowkiq's suite lacks: batch_size > 1, a failed multi-job batch, pushes
 -- during a batch, leases (refusal, restore exactly once, re-acquisition) and
--- stale batch ids. DESIGN §1: after the morgue at max_retry_count the rest
+-- stale batch ids. docs/redis.md (fail.lua): after the morgue at max_retry_count the rest
 -- goes back with retry_count -1 and perform_in now.
 local S = require "queue.support"
 local runner = require "luakiq.runner"

@@ -1,10 +1,11 @@
 -- Shared by several queue scripts: a script that needs these has a line
--- "luakiq:include shard" (as a comment, at the start of the line), which is
--- replaced by this file when the script is loaded (cmake/embed.lua
--- at build time; store.c with LUAKIQ_SCRIPTS; tools/redis-scripts-test.sh).
+-- "luakiq:include shard" (as a comment, at the start of the line, after
+-- "luakiq:include keys", whose shard_keys these use), which is
+-- replaced by this file when the script is loaded (scripts/luakiq/include.lua:
+-- at build time, with LUAKIQ_SCRIPTS and in tools/redis-scripts-test.sh).
 -- Redis scripts cannot require each other, so this is how they share code.
 
--- Merges the payload set src into dst (DESIGN §1 merge rules: union, an equal
+-- Merges the payload set src into dst (docs/redis.md, "Merge rules": union, an equal
 -- payload keeps the minimal score). src is gone afterwards.
 local function merge_payloads(src, dst)
   if redis.call("EXISTS", dst) == 1 then
@@ -17,19 +18,20 @@ end
 
 -- The retries index holds only jobs waiting for a retry (retry_count >= 0);
 -- a fresh job (-1) is not in it, which spares every push and fetch of a
--- fresh job one sorted-set write. rc: a Redis score string.
-local function set_retry(P, id, rc)
-  if tonumber(rc) >= 0 then redis.call("ZADD", P .. "retries", rc, id)
-  else redis.call("ZREM", P .. "retries", id) end
+-- fresh job one sorted-set write. K: shard_keys(P); rc: a Redis score string.
+local function set_retry(K, id, rc)
+  if tonumber(rc) >= 0 then redis.call("ZADD", K.retries, rc, id)
+  else redis.call("ZREM", K.retries, id) end
 end
 
 -- Fencing for writers of a shard's batch in flight (fail.lua, bury.lua): the
 -- caller must hold the lease, or be its last holder with nobody since (then it
--- takes it again). Returns the refusal {"LEASE", pttl}, or nil after renewing.
-local function hold_lease(P, token, lease_ms)
-  local cur = redis.call("GET", P .. "lease")
-  if cur ~= token and (cur or redis.call("GET", P .. "holder") ~= token) then
-    return { "LEASE", tostring(redis.call("PTTL", P .. "lease")) }
+-- takes it again). K: shard_keys(P). Returns the refusal {"LEASE", pttl}, or
+-- nil after renewing.
+local function hold_lease(K, token, lease_ms)
+  local cur = redis.call("GET", K.lease)
+  if cur ~= token and (cur or redis.call("GET", K.holder) ~= token) then
+    return { "LEASE", tostring(redis.call("PTTL", K.lease)) }
   end
-  redis.call("SET", P .. "lease", token, "PX", lease_ms)
+  redis.call("SET", K.lease, token, "PX", lease_ms)
 end

@@ -1,0 +1,52 @@
+-- The Redis-side schema ("luakiq:include keys", first of a script's
+-- includes): every key name the queue scripts use, and the one reader and
+-- writer of the busy entry. docs/redis.md ("Key names", "Keys") documents
+-- them. The host-side half is scripts/luakiq/keys.lua: the shard prefix
+-- P = "NS:{QUEUE:SHARD}:" (KEYS[1] of every queue script), the registry
+-- NS:queues (KEYS[1] of register.lua) and the wake channel NS:wake. A key
+-- renamed here changes the wire protocol: change docs/redis.md with it.
+
+-- The shard's keys, by name: shard_keys(P).busy_errors == P .. "busy:errors".
+-- (One table constructor: measured cheaper per script call than building
+-- the names on first use through a metatable.)
+local function shard_keys(P)
+  return {
+    queue = P .. "queue",                     -- ZSET id -> perform_in (queued jobs)
+    retries = P .. "retries",                 -- ZSET id -> retry_count (queued, retry_count >= 0)
+    ids = P .. "ids",                         -- ZSET id -> 0 (lexicographic listings)
+    errors = P .. "errors",                   -- HASH id -> last error (queued jobs)
+    busy = P .. "busy",                       -- HASH id -> busy entry (jobs in flight)
+    busy_errors = P .. "busy:errors",         -- HASH id -> error (jobs in flight)
+    busy_fetched_at = P .. "busy:fetched_at", -- STRING: `now` of the fetch of the batch in flight
+    batch = P .. "batch",                     -- STRING: batch id counter (the batch in flight)
+    lease = P .. "lease",                     -- STRING: the lease holder's token, PX ttl
+    holder = P .. "holder",                   -- STRING: the last holder's token
+    counters = P .. "counters",               -- HASH processed, failed
+    morgue = P .. "morgue",                   -- ZSET id -> updated_at (dead jobs)
+    morgue_ids = P .. "morgue:ids",           -- ZSET id -> 0 (lexicographic listings)
+    morgue_errors = P .. "morgue:errors",     -- HASH id -> error (dead jobs)
+  }
+end
+
+-- The per-id payload sets (ZSET payload -> score): queued, in flight, dead.
+local function payloads_key(P, id) return P .. "payloads:" .. id end
+local function busy_payloads_key(P, id) return P .. "busy:payloads:" .. id end
+local function morgue_payloads_key(P, id) return P .. "morgue:payloads:" .. id end
+
+-- A busy entry (the value of an id in the busy hash) is
+-- "perform_in\nretry_count", both Redis score strings.
+local function busy_value(pin, rc) return pin .. "\n" .. rc end
+
+-- Reads a busy entry: perform_in, retry_count (strings). Junk written by
+-- someone else reads as perform_in = junk_pin, retry_count = "-1": it must
+-- neither break a ZADD half-way through a script (no rollback) nor reach the
+-- host as a non-number.
+local function busy_entry(v, junk_pin)
+  local pin, rc = string.match(v, "^(.-)\n(.*)$")
+  local p = tonumber(pin)
+  if not (p and p == p and (pin:match("^[-+]?%d*%.?%d*[eE]?[-+]?%d*$") or pin:match("^[-+]?inf$"))) then
+    pin = junk_pin
+  end
+  if not (rc and rc:match("^%-?%d+$") and tonumber(rc) >= -1) then rc = "-1" end
+  return pin, rc
+end
