@@ -123,6 +123,15 @@ static int sys_free_port(lua_State *L) {
 
 static int sys_getpid(lua_State *L) { lua_pushinteger(L, getpid()); return 1; }
 
+/* core.hostname() -> this machine's host name ("?" when it cannot be read). */
+static int sys_hostname(lua_State *L) {
+    char name[256];
+    if (gethostname(name, sizeof name) != 0) strcpy(name, "?");
+    name[sizeof name - 1] = 0;
+    lua_pushstring(L, name);
+    return 1;
+}
+
 /* core.rss() -> resident set size in bytes (from /proc/self/statm) */
 static int sys_rss(lua_State *L) {
     long pages = 0, rss = 0;
@@ -223,7 +232,7 @@ static const luaL_Reg sys_funcs[] = {
     {"crc32", sys_crc32},         {"list_dir", sys_list_dir},
     {"hmac_sha256", sys_hmac_sha256}, {"sha256", sys_sha256},
     {"token", sys_token},         {"free_port", sys_free_port},
-    {"getpid", sys_getpid},       {"rss", sys_rss},
+    {"getpid", sys_getpid},       {"rss", sys_rss},          {"hostname", sys_hostname},
     {NULL, NULL}};
 
 void sys_register(lua_State *L) { luaL_register(L, NULL, sys_funcs); }

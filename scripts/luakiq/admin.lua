@@ -164,6 +164,54 @@ function M.busy(conn, cfg, worker_name, now)
   return all
 end
 
+-- One job by id (job.lua on its shard): {id, state = "queued" | "in_flight"
+-- | "dead", perform_in, retry_count, error, payloads = {{payload, score}}};
+-- in flight also host (the holder's HOST:PID), fetched_at, running (whole
+-- seconds since the fetch) and queued_payloads when more of the id wait
+-- behind the running batch; dead: updated_at instead of perform_in and
+-- retry_count. An id that is nowhere raises "job ID of WORKER not found"
+-- (errors.missing: exit 1, HTTP 404).
+function M.job(conn, cfg, worker_name, id, now)
+  local w = worker_of(cfg, worker_name)
+  if type(id) ~= "string" or id == "" then errors.input("the job id must be a non-empty string") end
+  local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(id, w.shards_count))
+  local r = check(conn:pipeline({ { script = "job", P, id } })[1], "job")
+  local state = r[1]
+  if state == "" then error(errors.missing(("job %s of %s not found (not queued, in flight or dead)"):format(id, w.name)), 0) end
+  local function err_of(e)
+    if e == "" then return nil end
+    local ok, v = pcall(cfg.load_error, e)
+    return ok and v or e
+  end
+  local function payloads(i)
+    local list, n = {}, tonumber(r[i])
+    for k = 1, n do
+      local raw = r[i + 2 * k - 1]
+      local ok, v = pcall(cfg.load_payload, raw)
+      list[k] = { ok and v or raw, tonumber(r[i + 2 * k]) }
+    end
+    return list, i + 2 * n + 1
+  end
+  local rec = { id = id, state = state }
+  local i
+  if state == "dead" then
+    rec.updated_at, rec.error = tonumber(r[2]), err_of(r[3])
+    rec.payloads = payloads(4)
+    return rec
+  end
+  rec.perform_in, rec.retry_count, rec.error = tonumber(r[2]), tonumber(r[3]), err_of(r[4])
+  if state == "queued" then
+    rec.payloads = payloads(5)
+    return rec
+  end
+  rec.host = r[5]:match("^(.*):[^:]*$") or (r[5] ~= "" and r[5] or nil) -- HOST:PID:RANDOM -> HOST:PID
+  rec.fetched_at = tonumber(r[6])
+  if rec.fetched_at and now then rec.running = math.max(0, math.floor(now - rec.fetched_at)) end
+  rec.payloads, i = payloads(7)
+  if r[i] then rec.queued_payloads = payloads(i) end
+  return rec
+end
+
 -- Runs a paged per-shard action until it reports nothing left, or once per
 -- shard for explicit ids. make(prefix, ids_or_nil) builds the call. Returns the
 -- total of the first reply field.

@@ -22,6 +22,7 @@ usage: luakiq COMMAND ...
                                        the dead jobs of a worker
   jobs DIR WORKER queue|morgue|busy [--order F] [--desc] [--min X] [--max X] [--limit N] [--offset N]
                                        list jobs as JSON lines
+  job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
   admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...
                                        bulk actions on queued jobs
   lua FILE [ARG...]                    run a Lua file inside the host runtime
@@ -51,6 +52,11 @@ requeue and delete act on the given ids, or on every dead job with --all.]],
   jobs = [[usage: luakiq jobs DIR WORKER queue|morgue|busy [--order id|perform_in|retry_count|updated_at] [--desc]
                    [--min X] [--max X] [--limit N] [--offset N] [--redis URL]
 Lists jobs as JSON lines. Ranges use Redis syntax: ids "-", "+", "[x", "(x"; numbers "-inf", "+inf", "(n".]],
+  job = [[usage: luakiq job DIR WORKER ID [--redis URL]
+Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","retry_count","error",
+"payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
+(seconds); dead has "updated_at" instead of perform_in and retry_count. An id that is
+nowhere: exit 1.]],
   admin = [[usage: luakiq admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID... [--redis URL]
 perform-now: every queued job becomes due now; kill-failed: queued jobs that
 failed at least once go to the morgue; delete-failed: they are deleted;
@@ -243,6 +249,15 @@ function commands.jobs(argv)
   return 0
 end
 
+function commands.job(argv)
+  local pos, opt = parse(argv, 2, { redis = true })
+  local dir, worker, id = pos[1], pos[2], pos[3]
+  if not id or pos[4] then usage("usage: luakiq job DIR WORKER ID") end
+  local cfg, conn = open(dir, opt, true)
+  print_json(require("luakiq.admin").job(conn, cfg, worker, id, core.now()))
+  return 0
+end
+
 function commands.admin(argv)
   local pos, opt = parse(argv, 2, { redis = true })
   local dir, worker, action = pos[1], pos[2], pos[3]
@@ -313,7 +328,8 @@ function commands.run(argv)
   local ok, rerr = runtime.register(conn, cfg)
   if not ok then usage(rerr) end
   if cfg.on_server_init then cfg.on_server_init() end
-  local token = core.token()
+  -- the lease token: HOST:PID:RANDOM (a job in flight names its host by it)
+  local token = core.hostname() .. ":" .. core.getpid() .. ":" .. core.token()
   local boots, routes = {}, {}
   for i, g in ipairs(groups) do
     local hs = {}

@@ -251,6 +251,10 @@ local function api(ctx)
     return reply(200, { jobs = json.array(list), offset = offset, limit = limit, more = more })
   end
 
+  function A.job(c, _, _, worker, id)
+    return reply(200, admin.job(c.conn(), cfg, worker, id, core.now()))
+  end
+
   function A.enqueue(c, req, _, worker)
     admin.worker_of(cfg, worker)
     local jobs = read_jobs(req.body)
@@ -398,6 +402,9 @@ function M.handler(cfg, opts)
       if n == 5 and parts[2] == "v1" and parts[3] == "workers" and parts[5] == "jobs" then
         return only("POST", A.enqueue, parts[4])
       end
+      if n == 6 and parts[2] == "v1" and parts[3] == "workers" and parts[5] == "jobs" then
+        return only("GET", A.job, parts[4], parts[6])
+      end
       if n == 5 and parts[2] == "web" and parts[3] == "workers" and parts[5] == "jobs" then
         return only("GET", A.jobs, parts[4])
       end
@@ -423,7 +430,7 @@ function M.handler(cfg, opts)
     if ok then return status, ctype, body end
     local kind, msg = errors.describe(status)
     if kind == "input" then return fail(400, msg) end
-    if kind == "notfound" then return fail(404, msg) end
+    if kind == "notfound" or kind == "missing" then return fail(404, msg) end
     log.error("web: " .. req.method .. " " .. req.uri .. ": " .. (tb or msg))
     return fail(500, msg:match("^[^\n]*"))
   end

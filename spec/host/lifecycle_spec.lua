@@ -1,0 +1,125 @@
+-- rickover's job life cycle (docs/guarantees.md, docs/cli.md): job status by
+-- id (CLI and HTTP), delivery = "at_most_once", expires_at. The real binary,
+-- a real redis-server, real processes and signals.
+local core = require "luakiq.core"
+local json = require "luakiq.json"
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+local q = host.quote
+
+local srv = redis.fixture()
+local function env() return "REDIS_URL=" .. srv.url end
+
+local function job(dir, worker, id)
+  local rc, out, err = host.exec("job " .. q(dir) .. " " .. worker .. " " .. q(id), nil, env())
+  return rc, out ~= "" and json.decode(out) or nil, err
+end
+
+local function list(dir, worker, what)
+  local rc, out, err = host.exec("jobs " .. q(dir) .. " " .. worker .. " " .. what, nil, env())
+  assert.are.equal(0, rc, err)
+  local by_id = {}
+  for line in out:gmatch("[^\n]+") do
+    local j = json.decode(line)
+    by_id[j.id] = j
+  end
+  return by_id
+end
+
+local function stats(dir)
+  local rc, out, err = host.exec("stats " .. q(dir), nil, env())
+  assert.are.equal(0, rc, err)
+  return json.decode(out)
+end
+
+describe("job status by id", function()
+  local dir, proc
+  before_each(function()
+    srv.conn:call("FLUSHALL")
+    -- Slow: "hold" waits in perform until t:release is set; "fail" fails
+    dir = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 1, poll_interval = 0.2 }",
+      ["workers/Slow.lua"] = [[
+local luakiq = require "luakiq"
+return {
+  shards_count = 1, max_retry_count = 0,
+  perform = function(batch)
+    for id in pairs(batch) do
+      if id == "fail" then error("it broke", 0) end
+      if id == "hold" then
+        while not luakiq.redis.call("GET", "t:release") do luakiq.sleep(0.05) end
+      end
+    end
+  end,
+}
+]],
+    }
+  end)
+  after_each(function()
+    if proc then proc:kill() end
+    proc = nil
+    host.sh("rm -rf " .. q(dir))
+  end)
+
+  it("reports queued, in_flight (host, running) and dead jobs; an unknown id exits 1", function()
+    host.enqueue(dir, "Slow", { { id = "q1", payload = { a = 1 }, score = 5, perform_in = core.now() + 3600 } }, env())
+    local rc, j, err = job(dir, "Slow", "q1")
+    assert.are.equal(0, rc, err)
+    assert.are.equal("queued", j.state)
+    assert.are.equal(-1, j.retry_count)
+    assert.are.same({ { { a = 1 }, 5 } }, j.payloads)
+    assert.is_true(j.perform_in > core.now() + 3000)
+
+    proc = host.spawn("run " .. q(dir), env())
+    host.enqueue(dir, "Slow", { { id = "hold", payload = 1 } }, env())
+    j = host.eventually(function()
+      local _, x = job(dir, "Slow", "hold")
+      return x and x.state == "in_flight" and x
+    end, 10, "hold in flight")
+    assert.are.equal(core.hostname() .. ":" .. proc.pid, j.host)
+    assert.is_true(j.running >= 0 and j.fetched_at <= core.now())
+    assert.are.same({ { 1, j.payloads[1][2] } }, j.payloads)
+    -- a payload pushed meanwhile waits behind the running batch
+    host.enqueue(dir, "Slow", { { id = "hold", payload = 2 } }, env())
+    core.sleep(1.2)
+    _, j = job(dir, "Slow", "hold")
+    assert.are.equal("in_flight", j.state)
+    assert.is_true(j.running >= 1, "running " .. tostring(j.running))
+    assert.are.equal(2, j.queued_payloads[1][1])
+    srv.conn:call("SET", "t:release", "1")
+
+    host.enqueue(dir, "Slow", { { id = "fail", payload = 1 } }, env())
+    j = host.eventually(function()
+      local _, x = job(dir, "Slow", "fail")
+      return x and x.state == "dead" and x
+    end, 10, "fail dead")
+    assert.are.equal("it broke", j.error)
+    assert.is_number(j.updated_at)
+
+    local out
+    rc, out, err = host.exec("job " .. q(dir) .. " Slow nosuch", nil, env())
+    assert.are.equal(1, rc)
+    assert.are.equal("", out)
+    assert.are.equal("luakiq: job nosuch of Slow not found (not queued, in flight or dead)\n", err)
+    rc, _, err = host.exec("job " .. q(dir) .. " Nope x", nil, env())
+    assert.are.equal(2, rc, err)
+  end)
+
+  it("GET /api/v1/workers/NAME/jobs/ID answers the same; 404 with {error} for an unknown id", function()
+    local port = core.free_port()
+    proc = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port, env())
+    host.enqueue(dir, "Slow", { { id = "a b/c", payload = "x", perform_in = core.now() + 3600 } }, env())
+    local base = "http://127.0.0.1:" .. port .. "/api/v1/workers/Slow/jobs/"
+    host.eventually(function() return host.capture("curl -s -o /dev/null -w '%{http_code}' " .. q(base .. "zz")) == "404" end,
+      10, "the listener")
+    local body = host.capture("curl -s " .. q(base .. "a%20b%2Fc"))
+    local j = json.decode(body)
+    local _, cli = job(dir, "Slow", "a b/c")
+    assert.are.same(cli, j)
+    assert.are.equal("queued", j.state)
+    body = host.capture("curl -s -w ' %{http_code}' " .. q(base .. "nosuch"))
+    assert.are.equal('{"error":"job nosuch of Slow not found (not queued, in flight or dead)"} 404', body)
+    body = host.capture("curl -s -w ' %{http_code}' " .. q("http://127.0.0.1:" .. port .. "/api/v1/workers/Nope/jobs/x"))
+    assert.truthy(body:find(" 404$"), body)
+  end)
+end)
