@@ -12,7 +12,7 @@ local M = {}
 -- succeeded. limit 0 only acks/renews.
 function M.fetch_cmd(h, t, limit, ack)
   return { script = "fetch", h.prefix, t.token, t.lease_ms, core.now(), limit,
-           ack and h.batch or "", limit > 0 and "1" or "0" }
+           ack and h.batch or "", limit > 0 and "1" or "0", h.def.delivery == "at_most_once" and "1" or nil }
 end
 
 -- Reads one fetch.lua reply. Returns {jobs = {...}, head = number|nil}, or nil

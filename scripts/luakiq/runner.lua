@@ -108,8 +108,11 @@ local function fail(t, h, jobs, err, tb, done)
   local retry_at = {}
   -- luakiq.permanent: as if the retries were exhausted (max_retry_count 0
   -- in fail.lua: the morgue rule at once); luakiq.retry_after: its delay
+  -- delivery = "at_most_once": every payload of the call to the morgue
+  -- (fail.lua with max_retry_count -1)
   local f = failure.of(err)
-  local max_rc = (f and f.permanent) and 0 or w.max_retry_count
+  local max_rc = w.max_retry_count
+  if w.delivery == "at_most_once" then max_rc = -1 elseif f and f.permanent then max_rc = 0 end
   for i, job in ipairs(jobs) do
     local count = job.retry_count + 1
     local okr, delay = true, f and f.retry_in
@@ -125,13 +128,18 @@ local function fail(t, h, jobs, err, tb, done)
   log.warn("batch failed: " .. msg:match("^[^\n]*"), {
     worker = w.name, shard = h.shard, ids = queue.ids(jobs), morgued = #morgued })
   if #morgued > 0 and w.retries_exhausted then
+    -- one entry per id (at most once morgues every payload of an id)
+    local by_id, list = {}, {}
     for _, m in ipairs(morgued) do
-      m.error = msg
+      local e = by_id[m.id]
+      if not e then
+        e = { id = m.id, error = msg, payloads = {} }
+        by_id[m.id], list[#list + 1] = e, e
+      end
       local okp, v = pcall(cfg.load_payload, m.payload)
-      m.payloads = { { okp and v or m.payload, m.score } }
-      m.payload, m.score = nil, nil
+      e.payloads[#e.payloads + 1] = { okp and v or m.payload, m.score }
     end
-    exhausted(w, morgued)
+    exhausted(w, list)
   end
 end
 
@@ -592,7 +600,10 @@ function M.fail_stuck(cfg, conn, token, record, parked)
               prefix = keys.prefix(cfg.namespace, w.queue_name, r.shard) }
   local jobs = {}
   for i, j in ipairs(r.jobs) do jobs[i] = { id = j[1], retry_count = j[2] } end
-  if parked then
+  if parked and w.delivery == "at_most_once" then
+    -- it had started: never again
+    fail(t, h, jobs, "interrupted", nil, r.done)
+  elseif parked then
     queue.settle(conn, h, t, r.done)
   else
     local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..

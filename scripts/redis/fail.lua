@@ -12,6 +12,8 @@
 -- it: it re-acquires). A batch id that is not the one in flight (already
 -- failed or restored: a re-sent call) changes nothing.
 -- Per listed in-flight id, rc = stored retry_count + 1:
+--   max_retry_count < 0 (delivery = "at_most_once"): every payload goes to
+--     the morgue (morgued counts payloads then, one triple each);
 --   rc >= max_retry_count: its lowest-score payload goes to the morgue
 --     (updated_at = now, min score, error); the other payloads go back with
 --     retry_count -1, perform_in now;
@@ -80,7 +82,16 @@ for _, l in ipairs(listed) do
     local _, rc_s = busy_entry(v, now_s)
     local rc = tonumber(rc_s) + 1
     local src = busy_payloads_key(P, id)
-    if rc >= max_rc then
+    if max_rc < 0 then
+      -- at most once: every payload of the call to the morgue
+      local moved = morgue_all(K, P, id, src, now_s, err)
+      for k = 1, #moved, 2 do
+        morgued = morgued + 1
+        out[#out + 1] = id
+        out[#out + 1] = moved[k]
+        out[#out + 1] = moved[k + 1]
+      end
+    elseif rc >= max_rc then
       local first = redis.call("ZRANGE", src, 0, 0, "WITHSCORES")
       if first[1] then
         redis.call("ZREM", src, first[1])

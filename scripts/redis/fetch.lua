@@ -2,12 +2,15 @@
 -- flight and fetches the next one (one round trip per batch).
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
 -- ARGV[1] token (this holder), [2] lease_ms, [3] now, [4] limit (max jobs),
---      [5] ack: the batch id to ack ("" = no ack), [6] fetch: "1" or "0".
+--      [5] ack: the batch id to ack ("" = no ack), [6] fetch: "1" or "0",
+--      [7] (optional) "1": the worker's delivery is "at_most_once".
 -- Lease (fencing): if another token holds "lease" -> {"LEASE", pttl}, nothing
 -- done. If nobody holds it and "holder" is another token, this is a new
 -- acquisition: every in-flight job of the shard returns to the queue with its
 -- own perform_in/retry_count/error (the "failed + queued" merge, docs/redis.md),
--- then holder = token. A holder whose lease merely expired re-acquires and
+-- then holder = token; with ARGV[7] = "1" (at most once) they go to the
+-- morgue instead, every payload, with the error "interrupted" (the dead
+-- holder may have run them). A holder whose lease merely expired re-acquires and
 -- keeps its batch. Then lease = token for lease_ms.
 -- Ack: only when ARGV[5] is the id of the batch in flight, so a call re-sent
 -- after a lost reply never acks a batch its sender has not seen.
@@ -26,7 +29,7 @@
 -- luakiq:include args
 local P = KEYS[1]
 local K = shard_keys(P)
-local token, ack, want = ARGV[1], ARGV[5], ARGV[6]
+local token, ack, want, at_most_once = ARGV[1], ARGV[5], ARGV[6], ARGV[7] == "1"
 local lease_ms = arg_lease("fetch", token, ARGV[2])
 local now, limit = arg_finite("fetch", "now", ARGV[3]), arg_count("fetch", "limit", ARGV[4])
 if ack == nil or (want ~= "0" and want ~= "1") then
@@ -46,7 +49,10 @@ if not cur and redis.call("GET", K.holder) ~= token then
     local id = flat[i]
     local pin, rc = busy_entry(flat[i + 1], now_s)
     local src, dst = busy_payloads_key(P, id), payloads_key(P, id)
-    if redis.call("EXISTS", src) == 1 then
+    if at_most_once then
+      -- the dead holder may have run them: never again
+      morgue_all(K, P, id, src, now_s, "interrupted")
+    elseif redis.call("EXISTS", src) == 1 then
       redis.call("ZADD", K.queue, pin, id)
       set_retry(K, id, rc)
       redis.call("ZADD", K.ids, 0, id)

@@ -123,3 +123,93 @@ return {
     assert.truthy(body:find(" 404$"), body)
   end)
 end)
+
+describe("delivery", function()
+  local dir, proc
+  -- Once/Least: the same worker at most / at least once. A job records each
+  -- start in t:starts:ID; "hold" waits until t:release; "fail" fails.
+  local function worker(delivery)
+    return ([[
+local luakiq = require "luakiq"
+return {
+  shards_count = 1, delivery = %q, max_retry_count = 5, retry_in = function() return 0.2 end,
+  perform = function(batch)
+    for id in pairs(batch) do
+      luakiq.redis.call("RPUSH", "t:starts:" .. id, luakiq.now())
+      if id == "fail" then error("broken", 0) end
+      if id == "hold" then
+        while not luakiq.redis.call("GET", "t:release") do luakiq.sleep(0.05) end
+      end
+    end
+  end,
+}
+]]):format(delivery)
+  end
+  before_each(function()
+    srv.conn:call("FLUSHALL")
+    dir = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 2, poll_interval = 0.2, lease_ttl = 1 }",
+      ["workers/Once.lua"] = worker("at_most_once"),
+      ["workers/Least.lua"] = worker("at_least_once"),
+    }
+  end)
+  after_each(function()
+    if proc then proc:kill() end
+    proc = nil
+    host.sh("rm -rf " .. q(dir))
+  end)
+  local function starts(id) return srv.conn:call("LLEN", "t:starts:" .. id) end
+
+  it("at_most_once: a failure sends every payload of the call to the morgue at once", function()
+    proc = host.spawn("run " .. q(dir), env())
+    host.enqueue(dir, "Once", { { id = "fail", payload = 1, score = 1 }, { id = "fail", payload = 2, score = 2 } }, env())
+    local dead = host.eventually(function() return list(dir, "Once", "morgue").fail end, 10, "fail in the morgue")
+    assert.are.equal("broken", dead.error)
+    assert.are.same({ { 1, 1 }, { 2, 2 } }, dead.payloads)
+    core.sleep(0.6)
+    assert.are.equal(1, starts("fail"))
+    assert.are.same({}, list(dir, "Once", "queue"))
+    -- at least once (the default): the morgue rule after max_retry_count
+    host.enqueue(dir, "Least", { { id = "fail", payload = 1, score = 1 } }, env())
+    host.eventually(function() return list(dir, "Least", "morgue").fail end, 15, "Least's fail in the morgue")
+    assert.are.equal(1 + 6, starts("fail")) -- 1 for Once, 6 tries for Least (max_retry_count 5)
+  end)
+
+  it("at_most_once: after a kill -9 the next holder moves the interrupted jobs to the morgue ('interrupted')", function()
+    proc = host.spawn("run " .. q(dir), env())
+    host.enqueue(dir, "Once", { { id = "hold", payload = 1 } }, env())
+    host.eventually(function() return starts("hold") == 1 end, 10, "hold started")
+    proc:signal("KILL")
+    proc:wait(5)
+    proc = host.spawn("run " .. q(dir), env())
+    local dead = host.eventually(function() return list(dir, "Once", "morgue").hold end, 10, "hold in the morgue")
+    assert.are.equal("interrupted", dead.error)
+    srv.conn:call("SET", "t:release", "1")
+    core.sleep(1)
+    assert.are.equal(1, starts("hold"))
+    local _, j = job(dir, "Once", "hold")
+    assert.are.equal("dead", j.state)
+  end)
+
+  it("at_least_once (the default): after a kill -9 the interrupted job runs again", function()
+    proc = host.spawn("run " .. q(dir), env())
+    host.enqueue(dir, "Least", { { id = "hold", payload = 1 } }, env())
+    host.eventually(function() return starts("hold") == 1 end, 10, "hold started")
+    proc:signal("KILL")
+    proc:wait(5)
+    srv.conn:call("SET", "t:release", "1")
+    proc = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return starts("hold") == 2 end, 10, "hold ran again")
+    host.eventually(function() return stats(dir).total.length == 0 and next(list(dir, "Least", "busy")) == nil end,
+      10, "hold done")
+    assert.are.equal(0, stats(dir).total.morgue_length)
+  end)
+
+  it("refuses a delivery that is not at_least_once or at_most_once (exit 2, one line)", function()
+    local bad = host.scriptdir { ["workers/W.lua"] = 'return { delivery = "exactly_once", perform = function() end }' }
+    local rc, _, err = host.exec("plan " .. q(bad))
+    host.sh("rm -rf " .. q(bad))
+    assert.are.equal(2, rc)
+    assert.truthy(err:find('delivery must be "at_least_once" or "at_most_once", got "exactly_once"', 1, true), err)
+  end)
+end)

@@ -16,6 +16,22 @@ local function merge_payloads(src, dst)
   end
 end
 
+-- Moves every payload of the zset src (id's, in flight) to the morgue: the
+-- id's dead payloads united with them (an equal payload keeps the minimal
+-- score), updated_at = now_s, the error err ("" = none). src is gone
+-- afterwards. Returns the moved {payload, score, ...} (flat). For
+-- delivery = "at_most_once" (fail.lua, fetch.lua): nothing of a call that may
+-- have run is ever queued again.
+local function morgue_all(K, P, id, src, now_s, err)
+  local moved = redis.call("ZRANGE", src, 0, -1, "WITHSCORES")
+  if #moved == 0 then return moved end
+  redis.call("ZADD", K.morgue, now_s, id)
+  redis.call("ZADD", K.morgue_ids, 0, id)
+  merge_payloads(src, morgue_payloads_key(P, id))
+  if err ~= "" then redis.call("HSET", K.morgue_errors, id, err) else redis.call("HDEL", K.morgue_errors, id) end
+  return moved
+end
+
 -- The retries index holds only jobs waiting for a retry (retry_count >= 0);
 -- a fresh job (-1) is not in it, which spares every push and fetch of a
 -- fresh job one sorted-set write. K: shard_keys(P); rc: a Redis score string.
