@@ -37,7 +37,7 @@ for v in $(seq 1 "$versions"); do
 done
 echo "pushed $orders orders x $versions snapshots; waiting for the queue to drain"
 for _ in $(seq 600); do
-  "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"lag":0,"length":0,"morgue_length":0}' && break
+  "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"expired":0,"lag":0,"length":0,"morgue_length":0}' && break
   sleep 0.1
 done
 kill -TERM "$host_pid"; wait "$host_pid" || true; host_pid=

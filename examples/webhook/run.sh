@@ -37,7 +37,7 @@ echo "private redis-server on $REDIS_URL, receiver on $WEBHOOK_URL"
 } | "$LUAKIQ_BIN" enqueue "$dir" Orders
 echo '{"id":"forged-1","payload":{"total":1}}' | "$LUAKIQ_BIN" enqueue "$dir" Forged
 for _ in $(seq 200); do
-  "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"lag":0,"length":0,"morgue_length":2}' && break
+  "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"expired":0,"lag":0,"length":0,"morgue_length":2}' && break
   sleep 0.1
 done
 kill -TERM "$host_pid"; wait "$host_pid" || true; host_pid=

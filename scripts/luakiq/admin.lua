@@ -43,7 +43,7 @@ function M.worker_stats(conn, cfg)
   local now, by = core.now(), {}
   for _, w in ipairs(cfg.workers) do
     by[w.name] = { fresh = 0, retries = 0, length = 0, morgue_length = 0, lag = 0,
-                   processed = 0, failed = 0, busy = 0 }
+                   processed = 0, failed = 0, busy = 0, expired = 0 }
   end
   for i, r in ipairs(replies) do
     check(r, "stats")
@@ -56,19 +56,22 @@ function M.worker_stats(conn, cfg)
     s.processed = s.processed + (tonumber(r[5]) or 0)
     s.failed = s.failed + (tonumber(r[6]) or 0)
     s.busy = s.busy + tonumber(r[7])
+    s.expired = s.expired + (tonumber(r[8]) or 0)
   end
   for _, s in pairs(by) do s.length = s.fresh + s.retries end
   return by
 end
 
--- Lowkiq's /api/v1/stats shape.
+-- Lowkiq's /api/v1/stats shape, plus expired (payloads that expired before
+-- they ran, since the queue began).
 function M.stats(conn, cfg)
   local by = M.worker_stats(conn, cfg)
-  local out = { total = { length = 0, morgue_length = 0, lag = 0 }, by_worker = {} }
+  local out = { total = { length = 0, morgue_length = 0, lag = 0, expired = 0 }, by_worker = {} }
   for name, s in pairs(by) do
-    out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag }
+    out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag, expired = s.expired }
     out.total.length = out.total.length + s.length
     out.total.morgue_length = out.total.morgue_length + s.morgue_length
+    out.total.expired = out.total.expired + s.expired
     if s.lag > out.total.lag then out.total.lag = s.lag end
   end
   return out

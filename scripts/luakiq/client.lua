@@ -10,7 +10,7 @@ local middleware = require "luakiq.middleware"
 local M = {}
 
 local CHUNK = 1000 -- jobs per push.lua call: keeps each script run short
-local allowed = { id = true, payload = true, score = true, perform_in = true, retry_count = true }
+local allowed = { id = true, payload = true, score = true, perform_in = true, retry_count = true, expires_at = true }
 
 local function finite(x) return type(x) == "number" and x == x and x ~= math.huge and x ~= -math.huge end
 
@@ -42,13 +42,13 @@ local function num(job, name, default, where, id)
   return v
 end
 
--- Checks one job and returns {id, perform_in, retry_count, score, payload_bytes}.
+-- Checks one job and returns {id, perform_in, retry_count, score, payload_bytes, expires_at or false}.
 local function prepare(cfg, worker, job, i, now)
   local where = "job " .. i
   if type(job) ~= "table" then errors.input(where .. ": must be an object") end
   for k in pairs(job) do
     if not allowed[k] then
-      errors.input(where .. ": unknown field '" .. esc(k) .. "' (allowed: id, payload, score, perform_in, retry_count)")
+      errors.input(where .. ": unknown field '" .. esc(k) .. "' (allowed: id, payload, score, perform_in, retry_count, expires_at)")
     end
   end
   local id = M.id_string(job.id, where)
@@ -66,7 +66,8 @@ local function prepare(cfg, worker, job, i, now)
     errors.input(string.format("%s (id %s): payload is %d bytes, over max_payload_bytes (%d)",
       where, esc(id), #bytes, cfg.max_payload_bytes))
   end
-  return { id, perform_in, retry_count, score, bytes }
+  local expires_at = num(job, "expires_at", false, where, id)
+  return { id, perform_in, retry_count, score, bytes, expires_at }
 end
 
 -- Queues whose shards_count this VM has checked against the registry. An
@@ -121,6 +122,16 @@ local function push_now(conn, cfg, worker, jobs)
         cmd[k + 3] = p[4] == now and now_s or p[4]
         cmd[k + 4] = p[5]
         k = k + 5
+      end
+      -- the expiry trailer (push.lua): "", "expires_at", then job number, time
+      local trailer
+      for j = from, math.min(from + CHUNK - 1, #list) do
+        local at = list[j][6]
+        if at then
+          if not trailer then trailer = true cmd[k], cmd[k + 1] = "", "expires_at" k = k + 2 end
+          cmd[k], cmd[k + 1] = tostring(j - from + 1), string.format("%.17g", at)
+          k = k + 2
+        end
       end
       cmds[#cmds + 1] = cmd
     end

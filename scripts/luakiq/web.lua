@@ -300,6 +300,8 @@ local function api(ctx)
       metric("luakiq_busy_jobs", "gauge", "Jobs in flight.", per("busy"))
       metric("luakiq_processed_total", "counter", "Jobs performed successfully (all hosts).", per("processed"))
       metric("luakiq_failed_total", "counter", "Job failures (all hosts).", per("failed"))
+      metric("luakiq_expired_total", "counter", "Payloads that expired before they ran (moved to the morgue).",
+        per("expired"))
     else
       log.warn("metrics: " .. tostring(by):match("^[^\n]*"))
     end

@@ -18,6 +18,8 @@
 -- (same batch id): its sender lost the reply. Otherwise up to limit due ids
 -- (perform_in <= now, lowest first, -inf included) move to the busy keys under
 -- a new batch id, and busy:fetched_at = now (once per batch, not per job).
+-- Payloads whose expires_at has passed never leave the queue for perform:
+-- they go to the morgue ("expired"; counters.expired) as their id is fetched.
 -- Returns {"OK", batch, head, restored, acked, n, then per job: id,
 -- perform_in, retry_count, error or "", npayloads, payload1, payload2, ...};
 -- batch = id of the returned jobs ("" when n = 0), head = lowest perform_in
@@ -82,6 +84,15 @@ if ack ~= "" and ack == redis.call("GET", K.batch) then
     del_keys(dels)
     redis.call("HINCRBY", K.counters, "processed", #ids)
     acked = #ids
+    -- the expiry entries of acked ids with nothing queued behind them
+    if redis.call("EXISTS", K.expiring) == 1 then
+      for _, id in ipairs(ids) do
+        if redis.call("SISMEMBER", K.expiring, id) == 1 and redis.call("EXISTS", payloads_key(P, id)) == 0 then
+          redis.call("DEL", expires_key(P, id))
+          redis.call("SREM", K.expiring, id)
+        end
+      end
+    end
   end
   inflight = false
 else
@@ -110,6 +121,33 @@ local function each_chunk(cmd, key, list, fn)
     local r = redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
     if fn then fn(r, i - 1) end
   end
+end
+-- Expired payloads of id (expires_at <= now) leave src, its queued
+-- payloads, for the morgue with the error "expired" (counters.expired +1
+-- each): they are never handed to perform. An entry of P expires:ID whose
+-- payload is neither queued nor in flight is stale and goes.
+local function expire(id, src, now_s)
+  local ek = expires_key(P, id)
+  local flat, gone = redis.call("HGETALL", ek), 0
+  for i = 1, #flat, 2 do
+    local payload, at = flat[i], tonumber(flat[i + 1])
+    local score = redis.call("ZSCORE", src, payload)
+    if score and at and at <= now then
+      redis.call("ZREM", src, payload)
+      redis.call("ZADD", morgue_payloads_key(P, id), "LT", score, payload)
+      redis.call("HDEL", ek, payload)
+      gone = gone + 1
+    elseif not score and not redis.call("ZSCORE", busy_payloads_key(P, id), payload) then
+      redis.call("HDEL", ek, payload)
+    end
+  end
+  if gone > 0 then
+    redis.call("ZADD", K.morgue, now_s, id)
+    redis.call("ZADD", K.morgue_ids, 0, id)
+    redis.call("HSET", K.morgue_errors, id, "expired")
+    redis.call("HINCRBY", K.counters, "expired", gone)
+  end
+  if redis.call("EXISTS", ek) == 0 then redis.call("SREM", K.expiring, id) end
 end
 local n, head = 0, nil
 if want == "1" and limit > 0 then
@@ -168,11 +206,13 @@ if want == "1" and limit > 0 then
         each_chunk("HDEL", K.errors, ids)
       end
       local fields = {}
+      local expiring = redis.call("EXISTS", K.expiring) == 1
       for i = 1, m do
         local id, pin = ids[i], due[2 * i]
         local rc, err = rcs[i] or "-1", errs[i] or nil
-        -- An id without a payload key (junk) is dropped.
+        -- An id without a payload key (junk, or every payload expired) is dropped.
         local src = payloads_key(P, id)
+        if expiring and redis.call("SISMEMBER", K.expiring, id) == 1 then expire(id, src, now_s) end
         local pl = redis.call("ZRANGE", src, "0", "-1")
         if #pl > 0 then
           redis.call("RENAME", src, busy_payloads_key(P, id))

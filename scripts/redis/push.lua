@@ -7,7 +7,12 @@
 -- creates a separate queued job that runs after the batch.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
 -- ARGV[1] = wake channel ("" = never publish), ARGV[2] = now,
--- then groups of 5: id, perform_in, retry_count, score, payload (bytes).
+-- then groups of 5: id, perform_in, retry_count, score, payload (bytes),
+-- then optionally "", "expires_at" (no id is empty, no perform_in is that)
+-- and pairs: job number (1-based, its group), expires_at: that job's payload
+-- expires then (docs/redis.md,
+-- "expires_at"). An equal payload already queued keeps the later expiry (none
+-- is the latest); pushed without one, it no longer expires.
 -- Returns {added, head}: added = ids newly queued (integer), head = the
 -- shard's lowest perform_in after the push (Redis score string) or false.
 -- Publishes the prefix on the channel when the head got earlier (an empty
@@ -34,14 +39,35 @@ local function finite(v, what, n)
   memo[v] = s
   return s
 end
-if (#ARGV - 2) % 5 ~= 0 then error("luakiq push: ARGV must be channel, now, then groups of 5", 0) end
+-- The expiry trailer: starts where a group would have id "" and perform_in
+-- "expires_at".
+local last = #ARGV -- the last ARGV of the groups
+local expiry -- group number -> expires_at (normalized)
+for i = 3, #ARGV, 5 do
+  if ARGV[i] == "" and ARGV[i + 1] == "expires_at" and (#ARGV - i - 1) % 2 == 0 then
+    last = i - 1
+    expiry = {}
+    for j = i + 2, #ARGV, 2 do
+      local n = tonumber(ARGV[j])
+      if not n or n % 1 ~= 0 or n < 1 or 3 + (n - 1) * 5 > last then
+        error("luakiq push: expiry for job '" .. tostring(ARGV[j]) .. "': no such job", 0)
+      end
+      expiry[n] = finite(ARGV[j + 1], "expires_at", n)
+    end
+    break
+  end
+end
+if (last - 2) % 5 ~= 0 then
+  error("luakiq push: ARGV must be channel, now, then groups of 5, then optionally \"\", \"expires_at\" and " ..
+    "job/expires_at pairs", 0)
+end
 finite(ARGV[2], "now")
 -- Validate everything before the first write: a script error does not roll
 -- back. The arguments of the variadic ZADDs are built on the way.
 local qargs, iargs = {}, {}
 local retried -- groups with retry_count >= 0 (rare): {id, rc, group number}
 local k = 0
-for i = 3, #ARGV, 5 do
+for i = 3, last, 5 do
   local n = (i - 3) / 5 + 1
   local id = ARGV[i]
   if id == "" then error("luakiq push: job " .. n .. ": id is empty", 0) end
@@ -63,7 +89,7 @@ local before = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
 if retried then
   local want = {} -- id -> its earliest group with retry_count >= 0
   for _, r in ipairs(retried) do want[r[1]] = want[r[1]] or r end
-  for i = 3, #ARGV, 5 do -- an earlier group of the id (retry_count < 0) wins
+  for i = 3, last, 5 do -- an earlier group of the id (retry_count < 0) wins
     local r = want[ARGV[i]]
     if r and (i - 3) / 5 + 1 < r[3] then want[ARGV[i]] = false end
   end
@@ -82,8 +108,30 @@ for from = 1, k, 2000 do
   added = added + redis.call("ZADD", queue, "NX", unpack(qargs, from, to))
   redis.call("ZADD", K.ids, "NX", unpack(iargs, from, to))
 end
-for i = 3, #ARGV, 5 do
-  redis.call("ZADD", payloads_key(P, ARGV[i]), "LT", memo[ARGV[i + 3]], ARGV[i + 4])
+local new_payload = {} -- group -> its payload was not queued yet (pushes with expiries only)
+for i = 3, last, 5 do
+  local added_p = redis.call("ZADD", payloads_key(P, ARGV[i]), "LT", memo[ARGV[i + 3]], ARGV[i + 4])
+  if expiry then new_payload[(i - 3) / 5 + 1] = added_p == 1 end
+end
+-- Expiry per payload (P expires:ID, P expiring): only when this push has
+-- one or the shard has some.
+if expiry or redis.call("EXISTS", K.expiring) == 1 then
+  for i = 3, last, 5 do
+    local n = (i - 3) / 5 + 1
+    local id, payload, at = ARGV[i], ARGV[i + 4], expiry and expiry[n]
+    local ek = expires_key(P, id)
+    if at then
+      -- a payload queued without an expiry keeps none (the later one wins)
+      local old = tonumber(redis.call("HGET", ek, payload))
+      if new_payload[n] or old then
+        if not old or old < tonumber(at) then redis.call("HSET", ek, payload, at) end
+        redis.call("SADD", K.expiring, id)
+      end
+    elseif redis.call("SISMEMBER", K.expiring, id) == 1 then
+      redis.call("HDEL", ek, payload)
+      if redis.call("EXISTS", ek) == 0 then redis.call("SREM", K.expiring, id) end
+    end
+  end
 end
 local head = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
 if channel ~= "" and head and (not before or tonumber(head) < tonumber(before)) then

@@ -3,7 +3,7 @@
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".  No ARGV.
 -- Returns strings {fresh (queued, retry_count < 0), retries (queued,
 -- retry_count >= 0), morgue_length, head (lowest perform_in) or "",
--- processed, failed, busy (jobs in flight)}.
+-- processed, failed, busy (jobs in flight), expired (payloads)}.
 -- (The retries index holds only retry_count >= 0, so fresh = queue - retries.)
 -- luakiq:include keys
 local P = KEYS[1]
@@ -17,4 +17,5 @@ return {
   redis.call("HGET", K.counters, "processed") or "0",
   redis.call("HGET", K.counters, "failed") or "0",
   tostring(redis.call("HLEN", K.busy)),
+  redis.call("HGET", K.counters, "expired") or "0",
 }

@@ -213,3 +213,128 @@ return {
     assert.truthy(err:find('delivery must be "at_least_once" or "at_most_once", got "exactly_once"', 1, true), err)
   end)
 end)
+
+describe("expires_at", function()
+  local dir, proc, port
+  before_each(function()
+    srv.conn:call("FLUSHALL")
+    -- Log records every payload perform gets; "Push" enqueues through
+    -- perform_async from a worker (the Lua path)
+    dir = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 1, poll_interval = 0.2 }",
+      ["workers/Log.lua"] = [[
+local luakiq = require "luakiq"
+return {
+  shards_count = 2, batch_size = 10,
+  perform = function(batch)
+    for id, ps in pairs(batch) do
+      for _, p in ipairs(ps) do luakiq.redis.call("RPUSH", "t:ran", id .. "=" .. luakiq.json.encode(p)) end
+    end
+  end,
+}
+]],
+      ["workers/Push.lua"] = [[
+local luakiq = require "luakiq"
+return {
+  perform = function(batch)
+    for _, ps in pairs(batch) do
+      for _, p in ipairs(ps) do luakiq.perform_async("Log", { p }) end
+    end
+  end,
+}
+]],
+    }
+  end)
+  after_each(function()
+    if proc then proc:kill() end
+    proc = nil
+    host.sh("rm -rf " .. q(dir))
+  end)
+  local function ran()
+    local set = {}
+    for _, e in ipairs(srv.conn:call("LRANGE", "t:ran", 0, -1)) do set[e] = (set[e] or 0) + 1 end
+    return set
+  end
+
+  it("never gives an expired payload to perform: the morgue ('expired'), counted in stats and /metrics", function()
+    local now = core.now()
+    -- queued while no host runs: by the time one starts, some have expired
+    host.enqueue(dir, "Log", {
+      { id = "a", payload = "old", score = 1, expires_at = now + 0.5 },   -- expires while waiting
+      { id = "a", payload = "fresh", score = 2, expires_at = now + 3600 }, -- merged, keeps its own expiry
+      { id = "a", payload = "plain", score = 3 },                       -- never expires
+      { id = "b", payload = "gone", expires_at = now - 1 },             -- expired on arrival: whole job
+      { id = "c", payload = "late", perform_in = now + 1, expires_at = now + 0.5 }, -- due after its expiry
+    }, env())
+    core.sleep(1.2)
+    port = core.free_port()
+    proc = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port, env())
+    host.eventually(function() return ran()['a="plain"'] end, 10, "a ran")
+    core.sleep(0.5)
+    local r = ran()
+    assert.are.same({ ['a="fresh"'] = 1, ['a="plain"'] = 1 }, r)
+    local dead = list(dir, "Log", "morgue")
+    assert.are.equal("expired", dead.a.error)
+    assert.are.same({ { "old", 1 } }, dead.a.payloads)
+    assert.are.equal("expired", dead.b.error)
+    assert.are.equal("expired", dead.c.error)
+    local s = stats(dir)
+    assert.are.equal(3, s.by_worker.Log.expired)
+    assert.are.equal(3, s.total.expired)
+    local metrics = host.capture("curl -s http://127.0.0.1:" .. port .. "/metrics")
+    assert.truthy(metrics:find('luakiq_expired_total{worker="Log"} 3', 1, true), metrics)
+    -- nothing left over: the expiry entries go with the acked jobs
+    host.eventually(function() return srv.conn:call("EXISTS", "luakiq:{Log:" .. core.crc32("a") % 2 .. "}:expires:a") == 0 end,
+      5, "a's expiry entries gone")
+  end)
+
+  it("an equal payload pushed without expires_at no longer expires; with a later one, the later wins", function()
+    local now = core.now()
+    host.enqueue(dir, "Log", { { id = "m", payload = "x", expires_at = now + 0.3 } }, env())
+    host.enqueue(dir, "Log", { { id = "m", payload = "x" } }, env())
+    host.enqueue(dir, "Log", { { id = "n", payload = "y", expires_at = now + 0.3 } }, env())
+    host.enqueue(dir, "Log", { { id = "n", payload = "y", expires_at = now + 3600 } }, env())
+    host.enqueue(dir, "Log", { { id = "o", payload = "z", expires_at = now + 3600 } }, env())
+    host.enqueue(dir, "Log", { { id = "o", payload = "z", expires_at = now + 0.3 } }, env())
+    core.sleep(0.8)
+    proc = host.spawn("run " .. q(dir), env())
+    host.eventually(function() local r = ran() return r['m="x"'] and r['n="y"'] and r['o="z"'] end, 10, "all ran")
+    assert.are.equal(0, stats(dir).total.expired)
+  end)
+
+  it("is taken by perform_async and by POST /api/v1/workers/NAME/jobs", function()
+    local now = core.now()
+    port = core.free_port()
+    host.enqueue(dir, "Push", { { id = "p", payload = { id = "q", payload = "via-lua", expires_at = now - 1 } } }, env())
+    proc = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port, env())
+    host.eventually(function() return list(dir, "Log", "morgue").q end, 10, "q expired")
+    local url = "http://127.0.0.1:" .. port .. "/api/v1/workers/Log/jobs"
+    local body = json.encode { { id = "h", payload = "via-http", expires_at = now - 1 } }
+    local out = host.capture("curl -s -X POST --data-binary " .. q(body) .. " " .. q(url))
+    assert.are.equal('{"enqueued":1}', out)
+    host.eventually(function() return list(dir, "Log", "morgue").h end, 10, "h expired")
+    assert.is_nil(ran()['h="via-http"'])
+    assert.is_nil(ran()['q="via-lua"'])
+  end)
+
+  it("refuses an expires_at that is not a finite number: exit 2 / HTTP 400, nothing enqueued", function()
+    for _, line in ipairs { '{"id":"x","expires_at":"soon"}', '{"id":"x","expires_at":1e999}', '{"id":"x","expires_at":null,"bad":1}' } do
+      local rc, _, err = host.exec("enqueue " .. q(dir) .. " Log", '{"id":"ok"}\n' .. line, env())
+      assert.are.equal(2, rc, err)
+      assert.truthy(err:find("job 2", 1, true), err)
+    end
+    local rc, _, err = host.exec("enqueue " .. q(dir) .. " Log", '{"id":"x","expires_at":"soon"}', env())
+    assert.truthy(err:find("expires_at must be a finite number", 1, true), err)
+    assert.are.equal(2, rc)
+    assert.are.equal(0, stats(dir).total.length)
+    port = core.free_port()
+    proc = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port, env())
+    local url = "http://127.0.0.1:" .. port .. "/api/v1/workers/Log/jobs"
+    host.eventually(function() return host.capture("curl -s -o /dev/null -w '%{http_code}' " .. q(url)) ~= "000" end, 10, "listener")
+    local out = host.capture("curl -s -w ' %{http_code}' -X POST --data-binary " ..
+      q('[{"id":"y","perform_in":1},{"id":"z","expires_at":"never"}]') .. " " .. q(url))
+    assert.truthy(out:find(" 400$"), out)
+    assert.truthy(out:find("expires_at must be a finite number", 1, true), out)
+    assert.are.equal(0, stats(dir).total.length)
+  end)
+end)

@@ -97,18 +97,18 @@ describe("metrics", function()
   end)
 
   describe("stats (Lowkiq's /api/v1/stats shape)", function()
-    it("has total and by_worker with length, morgue_length and lag", function()
+    it("has total and by_worker with length, morgue_length, lag and expired", function()
       env:push("Multi", { { id = 1, perform_in = now() - 4 }, { id = 2 } })
       env:push("Other", { { id = 1, perform_in = now() - 7 } })
       env:kill("Test", { { id = 1 } })
       assert.are.same({
-        total = { length = 3, morgue_length = 1, lag = 7 },
+        total = { length = 3, morgue_length = 1, lag = 7, expired = 0 },
         by_worker = {
-          Test = { length = 0, morgue_length = 1, lag = 0 },
-          Batch = { length = 0, morgue_length = 0, lag = 0 },
-          Ahead = { length = 0, morgue_length = 0, lag = 0 },
-          Multi = { length = 2, morgue_length = 0, lag = 4 },
-          Other = { length = 1, morgue_length = 0, lag = 7 },
+          Test = { length = 0, morgue_length = 1, lag = 0, expired = 0 },
+          Batch = { length = 0, morgue_length = 0, lag = 0, expired = 0 },
+          Ahead = { length = 0, morgue_length = 0, lag = 0, expired = 0 },
+          Multi = { length = 2, morgue_length = 0, lag = 4, expired = 0 },
+          Other = { length = 1, morgue_length = 0, lag = 7, expired = 0 },
         },
       }, admin.stats(env.conn, env.cfg))
     end)
@@ -125,7 +125,7 @@ describe("metrics", function()
   describe("of one shard (stats.lua, heads.lua)", function()
     it("an empty shard has no head and lag 0", function()
       local p = env:prefix("Multi", 3)
-      assert.are.same({ "0", "0", "0", "", "0", "0", "0" }, env.conn:script("stats", p))
+      assert.are.same({ "0", "0", "0", "", "0", "0", "0", "0" }, env.conn:script("stats", p))
       assert.are.same({ "", "0" }, env.conn:script("heads", p))
       assert.are.equal(0, env:stats("Multi").lag)
     end)

@@ -25,6 +25,7 @@ local function shard_keys(P)
     morgue = P .. "morgue",                   -- ZSET id -> updated_at (dead jobs)
     morgue_ids = P .. "morgue:ids",           -- ZSET id -> 0 (lexicographic listings)
     morgue_errors = P .. "morgue:errors",     -- HASH id -> error (dead jobs)
+    expiring = P .. "expiring",               -- SET ids that have an expires hash
   }
 end
 
@@ -32,6 +33,8 @@ end
 local function payloads_key(P, id) return P .. "payloads:" .. id end
 local function busy_payloads_key(P, id) return P .. "busy:payloads:" .. id end
 local function morgue_payloads_key(P, id) return P .. "morgue:payloads:" .. id end
+-- HASH payload -> expires_at, for the id's payloads pushed with one
+local function expires_key(P, id) return P .. "expires:" .. id end
 
 -- A busy entry (the value of an id in the busy hash) is
 -- "perform_in\nretry_count", both Redis score strings.
