@@ -168,6 +168,11 @@ static void host_on_done(evutil_socket_t fd, short what, void *arg) {
     event_base_loopbreak(host.base);
 }
 
+/* The main thread of `luakiq run`, from start to exit code: one libevent
+ * loop owns signals, the wake-up subscriber, the timeout watchdog and the HTTP
+ * listener, so worker threads never handle a signal or a socket of the
+ * host's. Why one loop: every cross-thread event becomes a callback here, in
+ * one thread, with no lock around the plan's Lua state. */
 int host_run(const struct host_plan *plan) {
     char err[512];
     int code = 1;

@@ -29,6 +29,7 @@
  * either way, so host_run's anchored arguments stay where they are. */
 struct hostlua_web { lua_State *L; int ref; };
 
+/* Main thread, once per HTTP request (web.c's callback). */
 static int hostlua_web_handle(void *ud, const struct web_request *req, struct web_response *out) {
     struct hostlua_web *w = ud;
     lua_State *L = w->L;

@@ -184,6 +184,9 @@ static void runner_keep_stuck(const char *record, int parked) {
     stuck_records[nstuck_records++] = copy;
 }
 
+/* Main thread, at exit: joins every thread that is not stuck (a stuck one
+ * may never return: it is left behind, and its call record kept for
+ * runner_take_stuck, so its jobs can be failed before the process goes). */
 void runner_join_all(void) {
     for (int i = 0; i < nrunners; i++) {
         struct runner *r = runners[i];
@@ -246,6 +249,10 @@ static void runner_drain(struct runner *r) {
     if (r->wake_fd >= 0 && read(r->wake_fd, &n, sizeof n) < 0) {} /* EAGAIN: nothing pending */
 }
 
+/* Worker thread: sleeps on its own mailbox (the eventfd) until a wake-up,
+ * the stop flag or the timeout, then hands over the queued messages. Why an
+ * eventfd and not a condition variable: the same fd is polled beside
+ * libcurl's sockets and children's pidfds while calls are parked. */
 int runner_wait(struct runner *r, double timeout_s, char ***msgs, int *all) {
     if (!(timeout_s >= 0)) timeout_s = 0;
     double until = runner_monotonic() + timeout_s;
@@ -337,6 +344,8 @@ void runner_stats(int i, struct runner_stat *out) {
     out->lua_bytes = atomic_load_explicit(&r->lua_bytes, memory_order_relaxed);
 }
 
+/* Main thread (dashboard, /metrics): a copy of thread i's running and
+ * parked calls, taken under its lock, so the caller reads no shared memory. */
 int runner_calls(int i, struct runner_call *out, int max) {
     if (i < 0 || i >= nrunners) return 0;
     struct runner *r = runners[i];
@@ -410,6 +419,9 @@ void runner_set_call(struct runner *r, double started, double deadline, const ch
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Worker thread: the running call parks (waits in luakiq's I/O); its record
+ * moves to the parked list, where the main thread still renews its shard's
+ * lease and can fail it if the thread gets stuck. */
 int runner_park(struct runner *r) {
     pthread_mutex_lock(&r->mu);
     if (r->nparked == r->capparked) {
@@ -441,6 +453,8 @@ int runner_park(struct runner *r) {
     return 0;
 }
 
+/* Worker thread: a parked call resumes; its record becomes the running one
+ * again, with the deadline it had (a parked call's clock never stops). */
 int runner_unpark(struct runner *r, double started, double *deadline) {
     pthread_mutex_lock(&r->mu);
     int j = 0;
@@ -568,6 +582,8 @@ void runner_set_trace(struct runner *r, const char *traceback) {
     atomic_store(&r->want_trace, 0);
 }
 
+/* Main thread, on TTIN: every thread's state, running and parked calls and
+ * the Lua tracebacks the threads stored at their last safe point. */
 void runner_dump(FILE *f) {
     double now = runner_now();
     for (int i = 0; i < nrunners; i++) {

@@ -326,6 +326,10 @@ static int store_is_noscript(const redisReply *r) {
     return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+/* The one round trip: every command of cmds sent at once, scripts by
+ * EVALSHA; the replies read in order. A NOSCRIPT (Redis restarted or
+ * flushed its scripts) reloads the scripts and resends only those commands,
+ * so a caller never sees it. */
 int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **out, char *err, size_t errlen) {
     char sha[41];
     if (store_broken(s)) { snprintf(err, errlen, "Redis connection is down"); return -1; }

@@ -64,6 +64,8 @@ static int sys_sha256(lua_State *L) {
 }
 
 static int sys_strcmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+/* core.list_dir(path) -> sorted names (no "." or "..") | nil, err: the
+ * script directory's workers in a stable order, without io.popen("ls"). */
 static int sys_list_dir(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     DIR *d = opendir(path);
