@@ -334,8 +334,20 @@ static const luaL_Reg conn_methods[] = {
     {"broken", conn_broken},       {"close", conn_close},
     {NULL, NULL}};
 
+/* core.redact_url(url) -> the URL without credentials (store_redact_url:
+ * the one redactor, so C's messages and Lua's agree). */
+static int conn_redact_url(lua_State *L) {
+    const char *url = luaL_checkstring(L, 1);
+    size_t n = store_redact_url(url, NULL, 0);
+    char *out = lua_newuserdata(L, n + 1); /* collected by Lua: nothing to free if a push raises */
+    store_redact_url(url, out, n + 1);
+    lua_pushlstring(L, out, n);
+    return 1;
+}
+
 static const luaL_Reg conn_funcs[] = {
     {"connect", conn_connect},
+    {"redact_url", conn_redact_url},
     {"script_source", conn_script_source},
     {"script_define", conn_script_define},
     {"script_names", conn_script_names},

@@ -46,6 +46,44 @@ static void url_decode(char *s) {
     *o = 0;
 }
 
+/* The end of a URL's userinfo: its last '@' before the query or fragment
+ * (a password may hold an unencoded '@' or '/'), or NULL without one.
+ * auth: the first byte after "scheme://". */
+static const char *store_userinfo_end(const char *auth) {
+    const char *stop = auth + strcspn(auth, "?#"), *at = NULL;
+    for (const char *c = auth; c < stop; c++) if (*c == '@') at = c;
+    return at;
+}
+
+size_t store_redact_url(const char *url, char *out, size_t outlen) {
+    size_t o = 0;
+#define PUT(ch) do { if (o + 1 < outlen) out[o] = (ch); o++; } while (0)
+    const char *auth = strstr(url, "://"), *at = NULL;
+    if (auth && auth + 3 <= url + strcspn(url, "?#")) {
+        auth += 3;
+        at = store_userinfo_end(auth);
+    } else auth = NULL;
+    for (const char *c = url; *c; ) {
+        if (auth && at && c == auth) {         /* the whole userinfo */
+            PUT('*'); PUT('*'); PUT('*');
+            c = at;
+            continue;
+        }
+        if ((*c == '?' || *c == '&') && strncmp(c + 1, "password=", 9) == 0) {
+            for (int k = 0; k < 10; k++) PUT(c[k]);
+            PUT('*'); PUT('*'); PUT('*');
+            c += 10;
+            while (*c && *c != '&' && *c != '#') c++;
+            continue;
+        }
+        PUT(*c);
+        c++;
+    }
+    if (outlen) out[o < outlen ? o : outlen - 1] = 0;
+#undef PUT
+    return o;
+}
+
 int store_parse_url(const char *url, struct store_url *u, char *err, size_t errlen) {
     memset(u, 0, sizeof *u);
     u->port = 6379;
@@ -75,7 +113,7 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
         return 0;
     }
     if (strncmp(url, "redis://", 8) != 0) goto bad;
-    const char *p = url + 8, *at = strchr(p, '@'), *slash;
+    const char *p = url + 8, *at = store_userinfo_end(p), *slash;
     if (at) {
         const char *colon = memchr(p, ':', (size_t)(at - p));
         const char *pw = colon ? colon + 1 : p;
@@ -106,9 +144,10 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
     }
     return 0;
 bad: {
-    const char *at = strrchr(url, '@'); /* never echo a password */
-    snprintf(err, errlen, "bad Redis URL '%s%s' (want redis://[:password@]host[:port][/db] or unix:///path[?db=N])",
-             at ? "...@" : "", at ? at + 1 : url);
+    char shown[600]; /* never echo a password */
+    store_redact_url(url, shown, sizeof shown);
+    snprintf(err, errlen, "bad Redis URL '%s' (want redis://[:password@]host[:port][/db] or unix:///path[?db=N])",
+             shown);
     }
     return -1;
 }

@@ -22,6 +22,13 @@ struct store_url {
 };
 int store_parse_url(const char *url, struct store_url *out, char *err, size_t errlen);
 
+/* The one URL redactor (Redis and HTTP URLs, in every message, log, page
+ * and metric): the userinfo of scheme://USERINFO@host becomes "***" (up to
+ * the last '@' before the query: a password may hold an unencoded '@'), and
+ * every password=VALUE query parameter's value "***". Writes a NUL-terminated
+ * copy into out (truncated to outlen); returns the full length. Any thread. */
+size_t store_redact_url(const char *url, char *out, size_t outlen);
+
 /* Connects (AUTH, SELECT); NULL and a one-line reason in err on failure.
  * timeout_s bounds connect and every command. The store belongs to the caller's thread. */
 store *store_open(const char *url, double timeout_s, char *err, size_t errlen);

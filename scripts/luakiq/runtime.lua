@@ -28,9 +28,11 @@ function M.load(dir, overrides)
   return cfg
 end
 
--- A Redis URL fit for logs: the password is replaced by "***".
+-- A URL (Redis or HTTP) fit for logs, errors and pages: its userinfo and
+-- any password= parameter become "***" (core.redact_url: the one redactor,
+-- host/store.c, which C's own messages use too).
 function M.redact(url)
-  return (url:gsub("^(redis://[^/@]*:)[^/@]*@", "%1***@"):gsub("([?&]password=)[^&]*", "%1***"))
+  return core.redact_url(tostring(url))
 end
 
 -- Connects to cfg.redis. With retry_for > 0, keeps trying (backoff up to 2 s)

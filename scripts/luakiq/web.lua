@@ -83,10 +83,6 @@ end
 
 local function fail(status, msg) return reply(status, { error = msg }) end
 
--- A redis:// URL without its password.
-local function safe_url(url)
-  return (url:gsub("^(%a+://[^/@]-):[^/@]*@", "%1:***@"))
-end
 
 -- Decodes a JSON request body (an object unless want_array); raises input errors.
 local function body_json(body, what)
@@ -180,7 +176,7 @@ local function api(ctx)
     local info = {}
     for k, v in text:gmatch("([%w_]+):([^\r\n]*)") do info[k] = v end
     return {
-      url = safe_url(cfg.redis),
+      url = require("luakiq.runtime").redact(cfg.redis),
       version = info.redis_version,
       uptime_in_seconds = tonumber(info.uptime_in_seconds),
       uptime_in_days = tonumber(info.uptime_in_days),
