@@ -15,24 +15,15 @@ function M.fetch_cmd(h, t, limit, ack)
            ack and h.batch or "", limit > 0 and "1" or "0", h.def.delivery == "at_most_once" and "1" or nil }
 end
 
--- Reads one fetch.lua reply. Returns {jobs = {...}, head = number|nil}, or nil
--- when another holder has the shard's lease. Raises on an error reply.
-function M.parse_fetch(r, h, t)
+-- Reads one fetch.lua reply (h: whose; read only). Returns {jobs = {...},
+-- head = number|nil, batch = the batch id in flight or nil}, or
+-- {leased = true} when another holder has the shard's lease. Raises on an
+-- error reply. The caller keeps the batch id (the runner: h.batch).
+function M.parse_fetch(r, h)
   if type(r) ~= "table" or r.err then
     error("fetch failed on " .. h.prefix .. ": " .. tostring(r and r.err or r), 0)
   end
-  if r[1] == "LEASE" then
-    if not t.refused[h.prefix] then
-      log.warn("shard is leased by another host; skipping it", { worker = h.worker, shard = h.shard })
-      t.refused[h.prefix] = true
-    end
-    h.batch = nil
-    return nil
-  end
-  if t.refused[h.prefix] then
-    log.info("shard lease acquired", { worker = h.worker, shard = h.shard })
-    t.refused[h.prefix] = nil
-  end
+  if r[1] == "LEASE" then return { leased = true } end
   local batch, head, restored = r[2], r[3], tonumber(r[4])
   if restored and restored > 0 then
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
@@ -51,8 +42,7 @@ function M.parse_fetch(r, h, t)
     end
     jobs[j] = job
   end
-  h.batch = n > 0 and batch or nil
-  return { jobs = jobs, head = head ~= "" and tonumber(head) or nil }
+  return { jobs = jobs, head = head ~= "" and tonumber(head) or nil, batch = n > 0 and batch or nil }
 end
 
 function M.ids(jobs)
@@ -64,7 +54,8 @@ end
 -- The failure path as one fail.lua call. done: ids of h's batch in flight
 -- already performed with success (acked by the same call); the batch's ids
 -- neither failed nor done go back to the queue unchanged. Returns the
--- morgued payloads as {id=, payload=bytes, score=} tables.
+-- morgued payloads as {id=, payload=bytes, score=} tables. Either way the
+-- batch is no longer in flight for h (the caller forgets its id).
 function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done)
   local cmd = { script = "fail", h.prefix, t.token, t.lease_ms, now, h.batch or "", max_retry_count, err }
   for i, job in ipairs(jobs) do
@@ -76,7 +67,6 @@ function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done)
     cmd[#cmd + 1] = "done"
   end
   local r = conn:pipeline({ cmd })[1]
-  h.batch = nil
   if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end
   local morgued = {}
   if r[1] ~= "OK" then
@@ -101,7 +91,7 @@ end
 -- Moves payloads that cannot be loaded ({id=, payload=bytes, error=dumped})
 -- out of h's batch in flight into the morgue (bury.lua), at once, and sets
 -- b.score of each buried one. Returns false when the shard's lease is gone
--- (another holder has the batch now).
+-- (another holder has the batch now: the caller forgets its id).
 function M.bury(conn, h, t, now, bad)
   local cmd = { script = "bury", h.prefix, t.token, t.lease_ms, now, h.batch or "" }
   for _, b in ipairs(bad) do
@@ -114,7 +104,6 @@ function M.bury(conn, h, t, now, bad)
   if r[1] ~= "OK" then
     log.warn("lease lost before unloadable payloads were moved to the morgue; the next holder handles the batch",
       { worker = h.worker, shard = h.shard })
-    h.batch = nil
     return false
   end
   for i, b in ipairs(bad) do b.score = tonumber(r[2 + i]) end

@@ -1,4 +1,4 @@
--- luakiq.retry: the default retry_in (Lowkiq's formula, DESIGN §1).
+-- luakiq.retry: the default retry_in (Lowkiq's formula; docs/configuration.md, retry_in).
 local M = {}
 
 -- default(count) -> seconds until the next try of a job that has now failed

@@ -22,6 +22,7 @@ local queue = require "luakiq.queue"
 local runtime = require "luakiq.runtime"
 local wait = require "luakiq.wait"
 local failure = require "luakiq.failure"
+local retry = require "luakiq.retry"
 local luakiq = require "luakiq"
 
 local M = {}
@@ -77,13 +78,34 @@ local function pending_acks(t, except)
   return cmds, hs
 end
 
+-- Takes in h's fetch.lua reply: h.batch (the id of its batch in flight) and
+-- t.refused (shards another holder leases, to log the change once). Returns
+-- queue.parse_fetch's result, or nil when the lease is held elsewhere.
+local function took(t, h, r)
+  local res = queue.parse_fetch(r, h)
+  if res.leased then
+    h.batch = nil
+    if not t.refused[h.prefix] then
+      log.warn("shard is leased by another host; skipping it", { worker = h.worker, shard = h.shard })
+      t.refused[h.prefix] = true
+    end
+    return nil
+  end
+  if t.refused[h.prefix] then
+    log.info("shard lease acquired", { worker = h.worker, shard = h.shard })
+    t.refused[h.prefix] = nil
+  end
+  h.batch = res.batch
+  return res
+end
+
 -- Sends the pending acks (if any) alone; used before sleeping and at stop.
 local function flush(t)
   if not next(t.pending) then return end
   local cmds, hs = pending_acks(t)
   local r = t.conn:pipeline(cmds)
   t.pending = {}
-  for i, h in ipairs(hs) do queue.parse_fetch(r[i], h, t) end
+  for i, h in ipairs(hs) do took(t, h, r[i]) end
 end
 
 -- Calls the worker's retries_exhausted with dead ({id=, payloads=, error=}
@@ -119,11 +141,12 @@ local function fail(t, h, jobs, err, tb, done)
     if not delay then okr, delay = pcall(w.retry_in, count) end
     if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
       log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
-      delay = count ^ 4 + 15 + math.random(0, 29) * (count + 1)
+      delay = retry.default(count)
     end
     retry_at[i] = now + delay
   end
   local morgued = queue.fail(t.conn, h, t, now, max_rc, dumped or "", jobs, retry_at, done)
+  h.batch = nil
   if tb then log.debug(tb) end
   log.warn("batch failed: " .. msg:match("^[^\n]*"), {
     worker = w.name, shard = h.shard, ids = queue.ids(jobs), morgued = #morgued })
@@ -177,7 +200,10 @@ local function load_batch(t, h, jobs)
     b.error = (ok and type(dumped) == "string") and dumped or b.message
   end
   local ok = queue.bury(t.conn, h, t, core.now(), bad)
-  if not ok then return nil end
+  if not ok then
+    h.batch = nil
+    return nil
+  end
   local bad_ids = {}
   for i, b in ipairs(bad) do bad_ids[i] = b.id end
   log.error("payloads that cannot be loaded went to the morgue: " .. bad[1].message,
@@ -340,8 +366,8 @@ local function process(t, h)
   cmds[#cmds + 1] = queue.fetch_cmd(h, t, h.def.fetch_size, ack_same)
   local replies = t.conn:pipeline(cmds)
   t.pending = {}
-  for i, p in ipairs(acked) do queue.parse_fetch(replies[i], p, t) end
-  local res = queue.parse_fetch(replies[#replies], h, t)
+  for i, p in ipairs(acked) do took(t, p, replies[i]) end
+  local res = took(t, h, replies[#replies])
   if not res then return false, nil end -- lease held elsewhere
   local jobs = res.jobs
   if #jobs == 0 then return false, res.head end
@@ -359,7 +385,7 @@ local function process(t, h)
   for first = 1, #jobs, size do
     if first > 1 and (core.stopping() or core.now() - fetched >= t.cfg.poll_interval) then
       queue.settle(t.conn, h, t, done)
-      h.done = nil
+      h.batch, h.done = nil, nil
       local head = res.head
       if not head or jobs[first].perform_in < head then head = jobs[first].perform_in end
       return true, head

@@ -338,3 +338,26 @@ return {
     assert.are.equal(0, stats(dir).total.length)
   end)
 end)
+
+describe("jobs performed (/metrics)", function()
+  it("counts an id with a comma in it as one job", function()
+    srv.conn:call("FLUSHALL")
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 1, poll_interval = 0.2 }",
+      ["workers/W.lua"] = "return { shards_count = 1, batch_size = 5, perform = function() end }",
+    }
+    local port = core.free_port()
+    local p = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port, env())
+    host.enqueue(dir, "W", { { id = "a,b" }, { id = "c,d,e" } }, env())
+    local total = host.eventually(function()
+      local m = host.capture("curl -s http://127.0.0.1:" .. port .. "/metrics")
+      local n = 0
+      for v in m:gmatch('luakiq_thread_jobs_performed_total{thread="t%d+"} (%d+)') do n = n + tonumber(v) end
+      return n > 0 and n
+    end, 10, "jobs counted")
+    core.sleep(0.5)
+    p:kill()
+    host.sh("rm -rf " .. q(dir))
+    assert.are.equal(2, total)
+  end)
+end)

@@ -110,7 +110,7 @@ function E:fetch(worker, shard, o)
   local r = self.conn:script("fetch", p, o.token or S.TOKEN, o.lease_ms or 30000, o.now or core.now(),
     o.limit or 10, o.ack or "", o.fetch == false and "0" or "1")
   if r[1] == "LEASE" then return { lease = true, pttl = tonumber(r[2]) } end
-  local res = queue.parse_fetch(r, { prefix = p, worker = worker, shard = shard or 0 }, { refused = {} })
+  local res = queue.parse_fetch(r, { prefix = p, worker = worker, shard = shard or 0 })
   for _, job in ipairs(res.jobs) do load_job(self.cfg, job) end
   res.batch, res.restored, res.acked = r[2], tonumber(r[4]), tonumber(r[5])
   return res
