@@ -30,7 +30,8 @@ local function check(r, what)
 end
 
 -- Per-worker numbers: fresh, retries, length, morgue_length, lag, processed,
--- failed, busy. One pipeline over every shard of every worker.
+-- failed, busy, expired, paused. One pipeline over every shard of every
+-- worker, and NS:paused.
 function M.worker_stats(conn, cfg)
   local cmds, owners = {}, {}
   for _, w in ipairs(cfg.workers) do
@@ -39,11 +40,15 @@ function M.worker_stats(conn, cfg)
       owners[#owners + 1] = w.name
     end
   end
-  local replies = #cmds > 0 and conn:pipeline(cmds) or {}
+  cmds[#cmds + 1] = { "HGETALL", keys.paused(cfg.namespace) }
+  local replies = conn:pipeline(cmds)
+  local flat = check(table.remove(replies), "paused")
+  local paused = {}
+  for i = 1, #flat, 2 do paused[flat[i]] = true end
   local now, by = core.now(), {}
   for _, w in ipairs(cfg.workers) do
     by[w.name] = { fresh = 0, retries = 0, length = 0, morgue_length = 0, lag = 0,
-                   processed = 0, failed = 0, busy = 0, expired = 0 }
+                   processed = 0, failed = 0, busy = 0, expired = 0, paused = paused[w.queue_name] or false }
   end
   for i, r in ipairs(replies) do
     check(r, "stats")
@@ -68,7 +73,8 @@ function M.stats(conn, cfg)
   local by = M.worker_stats(conn, cfg)
   local out = { total = { length = 0, morgue_length = 0, lag = 0, expired = 0 }, by_worker = {} }
   for name, s in pairs(by) do
-    out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag, expired = s.expired }
+    out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag, expired = s.expired,
+                            paused = s.paused or nil } -- only when paused: "paused": true
     out.total.length = out.total.length + s.length
     out.total.morgue_length = out.total.morgue_length + s.morgue_length
     out.total.expired = out.total.expired + s.expired
@@ -213,6 +219,17 @@ function M.job(conn, cfg, worker_name, id, now)
   rec.payloads, i = payloads(7)
   if r[i] then rec.queued_payloads = payloads(i) end
   return rec
+end
+
+-- Pauses (pause = true) or resumes one worker's queue on every host
+-- (pause.lua). Returns {worker =, paused =, changed =}.
+function M.pause(conn, cfg, worker_name, pause)
+  local w = worker_of(cfg, worker_name)
+  local cmd = { script = "pause", keys.paused(cfg.namespace), w.queue_name, pause and "1" or "0",
+                keys.wake_channel(cfg.namespace) }
+  if not pause then for _, p in ipairs(prefixes(cfg, w)) do cmd[#cmd + 1] = p end end
+  local changed = check(conn:pipeline({ cmd })[1], "pause")
+  return { worker = w.name, paused = pause, changed = changed == 1 }
 end
 
 -- Runs a paged per-shard action until it reports nothing left, or once per

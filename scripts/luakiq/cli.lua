@@ -23,6 +23,7 @@ usage: luakiq COMMAND ...
   jobs DIR WORKER queue|morgue|busy [--order F] [--desc] [--min X] [--max X] [--limit N] [--offset N]
                                        list jobs as JSON lines
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
+  pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
   admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...
                                        bulk actions on queued jobs
   lua FILE [ARG...]                    run a Lua file inside the host runtime
@@ -52,6 +53,13 @@ requeue and delete act on the given ids, or on every dead job with --all.]],
   jobs = [[usage: luakiq jobs DIR WORKER queue|morgue|busy [--order id|perform_in|retry_count|updated_at] [--desc]
                    [--min X] [--max X] [--limit N] [--offset N] [--redis URL]
 Lists jobs as JSON lines. Ranges use Redis syntax: ids "-", "+", "[x", "(x"; numbers "-inf", "+inf", "(n".]],
+  pause = [[usage: luakiq pause DIR WORKER [--redis URL]
+Every host starts no new call of WORKER within 1 s; running calls finish;
+enqueue goes on. Kept in Redis: a host started later stays paused. Prints
+{"changed":true|false,"paused":true,"worker":NAME}. Undo with luakiq resume.]],
+  resume = [[usage: luakiq resume DIR WORKER [--redis URL]
+Lets every host run WORKER again (its backlog drains). Prints
+{"changed":true|false,"paused":false,"worker":NAME}.]],
   job = [[usage: luakiq job DIR WORKER ID [--redis URL]
 Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","retry_count","error",
 "payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
@@ -248,6 +256,17 @@ function commands.jobs(argv)
   for _, rec in ipairs(list) do print_json(rec) end
   return 0
 end
+
+local function pause_command(argv, pause)
+  local pos, opt = parse(argv, 2, { redis = true })
+  local dir, worker = pos[1], pos[2]
+  if not worker or pos[3] then usage("usage: luakiq " .. argv[1] .. " DIR WORKER") end
+  local cfg, conn = open(dir, opt, true)
+  print_json(require("luakiq.admin").pause(conn, cfg, worker, pause))
+  return 0
+end
+function commands.pause(argv) return pause_command(argv, true) end
+function commands.resume(argv) return pause_command(argv, false) end
 
 function commands.job(argv)
   local pos, opt = parse(argv, 2, { redis = true })

@@ -45,6 +45,7 @@ return [==[<!doctype html>
   button { cursor:pointer; }
   button.act { border-color:var(--accent); color:var(--accent); }
   button.danger { border-color:var(--bad); color:var(--bad); }
+  span.paused { color:var(--bad); font-size:12px; }
   button:disabled { opacity:.5; cursor:default; }
   .tabs a { margin-right:12px; color:var(--accent); text-decoration:none; }
   .tabs a.on { font-weight:700; color:var(--fg); }
@@ -201,7 +202,8 @@ return [==[<!doctype html>
     var rows = d.queues.map(function (q) {
       function cell(v, page, extra) { return h("td", { class: "n" }, h("a", { href: link(q.name, page, extra), text: fmtNum(v) })); }
       return h("tr", { "data-worker": q.name },
-        h("td", null, h("a", { href: link(q.name, "queue"), text: q.name })),
+        h("td", null, h("a", { href: link(q.name, "queue"), text: q.name }),
+          q.paused ? h("span", { class: "paused", "data-field": "paused", text: " paused" }) : null),
         h("td", { class: "n", "data-field": "processed", text: fmtNum(q.processed) }),
         h("td", { class: "n", "data-field": "failed", text: fmtNum(q.failed) }),
         h("td", { class: "n", "data-field": "lag", text: fmtLag(q.lag) }),
@@ -318,7 +320,13 @@ return [==[<!doctype html>
       } }, h("label", { text: "order by" }), sel, dsel, min, max, h("button", { type: "submit", text: "filter" }),
         h("span", { class: "muted", text: "ids: exact value or Redis lex range ([a, (a, -, +); numbers: value, (value, -inf, +inf" }));
       if (page === "queue") {
+        var isPaused = known && last.queues.some(function (x) { return x.name === w && x.paused; });
         bulk = h("div", { class: "bar" },
+          isPaused ?
+            h("button", { class: "act", id: "resume", text: "resume",
+              onclick: function () { action("Let every host run " + w + " again?", w, "queue/resume"); } }) :
+            h("button", { class: "danger", id: "pause", text: "pause",
+              onclick: function () { action("Stop every host from starting calls of " + w + "? (running calls finish; enqueue goes on)", w, "queue/pause"); } }),
           h("button", { class: "act", id: "perform-now", text: "perform all now",
             onclick: function () { action("Make every queued job of " + w + " due now?", w, "queue/perform_now"); } }),
           h("button", { class: "danger", id: "kill-failed", text: "kill all failed",

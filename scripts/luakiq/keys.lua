@@ -21,5 +21,7 @@ end
 
 function M.registry(ns) return ns .. ":queues" end
 function M.wake_channel(ns) return ns .. ":wake" end
+-- HASH queue -> "1" for paused queues (a key of its own slot: pause.lua).
+function M.paused(ns) return ns .. ":paused" end
 
 return M

@@ -48,6 +48,7 @@ local function setup(boot)
     ntasks = 0,      -- tasks in flight (parked)
     in_call = {},    -- worker name -> its shards in a call now (concurrent_shards)
     refused = {},    -- prefix -> true while another holder has the lease
+    paused = {}, paused_at = -math.huge, -- queue -> true while paused (NS:paused)
     -- the per-batch debug line is built only when it is printed (its fields
     -- cost more than a blank job's whole batch otherwise)
     debug = boot.log_level == "debug",
@@ -421,8 +422,26 @@ end
 
 -- Whether h may start a fetch now: not while its own task is in flight, nor
 -- while its worker has concurrent_shards of this thread's shards in a call.
+-- Paused queues (NS:paused), read at most every PAUSE_CHECK seconds: a
+-- pause stops new calls on every host within that (plus one call's end).
+local PAUSE_CHECK = 0.5
+local function paused(t)
+  local now = core.mono()
+  if now - t.paused_at >= PAUSE_CHECK then
+    t.paused_at = now
+    local ok, flat = pcall(t.conn.call, t.conn, "HGETALL", keys.paused(t.cfg.namespace))
+    if ok then
+      local set = {}
+      for i = 1, #flat, 2 do set[flat[i]] = true end
+      t.paused = set
+    end -- Redis away: keep the last known state (the fetch will fail anyway)
+  end
+  return t.paused
+end
+
 local function busy(t, h)
   if h.task then return true end
+  if paused(t)[h.def.queue_name] then return true end
   local limit = h.def.concurrent_shards
   return limit ~= nil and (t.in_call[h.worker] or 0) >= limit
 end
@@ -527,6 +546,9 @@ local function scheduler_ctx(t)
   -- ok, head come later through ctx.on_done(h, ok, head)). Without, calls
   -- wait in place (one call at a time: a scheduler that knows no tasks).
   function ctx.process(h)
+    -- a paused queue starts no call, whatever the scheduler (a custom one
+    -- may not ask busy()): a false result, as for an empty shard
+    if paused(t)[h.def.queue_name] then return false, nil end
     if not ctx.on_done then return process(t, h) end
     if h.task then error("luakiq: shard " .. h.prefix .. " is already in a call", 0) end
     h.task = coroutine.create(process)

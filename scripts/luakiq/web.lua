@@ -195,7 +195,7 @@ local function api(ctx)
       local s = by[w.name]
       local q = { name = w.name, lag = s.lag, processed = s.processed, failed = s.failed, busy = s.busy,
                   enqueued = s.length, fresh = s.fresh, retries = s.retries, dead = s.morgue_length,
-                  shards_count = w.shards_count }
+                  shards_count = w.shards_count, paused = s.paused }
       queues[#queues + 1] = q
       for k in pairs(total) do
         if k == "lag" then total.lag = math.max(total.lag, q.lag) else total[k] = total[k] + q[k] end
@@ -264,6 +264,8 @@ local function api(ctx)
     ["queue/perform_now"] = function(conn, _, w) return admin.perform_all_now(conn, cfg, w) end,
     ["queue/kill_failed"] = function(conn, _, w) return admin.kill_failed(conn, cfg, w) end,
     ["queue/delete_failed"] = function(conn, _, w) return admin.delete_failed(conn, cfg, w) end,
+    ["queue/pause"] = function(conn, _, w) return admin.pause(conn, cfg, w, true) end,
+    ["queue/resume"] = function(conn, _, w) return admin.pause(conn, cfg, w, false) end,
   }
 
   -- Prometheus text format 0.0.4.
@@ -402,6 +404,11 @@ function M.handler(cfg, opts)
       end
       if n == 6 and parts[2] == "v1" and parts[3] == "workers" and parts[5] == "jobs" then
         return only("GET", A.job, parts[4], parts[6])
+      end
+      if n == 5 and parts[2] == "v1" and parts[3] == "workers" and (parts[5] == "pause" or parts[5] == "resume") then
+        return only("POST", function()
+          return reply(200, require("luakiq.admin").pause(c.conn(), cfg, parts[4], parts[5] == "pause"))
+        end)
       end
       if n == 5 and parts[2] == "web" and parts[3] == "workers" and parts[5] == "jobs" then
         return only("GET", A.jobs, parts[4])

@@ -72,6 +72,15 @@ describe("the dashboard in headless Chromium", function()
     assert.are.same({ lag = v.by_worker.Parked.lag, length = 4, morgue_length = 1, expired = 0 }, v.by_worker.Parked)
   end)
 
+  it("pauses and resumes a worker from its queue page", function()
+    local rc, out = run("CHROMIUM=" .. q(chromium) .. " node " .. TOOLS .. "/pause.test.js " .. q(base) .. " Parked")
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("pause: all checks passed", 1, true), out)
+    local st, _, v = web.request(base, "GET", "/api/v1/stats")
+    assert.are.equal(200, st)
+    assert.is_nil(v.by_worker.Parked.paused)
+  end)
+
   it("lists running calls and highlights one past 80% of its timeout", function()
     -- A host of its own (namespace "late") whose one call waits until its
     -- timeout (10 s) ends it.
