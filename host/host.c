@@ -62,22 +62,43 @@ static void host_on_wake(const char *msg, size_t len, void *arg) {
     if (r) runner_wake(r->thread, buf);
 }
 
-/* Renews the lease of one shard whose batch is still performing. */
+/* The concurrency key of the queue of a shard prefix "NS:{QUEUE:SHARD}:":
+ * "NS:{QUEUE}:running" (scripts/luakiq/keys.lua running()). 0 on success. */
+static int host_running_key(const char *prefix, char *out, size_t len) {
+    const char *open = strchr(prefix, '{'), *close = open ? strchr(open, '}') : NULL;
+    if (!close) return -1;
+    const char *colon = NULL;
+    for (const char *c = open; c < close; c++) if (*c == ':') colon = c;
+    if (!colon) return -1;
+    int n = snprintf(out, len, "%.*s}:running", (int)(colon - prefix), prefix);
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* Renews the lease of one shard whose batch is still performing, and the
+ * concurrency units its call holds (units_renew.lua: nothing when it holds
+ * none), in one round trip. */
 static void host_renew_one(const char *prefix, void *arg) {
     (void)arg;
-    char ms[32], err[256];
+    char ms[32], err[256], running[600];
     snprintf(ms, sizeof ms, "%ld", host.plan->lease_ms);
     const char *argv[] = {prefix, host.plan->lease_token, ms};
     size_t lens[] = {strlen(prefix), strlen(host.plan->lease_token), strlen(ms)};
-    struct store_cmd cmd = {"renew", 1, 3, argv, lens};
-    store_reply *r = NULL;
-    if (store_pipeline(host.renew_store, 1, &cmd, &r, err, sizeof err) < 0) {
+    const char *uargv[] = {running, prefix, ms};
+    size_t ulens[] = {0, strlen(prefix), strlen(ms)};
+    struct store_cmd cmds[2] = {{"renew", 1, 3, argv, lens}, {"units_renew", 1, 3, uargv, ulens}};
+    int n = 1;
+    if (host_running_key(prefix, running, sizeof running) == 0) {
+        ulens[0] = strlen(running);
+        n = 2;
+    }
+    store_reply *r[2] = {NULL, NULL};
+    if (store_pipeline(host.renew_store, n, cmds, r, err, sizeof err) < 0) {
         log_fmt(LOG_WARN, "lease renewal failed: %s", err);
         return;
     }
-    if (store_reply_type(r) == STORE_INTEGER && store_reply_int(r) == 0)
+    if (store_reply_type(r[0]) == STORE_INTEGER && store_reply_int(r[0]) == 0)
         log_fmt(LOG_ERROR, "lease of %s lost while its batch runs: another host may take the shard over", prefix);
-    store_reply_free(r);
+    for (int i = 0; i < n; i++) store_reply_free(r[i]);
 }
 
 /* Timer, every renew_ms: a batch longer than the lease TTL keeps its shard.

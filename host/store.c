@@ -372,6 +372,11 @@ static int store_is_noscript(const redisReply *r) {
 int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **out, char *err, size_t errlen) {
     char sha[41];
     if (store_broken(s)) { snprintf(err, errlen, "Redis connection is down"); return -1; }
+    /* Every script this process has not loaded yet is loaded first, before
+     * anything is appended: a SCRIPT LOAD is a round trip of its own, and
+     * one sent behind appended commands would read their replies. */
+    for (int i = 0; i < n; i++)
+        if (cmds[i].script && store_script_sha(s, cmds[i].script, sha, err, errlen) < 0) return -1;
     for (int i = 0; i < n; i++) {
         if (cmds[i].script && store_script_sha(s, cmds[i].script, sha, err, errlen) < 0) return -1;
         if (store_append(s, &cmds[i], sha) != REDIS_OK || store_flush_big(s) != REDIS_OK) goto io;

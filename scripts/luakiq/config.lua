@@ -58,6 +58,9 @@ local checks = {
       if type(k) ~= "string" or type(s) ~= "string" then return "a table of strings {name = value}" end
     end
   end,
+  cost = function(v)
+    if type(v) ~= "function" and not (finite(v) and v >= 0) then return "a number >= 0 or a function(id, payloads)" end
+  end,
   delivery = function(v)
     if v ~= "at_least_once" and v ~= "at_most_once" then return '"at_least_once" or "at_most_once"' end
   end,
@@ -84,6 +87,7 @@ local WORKER = {
   name = "name", queue_name = "name", shards_count = "pos_int", batch_size = "pos_int",
   fetch_size = "pos_int", max_retry_count = "nonneg_int", retry_in = "func", perform = "func", retries_exhausted = "func",
   timeout = "pos_num", concurrent_shards = "pos_int", delivery = "delivery",
+  concurrency = "pos_int", cost = "cost",
 }
 
 local function identity(x) return x end
@@ -217,7 +221,7 @@ end
 local function load_worker(file, stem)
   local t = run_file(file)
   validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, fetch_size, " ..
-    "max_retry_count, retry_in, perform, retries_exhausted, timeout, concurrent_shards, delivery")
+    "max_retry_count, retry_in, perform, retries_exhausted, timeout, concurrent_shards, delivery, concurrency, cost")
   if t.perform == nil then fail(file .. ": perform is required (a function(payloads_by_id))") end
   local name = t.name or stem
   if checks.name(name) then
@@ -234,7 +238,12 @@ local function load_worker(file, stem)
     shards_count = t.shards_count or WORKER_DEFAULTS.shards_count,
     batch_size = batch_size,
     -- at most once: a fetch is one call (a kill -9 morgues the whole fetch)
-    fetch_size = t.fetch_size or (t.delivery == "at_most_once" and batch_size or math.max(batch_size, FETCH_AHEAD)),
+    -- (concurrency: one call per fetch, so a call refused its units puts
+    -- back only its own jobs)
+    fetch_size = t.fetch_size or ((t.delivery == "at_most_once" or t.concurrency) and batch_size
+      or math.max(batch_size, FETCH_AHEAD)),
+    concurrency = t.concurrency,
+    cost = t.cost,
     delivery = t.delivery or "at_least_once",
     max_retry_count = t.max_retry_count or WORKER_DEFAULTS.max_retry_count,
     retry_in = t.retry_in or retry.default,

@@ -21,6 +21,11 @@ end
 
 function M.registry(ns) return ns .. ":queues" end
 function M.wake_channel(ns) return ns .. ":wake" end
+-- concurrency: the calls holding units of a queue, on every host (ZSET
+-- member -> expiry) and their costs (HASH); tag {QUEUE}, a slot apart from
+-- the shards'. host/host.c derives the running key from a shard prefix.
+function M.running(ns, queue) return ns .. ":{" .. queue .. "}:running" end
+function M.units(ns, queue) return ns .. ":{" .. queue .. "}:units" end
 -- HASH queue -> "1" for paused queues (a key of its own slot: pause.lua).
 function M.paused(ns) return ns .. ":paused" end
 

@@ -49,6 +49,8 @@ local function setup(boot)
     in_call = {},    -- worker name -> its shards in a call now (concurrent_shards)
     refused = {},    -- prefix -> true while another holder has the lease
     paused = {}, paused_at = -math.huge, -- queue -> true while paused (NS:paused)
+    releases = {},   -- queue -> shard prefixes whose calls' units go back with the next Redis call
+    units_wake = nil, -- mono: the earliest end of a handler's wait for units
     -- the per-batch debug line is built only when it is printed (its fields
     -- cost more than a blank job's whole batch otherwise)
     debug = boot.log_level == "debug",
@@ -68,6 +70,8 @@ end
 
 -- The ack calls of the pending handlers but `except` (one fetch.lua call
 -- each, limit 0), and the handlers they are for.
+-- Pending unit releases (concurrency) ride after the acks, one
+-- units_release.lua call per queue: their replies come after the acks'.
 local function pending_acks(t, except)
   local cmds, hs = {}, {}
   for h in pairs(t.pending) do
@@ -76,6 +80,12 @@ local function pending_acks(t, except)
       cmds[#cmds + 1] = queue.fetch_cmd(h, t, 0, true)
     end
   end
+  for q, members in pairs(t.releases) do
+    local cmd = { script = "units_release", numkeys = 2, keys.running(t.cfg.namespace, q), keys.units(t.cfg.namespace, q) }
+    for _, m in ipairs(members) do cmd[#cmd + 1] = m end
+    cmds[#cmds + 1] = cmd
+  end
+  t.releases = {}
   return cmds, hs
 end
 
@@ -102,7 +112,7 @@ end
 
 -- Sends the pending acks (if any) alone; used before sleeping and at stop.
 local function flush(t)
-  if not next(t.pending) then return end
+  if not next(t.pending) and not next(t.releases) then return end
   local cmds, hs = pending_acks(t)
   local r = t.conn:pipeline(cmds)
   t.pending = {}
@@ -324,6 +334,52 @@ local CALL_MT = {
   end,
 }
 
+-- Concurrency (worker keys concurrency, cost): takes the call's cost units
+-- of the worker on every host (units_acquire.lua, one round trip) before
+-- the call; the release rides with the thread's next Redis call. Refused:
+-- false, and h waits UNITS_BACKOFF (jittered) before it fetches again. A
+-- call's cost is the sum of its jobs' (cost(id, payloads) or the number),
+-- capped at concurrency so that a big batch can run alone.
+local UNITS_BACKOFF = 0.05
+local function units_take(t, h, w, loaded, batch)
+  local cost = 0
+  for _, job in ipairs(loaded) do
+    local c = w.cost
+    if type(c) == "function" then
+      local ok, v = pcall(c, job.id, batch[job.id])
+      if not ok or type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
+        log.error("cost failed; using 1", { worker = w.name, id = job.id, error = tostring(v) })
+        v = 1
+      end
+      c = v
+    end
+    cost = cost + (c or 1)
+  end
+  if cost > w.concurrency then cost = w.concurrency end
+  local ns, q = t.cfg.namespace, w.queue_name
+  local r = t.conn:pipeline({ { script = "units_acquire", numkeys = 2, keys.running(ns, q), keys.units(ns, q), h.prefix,
+                                string.format("%.17g", cost), w.concurrency, t.lease_ms } })[1]
+  if type(r) ~= "table" or r.err then error("units_acquire.lua failed: " .. tostring(r and r.err), 0) end
+  if r[1] == 1 then
+    if cost > 0 then h.units = q end
+    return true
+  end
+  local at = core.mono() + UNITS_BACKOFF * (1 + math.random())
+  h.units_until = at
+  if not t.units_wake or at < t.units_wake then t.units_wake = at end
+  return false
+end
+
+-- The call of h is over: its units go back with the thread's next Redis call.
+local function units_done(t, h)
+  local q = h.units
+  if not q then return end
+  h.units = nil
+  local list = t.releases[q]
+  if not list then list = {} t.releases[q] = list end
+  list[#list + 1] = h.prefix
+end
+
 -- Performs jobs (a slice of h's batch in flight) as one perform call. done:
 -- the ids of the batch already performed. Returns ok, err, traceback; ok is
 -- true too when nothing was left to perform. Raises luakiq.FATAL.
@@ -332,11 +388,13 @@ local function perform(t, h, jobs, done)
   local loaded, batch = load_batch(t, h, jobs)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then return true, loaded end -- every payload was unloadable
+  if w.concurrency and not units_take(t, h, w, loaded, batch) then return "units" end
   local ids = queue.ids(loaded)
   core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
   local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
   local ok, err, tb = run_call(h, w, batch, call_record(h, loaded, done), #ids, call)
+  units_done(t, h)
   core.set_state("fetching", w.name, h.shard)
   -- A luakiq.redis wait the deadline cut short leaves the thread's connection
   -- broken: make it again now, so the failure is recorded at once.
@@ -402,6 +460,13 @@ local function process(t, h)
     local ok, performed, err, tb = true, slice, nil, nil
     if #slice > 0 then ok, performed, err, tb = perform(t, h, slice, done) end
     if ok == nil then return false, nil end
+    if ok == "units" then
+      -- no units for this call: the fetch goes back (what ran is acked) and
+      -- h waits a moment; nil: not a failure, not an empty shard
+      queue.settle(t.conn, h, t, done)
+      h.batch, h.done = nil, nil
+      return nil
+    end
     if not ok then
       fail(t, h, performed, err, tb, done)
       h.done = nil
@@ -441,6 +506,10 @@ end
 
 local function busy(t, h)
   if h.task then return true end
+  if h.units_until then
+    if core.mono() < h.units_until then return true end
+    h.units_until = nil
+  end
   if paused(t)[h.def.queue_name] then return true end
   local limit = h.def.concurrent_shards
   return limit ~= nil and (t.in_call[h.worker] or 0) >= limit
@@ -597,6 +666,10 @@ local function scheduler_ctx(t)
     if hint and hint < timeout then timeout = math.max(hint, 0.001) end
     local due = next_due(t)
     if due and due < timeout then timeout = due end
+    if t.units_wake then -- a handler waiting for units tries again then
+      timeout = math.max(math.min(timeout, t.units_wake - core.mono()), 0.001)
+      t.units_wake = nil
+    end
     local woken
     local fds = proc_fds(t)
     -- a safety net: a process whose exit is not pollable (no pidfd) or past

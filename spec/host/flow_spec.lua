@@ -1,0 +1,136 @@
+-- Flow control (docs/configuration.md concurrency/cost, docs/guarantees.md):
+-- real hosts on a real Redis. Each perform call records "start end" (this
+-- machine's clock, shared by the hosts) in t:calls; overlaps are counted by
+-- a sweep over them.
+local core = require "luakiq.core"
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+local q = host.quote
+
+local srv = redis.fixture()
+local function env() return "REDIS_URL=" .. srv.url end
+
+local function worker(keys_lua, sleep)
+  return ([[
+local luakiq = require "luakiq"
+return {
+  shards_count = 20, %s
+  perform = function(batch)
+    local t0 = luakiq.now()
+    local ids = {}
+    for id in pairs(batch) do ids[#ids + 1] = id end
+    -- a hog holds its unit 30 s on its first run only (a run after a kill -9 is quick)
+    local hog = ids[1]:find("^hog") and luakiq.redis.call("INCR", "t:" .. ids[1]) == 1
+    luakiq.sleep(hog and 30 or %s)
+    luakiq.redis.call("RPUSH", "t:calls", t0 .. " " .. luakiq.now() .. " " .. table.concat(ids, ","))
+  end,
+}
+]]):format(keys_lua, sleep)
+end
+
+-- calls = {{start, end, ids}}; the most that ran at once (ids matching
+-- filter, when given)
+local function calls(filter)
+  local list = {}
+  for _, e in ipairs(srv.conn:call("LRANGE", "t:calls", 0, -1)) do
+    local a, b, ids = e:match("^(%S+) (%S+) (.*)$")
+    if not filter or ids:find(filter) then list[#list + 1] = { tonumber(a), tonumber(b), ids } end
+  end
+  return list
+end
+local function most_at_once(list)
+  local ev = {}
+  for _, c in ipairs(list) do ev[#ev + 1] = { c[1], 1 } ev[#ev + 1] = { c[2], -1 } end
+  table.sort(ev, function(x, y) if x[1] ~= y[1] then return x[1] < y[1] end return x[2] < y[2] end)
+  local cur, most = 0, 0
+  for _, e in ipairs(ev) do cur = cur + e[2] most = math.max(most, cur) end
+  return most
+end
+-- n jobs "prefixK", none in the shard of "hog1" (which holds its shard 30 s)
+local function ids(prefix, n)
+  local list, k = {}, 0
+  local hog = core.crc32("hog1") % 20
+  while #list < n do
+    k = k + 1
+    if core.crc32(prefix .. k) % 20 ~= hog then list[#list + 1] = { id = prefix .. k } end
+  end
+  return list
+end
+
+describe("concurrency and cost", function()
+  local dir, procs = nil, {}
+  local function start(keys_lua, sleep, nhosts, config)
+    dir = host.scriptdir {
+      ["config.lua"] = config or "return { threads_per_node = 5, poll_interval = 0.5, lease_ttl = 1.5 }",
+      ["workers/W.lua"] = worker(keys_lua, sleep or 0.2),
+    }
+    for i = 1, nhosts or 2 do procs[i] = host.spawn("run " .. q(dir), env()) end
+  end
+  after_each(function()
+    for _, p in ipairs(procs) do p:kill() end
+    procs = {}
+    host.sh("rm -rf " .. q(dir))
+  end)
+
+  it("runs at most `concurrency` calls at once over 2 hosts x 5 threads, at close to the cap's rate", function()
+    start("concurrency = 3,")
+    host.enqueue(dir, "W", ids("j", 60), env())
+    host.eventually(function() return #calls() == 60 end, 30, "60 calls")
+    local list = calls()
+    assert.is_true(most_at_once(list) <= 3, "at once: " .. most_at_once(list))
+    assert.are.equal(3, most_at_once(list)) -- the cap is used
+    local first, last = math.huge, 0
+    for _, c in ipairs(list) do first, last = math.min(first, c[1]), math.max(last, c[2]) end
+    local rate = 60 / (last - first)
+    -- the cap allows 3 / 0.2 s = 15 calls/s
+    assert.is_true(rate >= 15 * 0.7, ("%.1f calls/s"):format(rate))
+  end)
+
+  it("a cost of 2 under concurrency 4 runs 2 calls at a time", function()
+    start("concurrency = 4, cost = 2,")
+    host.enqueue(dir, "W", ids("c", 20), env())
+    host.eventually(function() return #calls() == 20 end, 30, "20 calls")
+    assert.are.equal(2, most_at_once(calls()))
+  end)
+
+  it("cost 0 jobs run while the cap is full", function()
+    start([[concurrency = 1, cost = function(id) return id:find("^free") and 0 or 1 end,]], 0.2, 1)
+    host.enqueue(dir, "W", { { id = "hog1" } }, env())
+    host.eventually(function() return srv.conn:call("ZCARD", "luakiq:{W}:running") == 1 end, 10, "the hog holds the unit")
+    host.enqueue(dir, "W", ids("free", 5), env())
+    host.enqueue(dir, "W", ids("paid", 2), env())
+    host.eventually(function() return #calls("free") == 5 end, 10, "free jobs ran")
+    core.sleep(0.5)
+    assert.are.equal(0, #calls("paid")) -- they wait for the hog's unit
+  end)
+
+  it("a killed host's units come back within lease_ttl", function()
+    start("concurrency = 1,", 0.2, 1)
+    host.enqueue(dir, "W", { { id = "hog1" } }, env())
+    host.eventually(function() return srv.conn:call("ZCARD", "luakiq:{W}:running") == 1 end, 10, "the hog holds the unit")
+    core.sleep(2) -- past lease_ttl: the main thread renews the unit meanwhile
+    assert.are.equal(1, srv.conn:call("ZCARD", "luakiq:{W}:running"))
+    procs[1]:signal("KILL")
+    procs[1]:wait(5)
+    local killed = core.now()
+    procs[2] = host.spawn("run " .. q(dir), env())
+    host.enqueue(dir, "W", ids("next", 1), env())
+    host.eventually(function() return #calls("next") == 1 end, 10, "next ran")
+    local started = calls("next")[1][1]
+    assert.is_true(started - killed <= 1.5 + 1.5, ("next started %.2f s after the kill"):format(started - killed))
+  end)
+
+  it("refuses a bad concurrency or cost at load (exit 2)", function()
+    for src, want in pairs {
+      ["concurrency = 0,"] = "concurrency must be a positive integer",
+      ['cost = "x",'] = "cost must be a number >= 0 or a function(id, payloads)",
+      ["cost = -1,"] = "cost must be",
+    } do
+      local d = host.scriptdir { ["workers/W.lua"] = "return { " .. src .. " perform = function() end }" }
+      local rc, _, err = host.exec("plan " .. q(d))
+      host.sh("rm -rf " .. q(d))
+      assert.are.equal(2, rc, err)
+      assert.truthy(err:find(want, 1, true), err)
+    end
+  end)
+end)
