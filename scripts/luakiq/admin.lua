@@ -221,6 +221,27 @@ function M.job(conn, cfg, worker_name, id, now)
   return rec
 end
 
+-- The recurring jobs of config.lua: {name, worker, id, cron | every,
+-- timezone, last (the last claimed tick, from Redis; nil before the first),
+-- next (the next tick after now)}, in config order.
+function M.schedules(conn, cfg, now)
+  local cron = require "luakiq.cron"
+  local cmds, out = {}, {}
+  for i, s in ipairs(cfg.schedules) do
+    local w = cfg.by_name[s.worker]
+    cmds[i] = { "HGET", keys.prefix(cfg.namespace, w.queue_name, keys.shard(s.id, w.shards_count)) .. "schedules", s.name }
+  end
+  local replies = #cmds > 0 and conn:pipeline(cmds) or {}
+  for i, s in ipairs(cfg.schedules) do
+    local nxt
+    if s.every then nxt = (math.floor(now / s.every) + 1) * s.every else nxt = cron.next(s.spec, s.zone, now) end
+    out[i] = { name = s.name, worker = s.worker, id = s.id, cron = s.cron, every = s.every,
+               timezone = s.cron and (s.timezone or "UTC") or nil,
+               last = tonumber(check(replies[i], "schedules") or nil), next = nxt }
+  end
+  return out
+end
+
 -- Pauses (pause = true) or resumes one worker's queue on every host
 -- (pause.lua). Returns {worker =, paused =, changed =}.
 function M.pause(conn, cfg, worker_name, pause)

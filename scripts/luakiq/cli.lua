@@ -24,6 +24,7 @@ usage: luakiq COMMAND ...
                                        list jobs as JSON lines
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
+  schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
   admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...
                                        bulk actions on queued jobs
   lua FILE [ARG...]                    run a Lua file inside the host runtime
@@ -53,6 +54,10 @@ requeue and delete act on the given ids, or on every dead job with --all.]],
   jobs = [[usage: luakiq jobs DIR WORKER queue|morgue|busy [--order id|perform_in|retry_count|updated_at] [--desc]
                    [--min X] [--max X] [--limit N] [--offset N] [--redis URL]
 Lists jobs as JSON lines. Ranges use Redis syntax: ids "-", "+", "[x", "(x"; numbers "-inf", "+inf", "(n".]],
+  schedules = [[usage: luakiq schedules DIR [--redis URL]
+Prints one JSON line per schedule of config.lua:
+{"every"|"cron","id","last","name","next","timezone","worker"}; last: the last
+tick enqueued (absent before the first), next: the next tick (Unix times).]],
   pause = [[usage: luakiq pause DIR WORKER [--redis URL]
 Every host starts no new call of WORKER within 1 s; running calls finish;
 enqueue goes on. Kept in Redis: a host started later stays paused. Prints
@@ -254,6 +259,14 @@ function commands.jobs(argv)
       tonumber(opt.limit) or 100, tonumber(opt.offset) or 0)
   end
   for _, rec in ipairs(list) do print_json(rec) end
+  return 0
+end
+
+function commands.schedules(argv)
+  local pos, opt = parse(argv, 2, { redis = true })
+  if not pos[1] or pos[2] then usage("usage: luakiq schedules DIR") end
+  local cfg, conn = open(pos[1], opt, true)
+  for _, s in ipairs(require("luakiq.admin").schedules(conn, cfg, core.now())) do print_json(s) end
   return 0
 end
 

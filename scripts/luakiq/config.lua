@@ -61,6 +61,9 @@ local checks = {
   cost = function(v)
     if type(v) ~= "function" and not (finite(v) and v >= 0) then return "a number >= 0 or a function(id, payloads)" end
   end,
+  schedules = function(v)
+    if not array_of(v, "table") then return "an array of tables {name =, worker =, id =, cron = | every =, ...}" end
+  end,
   delivery = function(v)
     if v ~= "at_least_once" and v ~= "at_most_once" then return '"at_least_once" or "at_most_once"' end
   end,
@@ -77,7 +80,7 @@ local SETTINGS = {
   on_server_init = "func", last_words = "func",
   dump_payload = "func", load_payload = "func",
   format_error = "func", dump_error = "func", load_error = "func",
-  web = "str", web_token = "str",
+  web = "str", web_token = "str", schedules = "schedules",
   lease_ttl = "pos_num", lease_renew = "pos_num", max_payload_bytes = "pos_int",
   redis_timeout = "pos_num", redis_retry = "nonneg_num", dump_path = "str", timeout = "pos_num",
 }
@@ -353,7 +356,44 @@ function M.load(dir, list_dir)
     table.sort(defs, function(a, b) return a.name < b.name end)
   end
   cfg.workers, cfg.by_name = defs, by_name
+  cfg.schedules = M.check_schedules(cfg_file, cfg.schedules or {}, by_name)
   return cfg
+end
+
+-- Recurring jobs (config.lua `schedules`): each {name =, worker =, id =,
+-- payload = (optional), cron = "m h dom mon dow" (or 6 fields, seconds
+-- first) or every = seconds, timezone = IANA name (cron only; default
+-- UTC)}. Raises one line naming the schedule and what is wrong. Returns
+-- the list with spec (parsed cron) and zone filled in.
+local SCHEDULE_KEYS = { name = true, worker = true, id = true, payload = true, cron = true, every = true, timezone = true }
+function M.check_schedules(file, list, by_name)
+  local cron, tz = require "luakiq.cron", require "luakiq.tz"
+  local seen = {}
+  for i, s in ipairs(list) do
+    local where = ("%s: schedules[%d]%s"):format(file, i, type(s.name) == "string" and (" ('" .. s.name .. "')") or "")
+    for k in pairs(s) do
+      if not SCHEDULE_KEYS[k] then fail(where .. ": unknown key " .. q(k) .. " (name, worker, id, payload, cron, every, timezone)") end
+    end
+    if checks.name(s.name) then fail(where .. ": name must be " .. checks.name(s.name)) end
+    if seen[s.name] then fail(where .. ": the name is used twice") end
+    seen[s.name] = true
+    if not by_name[s.worker] then fail(where .. ": unknown worker " .. q(s.worker)) end
+    if type(s.id) == "number" and int(s.id) then s.id = string.format("%.0f", s.id) end
+    if type(s.id) ~= "string" or s.id == "" then fail(where .. ": id must be a non-empty string or an integer") end
+    if (s.cron == nil) == (s.every == nil) then fail(where .. ": give either cron or every") end
+    if s.every ~= nil and not (finite(s.every) and s.every >= 1) then fail(where .. ": every must be a number >= 1 (seconds)") end
+    if s.cron ~= nil then
+      local spec, why = cron.parse(s.cron)
+      if not spec then fail(where .. ": bad cron " .. q(tostring(s.cron)) .. ": " .. why) end
+      s.spec = spec
+    elseif s.timezone ~= nil then
+      fail(where .. ": timezone goes with cron, not every")
+    end
+    local zone, why = tz.zone(s.timezone or "UTC")
+    if not zone then fail(where .. ": timezone " .. q(tostring(s.timezone)) .. ": " .. why) end
+    s.zone = zone
+  end
+  return list
 end
 
 -- Command-line overrides: {redis=URL, threads=N (or threads_per_node=N),

@@ -663,6 +663,7 @@ local function scheduler_ctx(t)
     core.set_state(t.ntasks > 0 and "waiting" or "idle")
     collectgarbage("step")
     local timeout = t.cfg.poll_interval
+    if t.tick_every and t.tick_every < timeout then timeout = t.tick_every end -- the schedules' thread
     if hint and hint < timeout then timeout = math.max(hint, 0.001) end
     local due = next_due(t)
     if due and due < timeout then timeout = due end
@@ -735,6 +736,59 @@ function M.fail_stuck(cfg, conn, token, record, parked)
   queue.release(conn, { h }, token)
 end
 
+-- Recurring jobs (config.lua schedules), on thread 0 of every host: every
+-- SCHEDULE_CHECK seconds, each schedule's latest tick (<= now) is tried once
+-- with schedule.lua, which claims and enqueues it atomically, so hosts
+-- racing for a tick enqueue it once. A cron schedule's next tick is cached;
+-- at start the latest past tick (up to 400 days back) is tried, which fires
+-- a tick missed while no host ran, once.
+local SCHEDULE_CHECK = 0.25
+local function schedules_tick(t)
+  local now = core.now()
+  if now < (t.sched_at or 0) then return end
+  t.sched_at = now + SCHEDULE_CHECK
+  local cron = require "luakiq.cron"
+  local cfg = t.cfg
+  for _, s in ipairs(cfg.schedules) do
+    local st = t.sched[s.name]
+    if not st then
+      st = {}
+      t.sched[s.name] = st
+      if s.spec then
+        st.tick = cron.prev(s.spec, s.zone, now - 400 * 86400, now)
+        st.next = cron.next(s.spec, s.zone, now)
+      end
+    end
+    local tick
+    if s.every then
+      tick = math.floor(now / s.every) * s.every
+    else
+      while st.next and st.next <= now do
+        st.tick = st.next
+        st.next = cron.next(s.spec, s.zone, st.next)
+      end
+      tick = st.tick
+    end
+    if tick and tick ~= st.claimed then
+      local w = cfg.by_name[s.worker]
+      local ok, payload = pcall(cfg.dump_payload, s.payload == nil and "" or s.payload)
+      if not ok or type(payload) ~= "string" then
+        log.error("schedule " .. s.name .. ": cannot dump its payload: " .. tostring(payload))
+        payload = ""
+      end
+      local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(s.id, w.shards_count))
+      local r = t.conn:pipeline({ { script = "schedule", P, s.name, string.format("%.17g", tick),
+                                    string.format("%.17g", now), keys.wake_channel(cfg.namespace), s.id, payload } })[1]
+      if type(r) == "table" and r.err then error("schedule.lua failed: " .. r.err, 0) end
+      st.claimed = tick
+      if r == 1 then
+        log.info("schedule " .. s.name .. " enqueued its job",
+          { worker = w.name, id = s.id, tick = string.format("%.17g", tick) })
+      end
+    end
+  end
+end
+
 -- Exposed for the shard-handler specs, which drive one thread's state from a
 -- `luakiq lua` VM: setup(boot) -> t, process(t, handler) -> ok, head, flush(t).
 M.setup, M.process, M.flush = setup, process, flush
@@ -755,8 +809,11 @@ function M.main(boot_json)
   log.info("thread started: " .. table.concat(names, ", "))
   core.set_state("idle")
   local backoff = 0.1
+  local ticker = core.thread_index() == 0 and #t.cfg.schedules > 0
+  if ticker then t.sched, t.tick_every = {}, SCHEDULE_CHECK end
   while not core.stopping() do
     local ok, err = xpcall(step, traceback)
+    if ok and ticker then ok, err = xpcall(schedules_tick, traceback, t) end
     if ok then
       backoff = 0.1
     elseif err == luakiq.FATAL then

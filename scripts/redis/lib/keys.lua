@@ -26,6 +26,7 @@ local function shard_keys(P)
     morgue_ids = P .. "morgue:ids",           -- ZSET id -> 0 (lexicographic listings)
     morgue_errors = P .. "morgue:errors",     -- HASH id -> error (dead jobs)
     expiring = P .. "expiring",               -- SET ids that have an expires hash
+    schedules = P .. "schedules",             -- HASH schedule name -> its last tick (in its job id's shard)
   }
 end
 
