@@ -43,7 +43,7 @@ local function num(job, name, default, where, id)
 end
 
 -- Checks one job and returns {id, perform_in, retry_count, score, payload_bytes, expires_at or false}.
-local function prepare(cfg, worker, job, i, now)
+local function prepare(cfg, worker, job, i, now, due)
   local where = "job " .. i
   if type(job) ~= "table" then errors.input(where .. ": must be an object") end
   for k in pairs(job) do
@@ -52,7 +52,7 @@ local function prepare(cfg, worker, job, i, now)
     end
   end
   local id = M.id_string(job.id, where)
-  local perform_in, score = num(job, "perform_in", now, where, id), num(job, "score", now, where, id)
+  local perform_in, score = num(job, "perform_in", due, where, id), num(job, "score", now, where, id)
   local retry_count = num(job, "retry_count", -1, where, id)
   if retry_count ~= math.floor(retry_count) or retry_count < -1 then
     errors.input(where .. " (id " .. esc(id) .. "): retry_count must be an integer >= -1")
@@ -94,9 +94,12 @@ local function push_now(conn, cfg, worker, jobs)
     if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then errors.input("jobs must be an array") end
   end
   local now = core.now()
+  -- without perform_in a job is due now, or at the next opening of its
+  -- worker's windows
+  local due = worker.windows_spec and worker.windows_spec:next_open(now) or now
   local by_shard, order = {}, {}
   for i = 1, n do
-    local p = prepare(cfg, worker, jobs[i], i, now)
+    local p = prepare(cfg, worker, jobs[i], i, now, due)
     local s = keys.shard(p[1], worker.shards_count)
     local list = by_shard[s]
     if not list then list = {} by_shard[s] = list order[#order + 1] = s end

@@ -90,7 +90,7 @@ local WORKER = {
   name = "name", queue_name = "name", shards_count = "pos_int", batch_size = "pos_int",
   fetch_size = "pos_int", max_retry_count = "nonneg_int", retry_in = "func", perform = "func", retries_exhausted = "func",
   timeout = "pos_num", concurrent_shards = "pos_int", delivery = "delivery",
-  concurrency = "pos_int", cost = "cost",
+  concurrency = "pos_int", cost = "cost", windows = "strs", timezone = "str",
 }
 
 local function identity(x) return x end
@@ -220,11 +220,25 @@ local function add_to_path(dir)
   if package.path:sub(1, #prefix) ~= prefix then package.path = prefix .. package.path end
 end
 
+-- A worker's time windows (windows, timezone), parsed; nil without.
+local function windows_of(file, name, t)
+  if t.windows == nil then
+    if t.timezone ~= nil then fail(file .. ": worker " .. name .. ": timezone goes with windows") end
+    return nil
+  end
+  local zone, why = require("luakiq.tz").zone(t.timezone or "UTC")
+  if not zone then fail(("%s: worker %s: timezone %s: %s"):format(file, name, q(t.timezone), why)) end
+  local w, bad, reason = require("luakiq.windows").parse(t.windows, zone)
+  if not w then fail(("%s: worker %s: windows: %s %s"):format(file, name, q(tostring(bad)), reason)) end
+  return w
+end
+
 -- Builds one worker def from its file.
 local function load_worker(file, stem)
   local t = run_file(file)
   validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, fetch_size, " ..
-    "max_retry_count, retry_in, perform, retries_exhausted, timeout, concurrent_shards, delivery, concurrency, cost")
+    "max_retry_count, retry_in, perform, retries_exhausted, timeout, concurrent_shards, delivery, concurrency, cost, " ..
+    "windows, timezone")
   if t.perform == nil then fail(file .. ": perform is required (a function(payloads_by_id))") end
   local name = t.name or stem
   if checks.name(name) then
@@ -247,6 +261,9 @@ local function load_worker(file, stem)
       or math.max(batch_size, FETCH_AHEAD)),
     concurrency = t.concurrency,
     cost = t.cost,
+    windows = t.windows,
+    timezone = t.timezone,
+    windows_spec = windows_of(file, name, t),
     delivery = t.delivery or "at_least_once",
     max_retry_count = t.max_retry_count or WORKER_DEFAULTS.max_retry_count,
     retry_in = t.retry_in or retry.default,

@@ -50,7 +50,8 @@ local function setup(boot)
     refused = {},    -- prefix -> true while another holder has the lease
     paused = {}, paused_at = -math.huge, -- queue -> true while paused (NS:paused)
     releases = {},   -- queue -> shard prefixes whose calls' units go back with the next Redis call
-    units_wake = nil, -- mono: the earliest end of a handler's wait for units
+    wake_at = nil,   -- mono: the earliest end of a handler's wait (units, a window's opening)
+    win = {},        -- worker name -> {closed =, recheck = wall time} (windows)
     -- the per-batch debug line is built only when it is printed (its fields
     -- cost more than a blank job's whole batch otherwise)
     debug = boot.log_level == "debug",
@@ -366,7 +367,7 @@ local function units_take(t, h, w, loaded, batch)
   end
   local at = core.mono() + UNITS_BACKOFF * (1 + math.random())
   h.units_until = at
-  if not t.units_wake or at < t.units_wake then t.units_wake = at end
+  if not t.wake_at or at < t.wake_at then t.wake_at = at end
   return false
 end
 
@@ -504,8 +505,31 @@ local function paused(t)
   return t.paused
 end
 
+-- Time windows (worker keys windows, timezone): whether h's worker is
+-- outside them now. Cached per worker: while open, looked at again at the
+-- next minute; while closed, until its next opening, when the thread's wait
+-- ends (t.wake_at) so that the backlog starts on time.
+local function closed(t, h)
+  local wins = h.def.windows_spec
+  if not wins then return false end
+  local now = core.now()
+  local st = t.win[h.worker]
+  if st and now < st.recheck then return st.closed end
+  if wins:inside(now) then
+    st = { closed = false, recheck = math.floor(now / 60) * 60 + 60 }
+  else
+    local open = wins:next_open(now) or (now + 60)
+    st = { closed = true, recheck = open }
+    local at = core.mono() + (open - now)
+    if not t.wake_at or at < t.wake_at then t.wake_at = at end
+  end
+  t.win[h.worker] = st
+  return st.closed
+end
+
 local function busy(t, h)
   if h.task then return true end
+  if closed(t, h) then return true end
   if h.units_until then
     if core.mono() < h.units_until then return true end
     h.units_until = nil
@@ -617,7 +641,7 @@ local function scheduler_ctx(t)
   function ctx.process(h)
     -- a paused queue starts no call, whatever the scheduler (a custom one
     -- may not ask busy()): a false result, as for an empty shard
-    if paused(t)[h.def.queue_name] then return false, nil end
+    if paused(t)[h.def.queue_name] or closed(t, h) then return false, nil end
     if not ctx.on_done then return process(t, h) end
     if h.task then error("luakiq: shard " .. h.prefix .. " is already in a call", 0) end
     h.task = coroutine.create(process)
@@ -667,9 +691,9 @@ local function scheduler_ctx(t)
     if hint and hint < timeout then timeout = math.max(hint, 0.001) end
     local due = next_due(t)
     if due and due < timeout then timeout = due end
-    if t.units_wake then -- a handler waiting for units tries again then
-      timeout = math.max(math.min(timeout, t.units_wake - core.mono()), 0.001)
-      t.units_wake = nil
+    if t.wake_at then -- a handler waiting for units or a window tries again then
+      timeout = math.max(math.min(timeout, t.wake_at - core.mono()), 0.001)
+      t.wake_at = nil
     end
     local woken
     local fds = proc_fds(t)

@@ -68,3 +68,29 @@ describe("cron", function()
     end
   end)
 end)
+
+describe("windows", function()
+  local windows = require "luakiq.windows"
+  local berlin = tz.zone("Europe/Berlin")
+  it("crosses midnight on the zone's wall clock", function()
+    local w = assert(windows.parse({ "22:00-02:00" }, berlin))
+    assert.is_false(w:inside(utc(2026, 11, 23, 20, 59)))   -- 21:59 CET
+    assert.is_true(w:inside(utc(2026, 11, 23, 21, 0)))     -- 22:00
+    assert.is_true(w:inside(utc(2026, 11, 24, 0, 59)))     -- 01:59
+    assert.is_false(w:inside(utc(2026, 11, 24, 1, 0)))     -- 02:00: the end is excluded
+    assert.are.equal("2026-11-24 21:00:00", fmt(w:next_open(utc(2026, 11, 24, 1, 0))))
+  end)
+  it("skips an opening that a DST change removes", function()
+    local w = assert(windows.parse({ "02:00-03:00" }, berlin))
+    -- 2026-03-29 02:00-03:00 does not exist in Berlin: the next opening is the 30th
+    assert.are.equal("2026-03-30 00:00:00", fmt(w:next_open(utc(2026, 3, 28, 2, 0))))
+    assert.is_true(windows.parse({ "00:00-24:00" }, berlin):inside(utc(2026, 3, 29, 1, 30)))
+  end)
+  it("refuses bad strings", function()
+    for _, s in ipairs { "25:00-03:00", "9-5", "10:60-11:00", "10:00-10:00", "24:00-01:00" } do
+      local w, bad = windows.parse({ "09:00-17:00", s }, berlin)
+      assert.is_nil(w, s)
+      assert.are.equal(s, bad)
+    end
+  end)
+end)
