@@ -61,7 +61,8 @@ describe("schedules", function()
       assert.are.equal(0, tick % 1)
       n = n + 1
     end
-    assert.is_true(n >= 4 and n <= span + 1, ("%d ticks in %.1f s"):format(n, span))
+    -- (+2: the tick just before the start fires too, a new schedule's first)
+    assert.is_true(n >= 4 and n <= span + 2, ("%d ticks in %.1f s"):format(n, span))
     -- the jobs ran, never more often than ticks were enqueued (a tick enqueued
     -- while the hosts stopped may wait; the same id merges into a waiting job)
     local ran = srv.conn:call("LRANGE", "t:ran", 0, -1)
