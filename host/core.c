@@ -252,13 +252,13 @@ static int core_sleep(lua_State *L) {
 
 /* core.set_state(state, worker, shard, ids, prefix): what the calling worker
  * thread does now, for the TTIN dump and lease renewal (a thread that is
- * "performing" has its shard's lease renewed by the main thread). The state
- * names are runner.c's; an unknown one is an error. No-op on the main thread. */
+ * performing has its shard's lease renewed by the main thread). state is one
+ * of core.states (core_register): a misspelt name is nil, an error here.
+ * No-op on the main thread. */
 static int core_set_state(lua_State *L) {
     core_safe_point(L);
-    const char *name = luaL_checkstring(L, 1);
-    int state = runner_state_parse(name);
-    if (state < 0) return luaL_error(L, "set_state: unknown state '%s'", name);
+    lua_Integer state = luaL_checkinteger(L, 1);
+    if (state < 0 || state >= RUNNER_NSTATES) return luaL_error(L, "set_state: unknown state %d", (int)state);
     struct runner *r = runner_self();
     if (!r) return 0;
     runner_set_state(r, (enum runner_state)state, luaL_optstring(L, 2, NULL), (int)luaL_optinteger(L, 3, -1),
@@ -383,4 +383,15 @@ static const luaL_Reg core_funcs[] = {
     {"timeouts", core_timeouts},
     {NULL, NULL}};
 
-void core_register(lua_State *L) { luaL_register(L, NULL, core_funcs); }
+/* Fills the luakiq.core table on top of the stack. core.states = {name = n}
+ * for every worker-thread state: runner.c's name table is the one definition
+ * of the names, so Lua writes core.states.performing, never the word itself. */
+void core_register(lua_State *L) {
+    luaL_register(L, NULL, core_funcs);
+    lua_createtable(L, 0, RUNNER_NSTATES); /* [core, states] */
+    for (int i = 0; i < RUNNER_NSTATES; i++) {
+        lua_pushinteger(L, i);
+        lua_setfield(L, -2, runner_state_name((enum runner_state)i));
+    }
+    lua_setfield(L, -2, "states");         /* [core] */
+}

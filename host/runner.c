@@ -301,18 +301,12 @@ const char *runner_fatal(void) {
     return m;
 }
 
-static const char *const runner_state_names[] = {
+static const char *const runner_state_names[RUNNER_NSTATES] = {
     [RUNNER_STARTING] = "starting", [RUNNER_IDLE] = "idle", [RUNNER_FETCHING] = "fetching",
     [RUNNER_PERFORMING] = "performing", [RUNNER_WAITING] = "waiting", [RUNNER_ERROR] = "error",
     [RUNNER_STOPPED] = "stopped"};
 
 const char *runner_state_name(enum runner_state s) { return runner_state_names[s]; }
-
-int runner_state_parse(const char *name) {
-    for (int i = 0; i < (int)(sizeof runner_state_names / sizeof *runner_state_names); i++)
-        if (strcmp(runner_state_names[i], name) == 0) return i;
-    return -1;
-}
 
 void runner_set_state(struct runner *r, enum runner_state state, const char *worker, int shard,
                       const char *ids, const char *prefix) {

@@ -52,11 +52,12 @@ const char *runner_fatal(void); /* NULL when none; valid until exit */
  * and its jobs count as performed when the thread leaves it. */
 enum runner_state {
     RUNNER_STARTING, RUNNER_IDLE, RUNNER_FETCHING, RUNNER_PERFORMING, RUNNER_WAITING, RUNNER_ERROR,
-    RUNNER_STOPPED
+    RUNNER_STOPPED,
+    RUNNER_NSTATES /* how many there are */
 };
-/* The state's name ("performing"), and back (-1 for an unknown name). */
+/* The state's name ("performing"): the one definition of each name. Lua sets
+ * states by number, through core.states (host/core.c), built from these names. */
 const char *runner_state_name(enum runner_state s);
-int runner_state_parse(const char *name);
 
 /* Set by the thread itself between steps: its state, the worker, shard, ids
  * (for the dump) and the shard's key prefix (for lease renewal). */

@@ -25,6 +25,9 @@ local failure = require "luakiq.failure"
 local retry = require "luakiq.retry"
 local luakiq = require "luakiq"
 
+-- The worker thread's states, named once (host/runner.c) and exported as numbers.
+local STATE = core.states
+
 local M = {}
 
 local POLL_EVERY = 0.002 -- seconds between mailbox checks of a busy thread (ctx.poll)
@@ -391,12 +394,12 @@ local function perform(t, h, jobs, done)
   if #loaded == 0 then return true, loaded end -- every payload was unloadable
   if w.concurrency and not units_take(t, h, w, loaded, batch) then return "units" end
   local ids = queue.ids(loaded)
-  core.set_state("performing", w.name, h.shard, table.concat(ids, ","), h.prefix)
+  core.set_state(STATE.performing, w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
   local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
   local ok, err, tb = run_call(h, w, batch, call_record(h, loaded, done), #ids, call)
   units_done(t, h)
-  core.set_state("fetching", w.name, h.shard)
+  core.set_state(STATE.fetching, w.name, h.shard)
   -- A luakiq.redis wait the deadline cut short leaves the thread's connection
   -- broken: make it again now, so the failure is recorded at once.
   if t.conn:broken() then t.conn:reconnect() end
@@ -684,7 +687,7 @@ local function scheduler_ctx(t)
   function ctx.wait(hint)
     flush(t)
     if core.stopping() and t.ntasks == 0 then return {} end
-    core.set_state(t.ntasks > 0 and "waiting" or "idle")
+    core.set_state(t.ntasks > 0 and STATE.waiting or STATE.idle)
     collectgarbage("step")
     local timeout = t.cfg.poll_interval
     if t.tick_every and t.tick_every < timeout then timeout = t.tick_every end -- the schedules' thread
@@ -831,7 +834,7 @@ function M.main(boot_json)
   local names = {}
   for i, h in ipairs(t.handlers) do names[i] = h.worker .. h.shard end
   log.info("thread started: " .. table.concat(names, ", "))
-  core.set_state("idle")
+  core.set_state(STATE.idle)
   local backoff = 0.1
   local ticker = core.thread_index() == 0 and #t.cfg.schedules > 0
   if ticker then t.sched, t.tick_every = {}, SCHEDULE_CHECK end
@@ -846,7 +849,7 @@ function M.main(boot_json)
       -- A Redis failure (or a bug in a user scheduler): log, back off, reconnect.
       -- A pending ack stays pending: fetch.lua re-acks by batch id, so nothing runs twice.
       log.error(tostring(err):match("^[^\n]*") .. "; retrying in " .. backoff .. " s")
-      core.set_state("error")
+      core.set_state(STATE.error)
       core.wait(backoff)
       backoff = math.min(backoff * 2, 5)
       if t.conn:broken() then
@@ -881,7 +884,7 @@ function M.main(boot_json)
       if t.conn:broken() then t.conn:reconnect() end
     until core.now() > deadline
   end
-  core.set_state("stopped")
+  core.set_state(STATE.stopped)
   return 0
 end
 
