@@ -57,7 +57,7 @@ Lists jobs as JSON lines. Ranges use Redis syntax: ids "-", "+", "[x", "(x"; num
   schedules = [[usage: luakiq schedules DIR [--redis URL]
 Prints one JSON line per schedule of config.lua:
 {"every"|"cron","id","last","name","next","timezone","worker"}; last: the last
-tick enqueued (absent before the first), next: the next tick (Unix times).]],
+tick a host claimed (absent before any host ran it), next: the next tick (Unix times).]],
   pause = [[usage: luakiq pause DIR WORKER [--redis URL]
 Every host starts no new call of WORKER within 1 s; running calls finish;
 enqueue goes on. Kept in Redis: a host started later stays paused. Prints

@@ -244,6 +244,18 @@ return [==[<!doctype html>
             h("td", { text: c.waiting ? "waiting (I/O)" : "on CPU" }),
             h("td", { class: "n", text: c.running.toFixed(1) + " s" }), h("td", { class: "n", text: fmtNum(c.timeout) + " s" }));
         }))),
+      h("div", { id: "schedules-box" }, (d.schedules || []).length === 0 ? null : [
+        h("h2", { text: "Recurring jobs" }),
+        h("table", { id: "schedules" },
+          h("thead", null, h("tr", null, ["Name", "Worker", "Id", "When", "Last tick", "Next tick"]
+            .map(function (x) { return h("th", { text: x }); }))),
+          h("tbody", null, d.schedules.map(function (s) {
+            var rule = s.cron ? s.cron + " (" + s.timezone + ")" : "every " + s.every + " s";
+            return h("tr", { "data-schedule": s.name },
+              h("td", { text: s.name }), h("td", { text: s.worker }), h("td", { text: s.id }),
+              h("td", { text: rule }), h("td", { "data-field": "last", text: s.last ? fmtTime(s.last) : "-" }),
+              h("td", { "data-field": "next", text: s.next ? fmtTime(s.next) : "-" }));
+          })))]),
       h("h2", { text: "Redis" }),
       h("div", { class: "cards", id: "redis" },
         card("Version", r.version || "-"), card("Uptime", fmtLag(r.uptime_in_seconds)),

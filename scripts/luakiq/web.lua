@@ -213,6 +213,7 @@ local function api(ctx)
     table.sort(calls, function(a, b) return a.running > b.running end)
     return reply(200, {
       queues = queues, total = total, redis_info = redis_info(conn), calls = calls,
+      schedules = json.array(admin.schedules(conn, cfg, core.now())),
       host = { version = require("luakiq").version, pid = core.getpid(), threads = ctx.threads,
                rss = core.rss(), now = core.now(), auth = ctx.token ~= nil },
     })

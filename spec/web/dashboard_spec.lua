@@ -72,6 +72,20 @@ describe("the dashboard in headless Chromium", function()
     assert.are.same({ lag = v.by_worker.Parked.lag, length = 4, morgue_length = 1, expired = 0 }, v.by_worker.Parked)
   end)
 
+  it("lists the recurring jobs with their next run", function()
+    -- the host's thread 0 records the last tick within a second of starting
+    host.eventually(function()
+      local _, _, v = web.request(base, "GET", "/api/web/dashboard")
+      return v and v.schedules[1] and v.schedules[1].last
+    end, 10, "the last tick recorded")
+    local y = tonumber(os.date("!%Y"))
+    local last, nxt = ("%d-01-01 00:00:00.000 UTC"):format(y), ("%d-01-01 00:00:00.000 UTC"):format(y + 1)
+    local rc, out = run("CHROMIUM=" .. q(chromium) .. " node " .. TOOLS .. "/schedules.test.js " .. q(base) .. " " ..
+      q(last) .. " " .. q(nxt))
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("schedules: all checks passed", 1, true), out)
+  end)
+
   it("pauses and resumes a worker from its queue page", function()
     local rc, out = run("CHROMIUM=" .. q(chromium) .. " node " .. TOOLS .. "/pause.test.js " .. q(base) .. " Parked")
     assert.are.equal(0, rc, out)
