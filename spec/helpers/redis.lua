@@ -60,6 +60,11 @@ function M.start(opts)
         M.started[#M.started + 1] = srv
         return srv
       end
+      -- it started but never answered: end it before trying another port
+      local f = io.open(dir .. "/redis.pid")
+      local pid = f and tonumber(f:read("*l"))
+      if f then f:close() end
+      if pid then sh("kill " .. pid .. " 2>/dev/null") end
     end
   end
   error("cannot start redis-server")
