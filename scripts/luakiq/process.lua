@@ -43,22 +43,20 @@ local function check(opts)
   end
 end
 
--- TERM to the group, up to grace seconds for it to exit, then KILL and reap
--- (p:terminate waits in place, in C: at most grace seconds, on a timeout only).
-local function terminate(p, grace) p:terminate(grace) end
-
 function M.run(opts)
   check(opts)
   local grace = opts.grace or 2
   local p = core.spawn(opts.argv, opts.stdin)
   local until_ = opts.timeout and core.mono() + opts.timeout or nil
   if wait.inside() then
-    wait.yield({ kind = "proc", proc = p, ["until"] = until_ }, function() terminate(p, grace) end)
+    -- at the deadline: TERM, up to grace seconds, KILL, reaped (p:terminate,
+    -- in C: it waits in place, at most grace seconds)
+    wait.yield({ kind = "proc", proc = p, ["until"] = until_ }, function() p:terminate(grace) end)
   else
     while not p:done() do
       local left = core.deadline()
       if left and left <= 0 then
-        terminate(p, grace)
+        p:terminate(grace)
         core.raise_timeout()
       end
       if until_ and core.mono() >= until_ then break end
@@ -69,7 +67,7 @@ function M.run(opts)
     end
   end
   if not p:done() then
-    terminate(p, grace)
+    p:terminate(grace)
     error(("process: %s ran past its timeout of %g s"):format(opts.argv[1], opts.timeout), 0)
   end
   local code, signal, stderr = p:result()

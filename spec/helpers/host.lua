@@ -81,6 +81,25 @@ function M.exec(args, stdin, env)
   return rc, out, err
 end
 
+-- `luakiq jobs DIR WORKER queue|morgue|busy` as {id = record}; asserts success.
+function M.jobs(dir, worker, what, env)
+  local rc, out, err = M.exec("jobs " .. M.quote(dir) .. " " .. worker .. " " .. what, nil, env)
+  assert(rc == 0, "luakiq jobs failed: " .. tostring(err))
+  local by_id = {}
+  for line in out:gmatch("[^\n]+") do
+    local j = require("luakiq.json").decode(line)
+    by_id[j.id] = j
+  end
+  return by_id
+end
+
+-- `luakiq stats DIR`, decoded; asserts success.
+function M.stats(dir, env)
+  local rc, out, err = M.exec("stats " .. M.quote(dir), nil, env)
+  assert(rc == 0, "luakiq stats failed: " .. tostring(err))
+  return require("luakiq.json").decode(out)
+end
+
 -- `luakiq enqueue DIR WORKER` of jobs (tables, sent as JSON lines); asserts
 -- that it succeeded.
 function M.enqueue(dir, worker, jobs, env)

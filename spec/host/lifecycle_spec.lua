@@ -15,22 +15,8 @@ local function job(dir, worker, id)
   return rc, out ~= "" and json.decode(out) or nil, err
 end
 
-local function list(dir, worker, what)
-  local rc, out, err = host.exec("jobs " .. q(dir) .. " " .. worker .. " " .. what, nil, env())
-  assert.are.equal(0, rc, err)
-  local by_id = {}
-  for line in out:gmatch("[^\n]+") do
-    local j = json.decode(line)
-    by_id[j.id] = j
-  end
-  return by_id
-end
-
-local function stats(dir)
-  local rc, out, err = host.exec("stats " .. q(dir), nil, env())
-  assert.are.equal(0, rc, err)
-  return json.decode(out)
-end
+local function list(dir, worker, what) return host.jobs(dir, worker, what, env()) end
+local function stats(dir) return host.stats(dir, env()) end
 
 describe("job status by id", function()
   local dir, proc

@@ -12,22 +12,8 @@ local q = host.quote
 local srv = redis.fixture()
 local function env() return "REDIS_URL=" .. srv.url end
 
-local function jobs(dir, worker, which)
-  local rc, out, err = host.exec("jobs " .. q(dir) .. " " .. worker .. " " .. which, nil, env())
-  assert.are.equal(0, rc, err)
-  local by_id = {}
-  for line in out:gmatch("[^\n]+") do
-    local j = json.decode(line)
-    by_id[j.id] = j
-  end
-  return by_id
-end
-
-local function length(dir)
-  local rc, out, err = host.exec("stats " .. q(dir), nil, env())
-  assert.are.equal(0, rc, err)
-  return json.decode(out).total
-end
+local function jobs(dir, worker, which) return host.jobs(dir, worker, which, env()) end
+local function length(dir) return host.stats(dir, env()).total end
 
 -- plan loads and validates DIR without Redis: rc, the first line of stderr
 local function load(dir)
