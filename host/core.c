@@ -48,9 +48,16 @@ static _Thread_local lua_State *volatile core_call_main; /* the runner's state w
 static _Thread_local volatile sig_atomic_t core_call_expired;
 static _Thread_local double core_call_deadline;          /* monotonic; 0: no call */
 static _Thread_local double core_call_timeout;           /* seconds, for messages */
+static _Thread_local volatile sig_atomic_t core_call_fenced; /* stopped: its lease ran out */
+
+/* The error the lease fence raises (core.fence), instead of the timeout's. */
+static const char core_fenced_text[] =
+    "lease lost: the shard's lease may have expired while this call waited (Redis unreachable, or the "
+    "host stalled, longer than lease_ttl); the call was stopped so that the shard's next holder runs its jobs alone";
 
 void core_timeout_text(char *buf, size_t len) {
-    snprintf(buf, len, "timeout: the call ran past its timeout of %g s", core_call_timeout);
+    if (core_call_fenced) snprintf(buf, len, "%s", core_fenced_text);
+    else snprintf(buf, len, "timeout: the call ran past its timeout of %g s", core_call_timeout);
 }
 
 /* core.raise_timeout(): raises the running call's timeout error (a wait the
@@ -58,7 +65,7 @@ void core_timeout_text(char *buf, size_t len) {
 static int core_raise_timeout_l(lua_State *L) { return core_raise_timeout(L); }
 
 int core_raise_timeout(lua_State *L) {
-    char msg[128];
+    char msg[sizeof core_fenced_text];
     core_timeout_text(msg, sizeof msg);
     lua_pushstring(L, msg);
     return lua_error(L);
@@ -113,36 +120,42 @@ void core_io_end(void) {
     if (core_call_deadline > 0 && r) runner_set_in_io(r, 0);
 }
 
-/* Makes a call (started, deadline) the one running on this thread now. */
-static void core_call_enter(lua_State *L, double started, double deadline, double timeout, const char *record) {
+/* Makes a call (started, deadline, lease bound) the one running on this
+ * thread now. */
+static void core_call_enter(lua_State *L, double started, double deadline, double timeout, double lease_until,
+                            const char *record) {
     core_call_timeout = timeout;
     core_call_deadline = deadline;
     core_call_expired = 0;
+    core_call_fenced = 0;
     core_call_main = L;
     struct runner *r = runner_self();
-    if (r) runner_set_call(r, started, deadline, record);
+    if (r) runner_set_call(r, started, deadline, lease_until, record);
 }
 
 /* Nothing runs on this thread's CPU for a call any more (it ended, or waits:
- * then the runner keeps it as parked). Returns whether its deadline passed. */
+ * then the runner keeps it as parked). Returns whether its deadline passed
+ * (or the lease fence stopped it). */
 static int core_call_leave(lua_State *L, int parked) {
     int expired = core_call_expired || (core_call_deadline > 0 && runner_monotonic() >= core_call_deadline);
     core_call_main = NULL;
     core_call_deadline = 0;
     core_call_expired = 0;
+    core_call_fenced = 0;
     lua_sethook(L, NULL, 0, 0);
     struct runner *r = runner_self();
-    if (r && !(parked && runner_park(r) == 0)) runner_set_call(r, 0, 0, NULL);
+    if (r && !(parked && runner_park(r) == 0)) runner_set_call(r, 0, 0, 0, NULL);
     return expired;
 }
 
-/* core.call_begin(timeout_s, record) -> started, deadline (monotonic): a
- * perform call starts on this thread (record: what failing its jobs needs,
- * should it never come back). */
+/* core.call_begin(timeout_s, record, lease_until) -> started, deadline
+ * (monotonic): a perform call starts on this thread (record: what failing
+ * its jobs needs, should it never come back; lease_until: when its shard's
+ * lease surely runs out, nil: never). */
 static int core_call_begin(lua_State *L) {
     double timeout = luaL_checknumber(L, 1);
     double now = runner_monotonic();
-    core_call_enter(L, now, now + timeout, timeout, luaL_optstring(L, 2, NULL));
+    core_call_enter(L, now, now + timeout, timeout, luaL_optnumber(L, 3, HUGE_VAL), luaL_optstring(L, 2, NULL));
     lua_pushnumber(L, now);
     lua_pushnumber(L, now + timeout);
     return 2;
@@ -156,17 +169,44 @@ static int core_call_pause(lua_State *L) {
     return 0;
 }
 
-/* core.call_resume(started, deadline, timeout): the paused call that started
- * at `started` runs on (a deadline already passed is the watchdog's at once). */
+/* core.call_resume(started, deadline, timeout) -> lease_ok: the paused call
+ * that started at `started` runs on (a deadline already passed is the
+ * watchdog's at once). lease_ok is false when its lease bound has passed:
+ * the runner then stops the call (core.fence) instead of letting it go on
+ * beside the shard's next holder. */
 static int core_call_resume(lua_State *L) {
-    double started = luaL_checknumber(L, 1), deadline = luaL_checknumber(L, 2);
+    double started = luaL_checknumber(L, 1), deadline = luaL_checknumber(L, 2), lease = HUGE_VAL;
     core_call_timeout = luaL_checknumber(L, 3);
     core_call_deadline = deadline;
     core_call_expired = 0;
+    core_call_fenced = 0;
     core_call_main = L;
     struct runner *r = runner_self();
-    if (r && runner_unpark(r, started, &deadline) != 0) runner_set_call(r, started, deadline, NULL);
-    return 0;
+    if (r && runner_unpark(r, started, &deadline, &lease) != 0) runner_set_call(r, started, deadline, HUGE_VAL, NULL);
+    lua_pushboolean(L, runner_monotonic() < lease);
+    return 1;
+}
+
+/* core.fence(): stops the running call because its lease may be gone: raises
+ * "lease lost: ..." now and, like a timeout, at every instruction of the
+ * call's coroutines until call_end, so a user pcall cannot keep it going. */
+static int core_fence(lua_State *L) {
+    if (core_call_main) {
+        core_call_fenced = 1;
+        core_call_expired = 1;
+        lua_sethook(core_call_main, core_timeout_hook, LUA_MASKCOUNT, 1);
+    }
+    return core_raise_timeout(L);
+}
+
+/* core.lease_check(): inside a call whose lease bound has passed, core.fence();
+ * nothing otherwise (outside a call, or on the main thread). Called before
+ * each luakiq.redis command a call sends. */
+static int core_lease_check(lua_State *L) {
+    struct runner *r = runner_self();
+    if (!r || core_call_deadline <= 0 || !core_call_main) return 0;
+    if (runner_monotonic() < runner_lease_until(r)) return 0;
+    return core_fence(L);
 }
 
 /* core.mono() -> seconds of CLOCK_MONOTONIC (deadlines, timers). */
@@ -175,14 +215,20 @@ static int core_mono(lua_State *L) {
     return 1;
 }
 
-/* core.call_end(njobs) -> expired: the call (of njobs jobs: they count as
- * performed) is over; true when its deadline passed while it ran. */
+/* core.call_end(njobs) -> expired, lease_until, fenced: the call (of njobs
+ * jobs: they count as performed) is over; expired: its deadline passed while
+ * it ran, or the fence stopped it (fenced); lease_until: its lease bound as
+ * the renewals left it, for the next call of the same fetch. */
 static int core_call_end(lua_State *L) {
     long long njobs = (long long)luaL_optnumber(L, 1, 0);
     struct runner *r = runner_self();
     if (r && njobs > 0) runner_add_jobs(r, njobs);
+    double lease = r ? runner_lease_until(r) : HUGE_VAL;
+    int fenced = core_call_fenced;
     lua_pushboolean(L, core_call_leave(L, 0));
-    return 1;
+    lua_pushnumber(L, lease);
+    lua_pushboolean(L, fenced);
+    return 3;
 }
 
 /* core.deadline() -> seconds left for the running call, or nil outside one. */
@@ -378,6 +424,7 @@ static const luaL_Reg core_funcs[] = {
     {"fatal", core_fatal},             {"fatal_message", core_fatal_message},
     {"call_begin", core_call_begin},   {"call_end", core_call_end},
     {"call_pause", core_call_pause},   {"call_resume", core_call_resume},
+    {"fence", core_fence},             {"lease_check", core_lease_check},
     {"mono", core_mono},               {"raise_timeout", core_raise_timeout_l},
     {"deadline", core_deadline},       {"count_timeout", core_count_timeout},
     {"timeouts", core_timeouts},

@@ -92,12 +92,17 @@ static void host_renew_one(const char *prefix, void *arg) {
         n = 2;
     }
     store_reply *r[2] = {NULL, NULL};
+    double sent = runner_monotonic();
     if (store_pipeline(host.renew_store, n, cmds, r, err, sizeof err) < 0) {
         log_fmt(LOG_WARN, "lease renewal failed: %s", err);
         return;
     }
-    if (store_reply_type(r[0]) == STORE_INTEGER && store_reply_int(r[0]) == 0)
+    if (store_reply_type(r[0]) == STORE_INTEGER && store_reply_int(r[0]) == 0) {
         log_fmt(LOG_ERROR, "lease of %s lost while its batch runs: another host may take the shard over", prefix);
+        runner_lease_renewed(prefix, sent, 0);
+    } else if (store_reply_type(r[0]) == STORE_INTEGER) {
+        runner_lease_renewed(prefix, sent, sent + (double)host.plan->lease_ms / 1000.0);
+    }
     for (int i = 0; i < n; i++) store_reply_free(r[i]);
 }
 

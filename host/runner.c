@@ -54,6 +54,7 @@ struct runner {
     double deadline, signalled;   /* running call's deadline, last timeout signal (monotonic) */
     double ending;                /* seconds added to the stuck grace while a child is ended (proc.c) */
     double call_started;          /* monotonic */
+    double lease_until;           /* running call: its shard's lease is surely held until then (monotonic) */
     char *call;                   /* the running call's record */
     struct runner_parked *parked; /* calls waiting in luakiq's I/O (runner_park) */
     int nparked, capparked;
@@ -68,7 +69,7 @@ struct runner {
 /* A call that waits in luakiq's I/O while its thread runs other calls: what
  * the thread's state said of it when it parked, restored when it runs on. */
 struct runner_parked {
-    double started, deadline;
+    double started, deadline, lease_until;
     int shard;
     char *worker, *prefix, *ids, *record;
 };
@@ -402,10 +403,11 @@ double runner_monotonic(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void runner_set_call(struct runner *r, double started, double deadline, const char *record) {
+void runner_set_call(struct runner *r, double started, double deadline, double lease_until, const char *record) {
     char *copy = record ? strdup(record) : NULL;
     pthread_mutex_lock(&r->mu);
     r->deadline = deadline;
+    r->lease_until = lease_until;
     r->signalled = 0;
     r->call_started = started;
     free(r->call);
@@ -431,6 +433,7 @@ int runner_park(struct runner *r) {
     struct runner_parked *p = &r->parked[r->nparked++];
     p->started = r->call_started;
     p->deadline = r->deadline;
+    p->lease_until = r->lease_until;
     p->shard = r->shard;
     p->worker = strdup(r->worker);
     p->prefix = strdup(r->prefix);
@@ -448,8 +451,9 @@ int runner_park(struct runner *r) {
 }
 
 /* Worker thread: a parked call resumes; its record becomes the running one
- * again, with the deadline it had (a parked call's clock never stops). */
-int runner_unpark(struct runner *r, double started, double *deadline) {
+ * again, with the deadline it had (a parked call's clock never stops) and
+ * its lease bound as the renewals left it. */
+int runner_unpark(struct runner *r, double started, double *deadline, double *lease_until) {
     pthread_mutex_lock(&r->mu);
     int j = 0;
     while (j < r->nparked && r->parked[j].started != started) j++;
@@ -469,12 +473,14 @@ int runner_unpark(struct runner *r, double started, double *deadline) {
     r->call = p.record;
     r->call_started = p.started;
     r->deadline = p.deadline;
+    r->lease_until = p.lease_until;
     r->signalled = 0;
     r->since = runner_now();
     pthread_mutex_unlock(&r->mu);
     free(p.worker);
     free(p.prefix);
     *deadline = p.deadline;
+    *lease_until = p.lease_until;
     return 0;
 }
 
@@ -552,6 +558,33 @@ void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg
             if (busy) fn(prefix, arg);
         }
     }
+}
+
+/* Main thread, after a renewal of prefix's lease sent at `sent` (monotonic):
+ * held (until = sent + lease TTL: Redis set the expiry no earlier) or lost
+ * (until = 0). Only calls that started before the renewal was sent take it:
+ * a call that began later fetched, and so leased, on its own. */
+void runner_lease_renewed(const char *prefix, double sent, double until) {
+    for (int i = 0; i < nrunners; i++) {
+        struct runner *r = runners[i];
+        pthread_mutex_lock(&r->mu);
+        if (r->deadline > 0 && r->call_started <= sent && strcmp(r->prefix, prefix) == 0)
+            r->lease_until = until == 0 || until > r->lease_until ? until : r->lease_until;
+        for (int j = 0; j < r->nparked; j++) {
+            struct runner_parked *p = &r->parked[j];
+            if (p->started <= sent && p->prefix && strcmp(p->prefix, prefix) == 0)
+                p->lease_until = until == 0 || until > p->lease_until ? until : p->lease_until;
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+/* Worker thread: the running call's lease bound (see runner_lease_renewed). */
+double runner_lease_until(struct runner *r) {
+    pthread_mutex_lock(&r->mu);
+    double until = r->lease_until;
+    pthread_mutex_unlock(&r->mu);
+    return until;
 }
 
 void runner_request_traces(void) {

@@ -92,7 +92,7 @@ int runner_timeouts(int k, char *worker, size_t len, long long *n);
  * a record of it (an opaque string: what the main VM needs to fail the call's
  * jobs if the call cannot be stopped). in_io: the call now waits in luakiq's
  * own I/O, which ends itself at the deadline (no signal needed). */
-void runner_set_call(struct runner *r, double started, double deadline, const char *record);
+void runner_set_call(struct runner *r, double started, double deadline, double lease_until, const char *record);
 void runner_set_in_io(struct runner *r, int in_io);
 /* The calling thread is ending a child process past its call's deadline
  * (TERM, up to `seconds` of grace, KILL): no timeout signal, and the thread
@@ -107,7 +107,14 @@ void runner_set_ending(struct runner *r, double seconds);
  * parked call that started at `started` the running one again and gives its
  * deadline. Both -1 on failure (out of memory; no such call). */
 int runner_park(struct runner *r);
-int runner_unpark(struct runner *r, double started, double *deadline);
+int runner_unpark(struct runner *r, double started, double *deadline, double *lease_until);
+/* Lease fencing of calls (docs/guarantees.md): each call carries a bound
+ * (monotonic seconds) until which its shard's lease is surely held: the
+ * fetch's send time + lease_ttl, raised by every renewal the main thread
+ * sends while the call runs or is parked (runner_lease_renewed: held until
+ * `until`, or lost: until = 0). A call resumed past its bound is stopped. */
+void runner_lease_renewed(const char *prefix, double sent, double until);
+double runner_lease_until(struct runner *r);
 /* Main thread, every ~100 ms: sends RUNNER_TIMEOUT_SIGNAL to each thread
  * whose call is past its deadline (not while it waits in luakiq's I/O; again
  * every 250 ms while it runs on), and marks a thread stuck when its call is

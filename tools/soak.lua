@@ -300,12 +300,13 @@ for idn = 1, IDS do
   local recs = records[id] or {}
   table.sort(recs, function(a, b) if a.t0 ~= b.t0 then return a.t0 < b.t0 end return a.n < b.n end)
   -- overlap: each batch starts after every earlier one ended
-  local max_t1 = -math.huge
+  local max_t1, last = -math.huge, nil
   for i, r in ipairs(recs) do
     if r.t0 < max_t1 then
-      example("overlaps", ("id %s: batch at %.6f (pid %s) started before %.6f"):format(id, r.t0, r.pid, max_t1))
+      example("overlaps", ("id %s: batch %s at %.6f (pid %s) started before %s %.6f-%.6f (pid %s) ended"):format(
+        id, table.concat(r.ps, ","), r.t0, r.pid, table.concat(last.ps, ","), last.t0, last.t1, last.pid))
     end
-    if r.t1 > max_t1 then max_t1 = r.t1 end
+    if r.t1 > max_t1 then max_t1, last = r.t1, r end
     for k = 2, #r.ps do
       if r.ps[k] <= r.ps[k - 1] then example("inner_order", "id " .. id .. " batch " .. i .. " not ascending") break end
     end

@@ -26,9 +26,17 @@ function M.perform_async(worker, jobs)
 end
 
 -- luakiq.redis.call(...) raises on an error reply; pcall returns nil, err.
+-- Inside a perform call whose shard lease may have run out, both raise
+-- "lease lost: ..." instead of sending (core.lease_check: the fence).
 M.redis = {
-  call = function(...) return conn():call(...) end,
-  pcall = function(...) return conn():pcall(...) end,
+  call = function(...)
+    core.lease_check()
+    return conn():call(...)
+  end,
+  pcall = function(...)
+    core.lease_check()
+    return conn():pcall(...)
+  end,
 }
 
 -- sleep(s): waits s seconds; inside a perform call, never past its timeout

@@ -274,10 +274,11 @@ end
 -- own, bounded by the worker's timeout (core.call_begin/call_end: past it, a
 -- hook raises "timeout: ..." in the call; luakiq's own waits end themselves).
 -- A wait in luakiq's I/O parks h's task (the thread loop answers it) or, with
--- no task, waits in place. Returns ok, err, traceback.
+-- no task, waits in place. Returns ok, err, traceback, fenced (the call was
+-- stopped because its lease may have run out: h.lease_until, core.fence).
 local function run_call(h, w, batch, record, njobs, call)
   local co = coroutine.create(h.perform)
-  local started, deadline = core.call_begin(w.timeout, record)
+  local started, deadline = core.call_begin(w.timeout, record, h.lease_until)
   wait.current = co
   local ok, a, req = coroutine.resume(co, w, batch, call)
   while ok and coroutine.status(co) == "suspended" do
@@ -293,15 +294,19 @@ local function run_call(h, w, batch, record, njobs, call)
     else
       answer = wait_here(req, deadline)
     end
-    core.call_resume(started, deadline, w.timeout)
+    -- the fence: past its lease bound, the call must not run on (the
+    -- shard's next holder may already run its jobs)
+    if not core.call_resume(started, deadline, w.timeout) then answer = wait.FENCED end
     wait.current = co
     ok, a, req = coroutine.resume(co, answer)
   end
   wait.current = nil
-  local expired = core.call_end(njobs)
+  local expired, lease_until, fenced = core.call_end(njobs)
+  h.lease_until = lease_until
   if ok then return true end
   local err = a
   local tb = type(err) == "string" and debug.traceback(co, err) or debug.traceback(co, tostring(err))
+  if fenced then return false, err, tb, true end
   if expired and err ~= luakiq.FATAL then
     if not (type(err) == "string" and err:find("^timeout")) then
       err = "timeout: " .. tostring(err) -- past the deadline, whatever the call raised on its way out
@@ -397,8 +402,16 @@ local function perform(t, h, jobs, done)
   core.set_state(STATE.performing, w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
   local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
-  local ok, err, tb = run_call(h, w, batch, call_record(h, loaded, done), #ids, call)
+  local ok, err, tb, fenced = run_call(h, w, batch, call_record(h, loaded, done), #ids, call)
   units_done(t, h)
+  if fenced then
+    -- nothing is recorded: the fetch stays in flight for the shard's holder
+    -- (another host restores it; this host, if it still holds the shard,
+    -- redelivers it: heads.lua), as after a kill -9
+    log.warn("call stopped: " .. tostring(err):match("^[^\n]*"), { worker = w.name, shard = h.shard, ids = ids })
+    core.set_state(STATE.fetching, w.name, h.shard)
+    return nil
+  end
   core.set_state(STATE.fetching, w.name, h.shard)
   -- A luakiq.redis wait the deadline cut short leaves the thread's connection
   -- broken: make it again now, so the failure is recorded at once.
@@ -427,7 +440,11 @@ local function process(t, h)
   local ack_same = t.pending[h] ~= nil
   local cmds, acked = pending_acks(t, h)
   cmds[#cmds + 1] = queue.fetch_cmd(h, t, h.def.fetch_size, ack_same)
+  local sent = core.mono()
   local replies = t.conn:pipeline(cmds)
+  -- fetch.lua leased the shard for lease_ttl from no earlier than now: the
+  -- calls of this fetch hold it until then, or as the renewals extend it
+  h.lease_until = sent + t.cfg.lease_ttl
   t.pending = {}
   for i, p in ipairs(acked) do took(t, p, replies[i]) end
   local res = took(t, h, replies[#replies])

@@ -12,13 +12,15 @@
 --           {kind = "proc", proc = p, ["until"] = mono or nil} (luakiq.process:
 --             done when p:done(); the runner polls p:fds())
 -- Answers: true (done, or the request's own "until" came), M.TIMEOUT (the
--- call's deadline came first).
+-- call's deadline came first), M.FENCED (the shard's lease may have run out
+-- while the call waited: it must not go on beside the next holder).
 local core = require "luakiq.core"
 
 local M = {}
 
 M.WAIT = setmetatable({}, { __tostring = function() return "luakiq.wait" end })
 M.TIMEOUT = setmetatable({}, { __tostring = function() return "luakiq.wait.TIMEOUT" end })
+M.FENCED = setmetatable({}, { __tostring = function() return "luakiq.wait.FENCED" end })
 M.current = nil
 
 -- True inside the perform call the runner is running (its own coroutine).
@@ -28,12 +30,14 @@ function M.inside()
 end
 
 -- Yields req to the runner; returns its answer, or raises the call's
--- timeout error when the deadline came first (after on_timeout(), which
--- ends what the wait started). Only when M.inside().
+-- timeout error when the deadline came first, "lease lost: ..." when the
+-- lease fence stopped the call (after on_timeout(), which ends what the wait
+-- started). Only when M.inside().
 function M.yield(req, on_timeout)
   local answer = coroutine.yield(M.WAIT, req)
-  if answer == M.TIMEOUT then
+  if answer == M.TIMEOUT or answer == M.FENCED then
     if on_timeout then on_timeout() end
+    if answer == M.FENCED then core.fence() end
     core.raise_timeout()
   end
   return answer

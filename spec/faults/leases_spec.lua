@@ -117,6 +117,62 @@ describe("shard leases", function()
     assert.are.same({}, S.overlaps(srv.conn))
   end)
 
+  -- The fence (docs/guarantees.md, "Lease fencing"): a call whose lease may
+  -- have run out is stopped at its next wait or luakiq.redis command, so it
+  -- never goes on beside the shard's next holder; nothing of it is recorded,
+  -- and the holder runs its jobs again (at-least-once, as after a kill -9).
+  for _, how in ipairs { "luakiq.sleep", "core.sleep" } do
+    it("a call whose lease another holder took is stopped at its next wait or Redis command (" .. how .. ")",
+      function()
+        local dir = S.dir("threads_per_node = 1, poll_interval = 0.1, lease_ttl = 1", {
+          shards = 1, batch = 1,
+          extra = ([[if batch.fenced and not r.call("GET", "t:again") then
+            r.call("SET", "t:in", pid) %s(1.5) r.call("RPUSH", "t:after", "first") end]]):format(how),
+          after = [[if batch.fenced then r.call("RPUSH", "t:after", "done") end]],
+        })
+        local a = spawn(dir)
+        S.push(srv, dir, { { id = "fenced", payload = 1, score = 1 } })
+        S.eventually(function() return srv.conn:call("GET", "t:in") end, 10, "call running")
+        -- another holder (as after a long Redis outage) takes the shard
+        local lease = "luakiq:{Rec:0}:lease"
+        srv.conn:call("SET", "t:again", "1")
+        srv.conn:call("SET", lease, "intruder", "PX", 30000)
+        S.eventually(function() return a:log():match("call stopped: lease lost") end, 10, "the call stopped")
+        assert.truthy(a:log():match("lease of luakiq:{Rec:0}: lost while its batch runs"), a:log())
+        S.sleep(0.5)
+        assert.are.same({}, srv.conn:call("LRANGE", "t:after", 0, -1), "the stopped call went on")
+        -- the intruder goes without acking: the batch it left is restored and runs again
+        srv.conn:call("DEL", lease)
+        S.eventually(function() return #srv.conn:call("LRANGE", "t:after", 0, -1) == 1 end, 10, "rerun")
+        assert.are.same({ "done" }, srv.conn:call("LRANGE", "t:after", 0, -1))
+        assert.are.same({ "1", "1" }, S.seen(srv.conn, "fenced"))
+        assert.are.equal(0, S.stop(a), a:log())
+      end)
+  end
+
+  it("a call parked in I/O across a Redis outage longer than its lease is stopped when it resumes", function()
+    local dir = S.dir("threads_per_node = 1, poll_interval = 0.1, lease_ttl = 0.6", {
+      shards = 1, batch = 1,
+      extra = [[if batch.out and not r.call("GET", "t:again") then
+        r.call("SET", "t:in", pid) luakiq.sleep(1.0) r.call("RPUSH", "t:after", "first") end]],
+      after = [[if batch.out then r.call("RPUSH", "t:after", "done") end]],
+    })
+    local a = spawn(dir)
+    S.push(srv, dir, { { id = "out", payload = 1, score = 1 } })
+    S.eventually(function() return srv.conn:call("GET", "t:in") end, 10, "call parked")
+    srv.conn:call("SET", "t:again", "1")
+    -- Redis stops answering (its clock goes on: the lease expires in it)
+    assert.are.equal(0, os.execute("kill -STOP " .. srv.pid))
+    S.sleep(1.8)
+    assert.are.equal(0, os.execute("kill -CONT " .. srv.pid))
+    S.eventually(function() return #srv.conn:call("LRANGE", "t:after", 0, -1) >= 1 end, 15, "rerun")
+    S.sleep(0.3)
+    assert.are.same({ "done" }, srv.conn:call("LRANGE", "t:after", 0, -1), a:log())
+    assert.are.same({ "1", "1" }, S.seen(srv.conn, "out"))
+    assert.truthy(a:log():match("call stopped: lease lost"), a:log())
+    assert.are.equal(0, S.stop(a), a:log())
+  end)
+
   it("a splitter that gives one shard to two threads of a host is refused (they share its token)", function()
     local dir = S.dir([[splitter = function(handlers) return { { handlers[1] }, { handlers[2], handlers[1] } } end]])
     for _, cmd in ipairs { "plan", "run" } do
