@@ -4,6 +4,9 @@
 #   private_postgres_start TMP  exports PGHOST, PGPORT, PGUSER, PGDATABASE
 #                               (trust auth on 127.0.0.1); pid in TMP/pg.pid
 #   private_stop TMP            stops both (whichever runs), by pid
+#   private_session             a temp dir in PRIVATE_TMP; on exit, kills the
+#                               script's background jobs still running (its
+#                               host, a receiver), stops the servers, removes it
 # initdb refuses to run as root: as root the cluster belongs to the postgres
 # user (the postgresql package creates it).
 
@@ -48,4 +51,16 @@ private_stop() {
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     rm -f "$f"
   done
+}
+
+private_session() {
+  PRIVATE_TMP=$(mktemp -d)
+  trap private_session_end EXIT
+}
+
+private_session_end() {
+  local p
+  for p in $(jobs -p); do kill "$p" 2>/dev/null || true; done
+  private_stop "$PRIVATE_TMP"
+  rm -rf "$PRIVATE_TMP"
 }

@@ -8,14 +8,9 @@ cd "$(dirname "$0")/.."
 tools/build.sh
 dir=${1:-examples/orders}
 secs=${2:-6}
-tmp=$(mktemp -d)
 . tools/private-services.sh
-cleanup() {
-  [ -n "${host_pid:-}" ] && kill "$host_pid" 2>/dev/null || true
-  private_stop "$tmp"
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+private_session
+tmp=$PRIVATE_TMP
 if [ -z "${REDIS_URL:-}" ]; then
   private_redis_start "$tmp"
   echo "private redis-server on $REDIS_URL"

@@ -16,14 +16,9 @@ fi
 orders=${1:-200}
 versions=${2:-20}
 dir=examples/postgres
-tmp=$(mktemp -d)
 . tools/private-services.sh
-cleanup() {
-  [ -n "${host_pid:-}" ] && kill "$host_pid" 2>/dev/null || true
-  private_stop "$tmp"
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+private_session
+tmp=$PRIVATE_TMP
 private_redis_start "$tmp"
 private_postgres_start "$tmp"
 echo "private redis-server on $REDIS_URL, PostgreSQL on $PGHOST:$PGPORT"

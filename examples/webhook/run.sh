@@ -14,15 +14,9 @@ if [ -z "${LUAKIQ_BIN:-}" ]; then
   export LUAKIQ_BIN=build/luakiq
 fi
 dir=examples/webhook
-tmp=$(mktemp -d)
 . tools/private-services.sh
-cleanup() {
-  [ -n "${host_pid:-}" ] && kill "$host_pid" 2>/dev/null || true
-  [ -n "${recv_pid:-}" ] && kill "$recv_pid" 2>/dev/null || true
-  private_stop "$tmp"
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+private_session
+tmp=$PRIVATE_TMP
 private_redis_start "$tmp"
 export WEBHOOK_SECRET=example-secret
 python3 "$dir/receiver.py" "$tmp/port" >"$tmp/receiver.log" 2>&1 & recv_pid=$!

@@ -91,6 +91,7 @@ local WORKER = {
   fetch_size = "pos_int", max_retry_count = "nonneg_int", retry_in = "func", perform = "func", retries_exhausted = "func",
   timeout = "pos_num", concurrent_shards = "pos_int", delivery = "delivery",
   concurrency = "pos_int", cost = "cost", windows = "strs", timezone = "str",
+  throttle = "func", label = "func",
 }
 
 local function identity(x) return x end
@@ -238,8 +239,9 @@ local function load_worker(file, stem)
   local t = run_file(file)
   validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, fetch_size, " ..
     "max_retry_count, retry_in, perform, retries_exhausted, timeout, concurrent_shards, delivery, concurrency, cost, " ..
-    "windows, timezone")
+    "throttle, label, windows, timezone")
   if t.perform == nil then fail(file .. ": perform is required (a function(payloads_by_id))") end
+  if t.label ~= nil and t.throttle == nil then fail(file .. ": label goes with throttle (it names jobs for it)") end
   local name = t.name or stem
   if checks.name(name) then
     fail(file .. ": name " .. string.format("%q", name) .. " (from the file name) must be " .. checks.name(name) ..
@@ -256,11 +258,14 @@ local function load_worker(file, stem)
     batch_size = batch_size,
     -- at most once: a fetch is one call (a kill -9 morgues the whole fetch)
     -- (concurrency: one call per fetch, so a call refused its units puts
-    -- back only its own jobs)
-    fetch_size = t.fetch_size or ((t.delivery == "at_most_once" or t.concurrency) and batch_size
+    -- back only its own jobs; but a throttle fetches ahead, so that a job
+    -- it holds does not keep the shard's next jobs from it)
+    fetch_size = t.fetch_size or ((t.delivery == "at_most_once" or (t.concurrency and not t.throttle)) and batch_size
       or math.max(batch_size, FETCH_AHEAD)),
     concurrency = t.concurrency,
     cost = t.cost,
+    throttle = t.throttle,
+    label = t.label,
     windows = t.windows,
     timezone = t.timezone,
     windows_spec = windows_of(file, name, t),

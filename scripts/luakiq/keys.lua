@@ -26,6 +26,10 @@ function M.wake_channel(ns) return ns .. ":wake" end
 -- the shards'. host/host.c derives the running key from a shard prefix.
 function M.running(ns, queue) return ns .. ":{" .. queue .. "}:running" end
 function M.units(ns, queue) return ns .. ":{" .. queue .. "}:units" end
+-- throttle: the running calls' jobs (HASH member -> JSON {host, since,
+-- jobs = {{id, cost, label}...}}) and a counter raised by each registration.
+function M.calls(ns, queue) return ns .. ":{" .. queue .. "}:calls" end
+function M.calls_version(ns, queue) return ns .. ":{" .. queue .. "}:calls_version" end
 -- HASH queue -> "1" for paused queues (a key of its own slot: pause.lua).
 function M.paused(ns) return ns .. ":paused" end
 

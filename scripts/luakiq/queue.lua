@@ -56,7 +56,9 @@ end
 -- neither failed nor done go back to the queue unchanged. Returns the
 -- morgued payloads as {id=, payload=bytes, score=} tables. Either way the
 -- batch is no longer in flight for h (the caller forgets its id).
-function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done)
+-- later: {{id, at}...}, ids of the batch not performed that go back with
+-- perform_in = at (a throttle's or a window's "later"; not a failure).
+function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done, later)
   local cmd = { script = "fail", h.prefix, t.token, t.lease_ms, now, h.batch or "", max_retry_count, err }
   for i, job in ipairs(jobs) do
     cmd[#cmd + 1] = job.id
@@ -65,6 +67,10 @@ function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done)
   for _, id in ipairs(done or {}) do
     cmd[#cmd + 1] = id
     cmd[#cmd + 1] = "done"
+  end
+  for _, l in ipairs(later or {}) do
+    cmd[#cmd + 1] = l[1]
+    cmd[#cmd + 1] = string.format("at:%.17g", l[2])
   end
   local r = conn:pipeline({ cmd })[1]
   if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end
@@ -84,8 +90,8 @@ end
 -- Partial ack (fail.lua with only "done" ids): acks the done ids of h's
 -- batch in flight and puts the rest back in the queue unchanged. Used when a
 -- thread stops, or has held fetched jobs too long, before performing them all.
-function M.settle(conn, h, t, done)
-  return M.fail(conn, h, t, core.now(), 0, "", {}, {}, done)
+function M.settle(conn, h, t, done, later)
+  return M.fail(conn, h, t, core.now(), 0, "", {}, {}, done, later)
 end
 
 -- Moves payloads that cannot be loaded ({id=, payload=bytes, error=dumped})

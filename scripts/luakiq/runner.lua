@@ -22,6 +22,7 @@ local queue = require "luakiq.queue"
 local runtime = require "luakiq.runtime"
 local wait = require "luakiq.wait"
 local failure = require "luakiq.failure"
+local flow = require "luakiq.flow"
 local retry = require "luakiq.retry"
 local luakiq = require "luakiq"
 
@@ -44,6 +45,7 @@ local function setup(boot)
   if not conn then error(err, 0) end
   local t = {
     cfg = cfg, conn = conn, token = boot.token,
+    host = (boot.token or ""):match("^(.*):[^:]*$") or boot.token, -- HOST:PID (throttle's running list)
     lease_ms = math.floor(cfg.lease_ttl * 1000),
     handlers = {}, by_prefix = {},
     pending = {},    -- handlers whose last batch succeeded and awaits its ack (a set)
@@ -84,11 +86,7 @@ local function pending_acks(t, except)
       cmds[#cmds + 1] = queue.fetch_cmd(h, t, 0, true)
     end
   end
-  for q, members in pairs(t.releases) do
-    local cmd = { script = "units_release", numkeys = 2, keys.running(t.cfg.namespace, q), keys.units(t.cfg.namespace, q) }
-    for _, m in ipairs(members) do cmd[#cmd + 1] = m end
-    cmds[#cmds + 1] = cmd
-  end
+  for q, members in pairs(t.releases) do cmds[#cmds + 1] = flow.release_cmd(t, q, members) end
   t.releases = {}
   return cmds, hs
 end
@@ -160,8 +158,8 @@ local function fail(t, h, jobs, err, tb, done)
     end
     retry_at[i] = now + delay
   end
-  local morgued = queue.fail(t.conn, h, t, now, max_rc, dumped or "", jobs, retry_at, done)
-  h.batch = nil
+  local morgued = queue.fail(t.conn, h, t, now, max_rc, dumped or "", jobs, retry_at, done, h.later)
+  h.batch, h.later, h.held = nil, nil, nil
   if tb then log.debug(tb) end
   log.warn("batch failed: " .. msg:match("^[^\n]*"), {
     worker = w.name, shard = h.shard, ids = queue.ids(jobs), morgued = #morgued })
@@ -343,67 +341,33 @@ local CALL_MT = {
   end,
 }
 
--- Concurrency (worker keys concurrency, cost): takes the call's cost units
--- of the worker on every host (units_acquire.lua, one round trip) before
--- the call; the release rides with the thread's next Redis call. Refused:
--- false, and h waits UNITS_BACKOFF (jittered) before it fetches again. A
--- call's cost is the sum of its jobs' (cost(id, payloads) or the number),
--- capped at concurrency so that a big batch can run alone.
-local UNITS_BACKOFF = 0.05
-local function units_take(t, h, w, loaded, batch)
-  local cost = 0
-  for _, job in ipairs(loaded) do
-    local c = w.cost
-    if type(c) == "function" then
-      local ok, v = pcall(c, job.id, batch[job.id])
-      if not ok or type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
-        log.error("cost failed; using 1", { worker = w.name, id = job.id, error = tostring(v) })
-        v = 1
-      end
-      c = v
-    end
-    cost = cost + (c or 1)
-  end
-  if cost > w.concurrency then cost = w.concurrency end
-  local ns, q = t.cfg.namespace, w.queue_name
-  local r = t.conn:pipeline({ { script = "units_acquire", numkeys = 2, keys.running(ns, q), keys.units(ns, q), h.prefix,
-                                string.format("%.17g", cost), w.concurrency, t.lease_ms } })[1]
-  if type(r) ~= "table" or r.err then error("units_acquire.lua failed: " .. tostring(r and r.err), 0) end
-  if r[1] == 1 then
-    if cost > 0 then h.units = q end
-    return true
-  end
-  local at = core.mono() + UNITS_BACKOFF * (1 + math.random())
-  h.units_until = at
-  if not t.wake_at or at < t.wake_at then t.wake_at = at end
-  return false
-end
-
--- The call of h is over: its units go back with the thread's next Redis call.
-local function units_done(t, h)
-  local q = h.units
-  if not q then return end
-  h.units = nil
-  local list = t.releases[q]
-  if not list then list = {} t.releases[q] = list end
-  list[#list + 1] = h.prefix
-end
-
 -- Performs jobs (a slice of h's batch in flight) as one perform call. done:
 -- the ids of the batch already performed. Returns ok, err, traceback; ok is
--- true too when nothing was left to perform. Raises luakiq.FATAL.
+-- true too when nothing was left to perform, nil when the lease went, "held"
+-- when the throttle held all of them, "units" when flow control refused the
+-- call (the rest of the fetch waits too). Raises luakiq.FATAL.
 local function perform(t, h, jobs, done)
   local w = h.def
   local loaded, batch = load_batch(t, h, jobs)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then return true, loaded end -- every payload was unloadable
-  if w.concurrency and not units_take(t, h, w, loaded, batch) then return "units" end
+  if w.concurrency or w.throttle then
+    -- flow control: the jobs that may run now (h.later, h.held: the others)
+    local run, ferr, refused = flow.admit(t, h, loaded, batch)
+    if not run then return false, loaded, ferr, nil end -- the throttle raised: the call fails
+    if #run == 0 then return refused and "units" or "held" end
+    if #run < #loaded then
+      local only = {}
+      for _, job in ipairs(run) do only[job.id] = batch[job.id] end
+      loaded, batch = run, only
+    end
+  end
   local ids = queue.ids(loaded)
   core.set_state(STATE.performing, w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
   local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
   local ok, err, tb, fenced = run_call(h, w, batch, call_record(h, loaded, done), #ids, call)
-  units_done(t, h)
+  flow.done(t, h)
   if fenced then
     -- nothing is recorded: the fetch stays in flight for the shard's holder
     -- (another host restores it; this host, if it still holds the shard,
@@ -440,6 +404,9 @@ local function process(t, h)
   local ack_same = t.pending[h] ~= nil
   local cmds, acked = pending_acks(t, h)
   cmds[#cmds + 1] = queue.fetch_cmd(h, t, h.def.fetch_size, ack_same)
+  local nfetch = #cmds
+  -- a throttled worker's snapshot of the running calls, in the same round trip
+  if h.def.throttle then cmds[#cmds + 1] = flow.read_cmd(t, h) end
   local sent = core.mono()
   local replies = t.conn:pipeline(cmds)
   -- fetch.lua leased the shard for lease_ttl from no earlier than now: the
@@ -447,8 +414,10 @@ local function process(t, h)
   h.lease_until = sent + t.cfg.lease_ttl
   t.pending = {}
   for i, p in ipairs(acked) do took(t, p, replies[i]) end
-  local res = took(t, h, replies[#replies])
+  h.later, h.held = nil, nil
+  local res = took(t, h, replies[nfetch])
   if not res then return false, nil end -- lease held elsewhere
+  h.snapshot = replies[nfetch + 1]
   local jobs = res.jobs
   if #jobs == 0 then return false, res.head end
   local size = h.def.batch_size
@@ -461,11 +430,14 @@ local function process(t, h)
     if not h.done or h.done.batch ~= h.batch then h.done = { batch = h.batch, ids = {} } end
     ran = h.done.ids
   end
-  local fetched, done = core.now(), ran and {} or nil
+  -- done: the ids performed so far, for a fetch that may end in a partial
+  -- ack (several calls, or flow control holding some jobs back)
+  local fetched = core.now()
+  local done = (ran or h.def.throttle or h.def.concurrency) and {} or nil
   for first = 1, #jobs, size do
     if first > 1 and (core.stopping() or core.now() - fetched >= t.cfg.poll_interval) then
-      queue.settle(t.conn, h, t, done)
-      h.batch, h.done = nil, nil
+      queue.settle(t.conn, h, t, done, h.later)
+      h.batch, h.done, h.later, h.held = nil, nil, nil, nil
       local head = res.head
       if not head or jobs[first].perform_in < head then head = jobs[first].perform_in end
       return true, head
@@ -481,11 +453,15 @@ local function process(t, h)
     local ok, performed, err, tb = true, slice, nil, nil
     if #slice > 0 then ok, performed, err, tb = perform(t, h, slice, done) end
     if ok == nil then return false, nil end
+    -- the throttle held every job of this call: they go back at the end of
+    -- the fetch, and its next calls are asked about
+    if ok == "held" then ok, performed = true, {} end
     if ok == "units" then
-      -- no units for this call: the fetch goes back (what ran is acked) and
-      -- h waits a moment; nil: not a failure, not an empty shard
-      queue.settle(t.conn, h, t, done)
-      h.batch, h.done = nil, nil
+      -- no units or the throttle held the call: the fetch goes back (what
+      -- ran is acked; the throttle's "later"s are requeued) and h waits a
+      -- moment; nil: not a failure, not an empty shard
+      queue.settle(t.conn, h, t, done, h.later)
+      h.batch, h.done, h.later, h.held = nil, nil, nil, nil
       return nil
     end
     if not ok then
@@ -493,12 +469,21 @@ local function process(t, h)
       h.done = nil
       return false, nil -- fail.lua moved jobs: the head is unknown, re-probe
     end
-    if ran then
+    if done then
       for _, job in ipairs(performed) do
         done[#done + 1] = job.id
-        ran[job.id] = true
+        if ran then ran[job.id] = true end
       end
     end
+  end
+  if h.later or h.held then
+    -- the throttle kept some jobs: not an ack of the whole fetch, a partial
+    -- one (the held jobs go back unchanged, the later ones at their time)
+    local held = h.held
+    queue.settle(t.conn, h, t, done, h.later)
+    h.batch, h.done, h.later, h.held = nil, nil, nil, nil
+    if held then return nil end
+    return false, nil
   end
   t.pending[h] = true
   return true, res.head

@@ -6,7 +6,10 @@
 --      whatever is in flight), [5] max_retry_count, [6] error (already dumped;
 --      "" = none), then pairs: id, perform_in_if_retried (now + retry_in(rc))
 --      or id, "done": that id was performed and succeeded (the host performs
---      a fetched batch in several perform calls when fetch_size > batch_size).
+--      a fetched batch in several perform calls when fetch_size > batch_size),
+--      or id, "at:T": that id was not performed (a throttle or a window
+--      said later): it goes back unchanged but for perform_in = T (not a
+--      failure: retry_count and error stay).
 -- Lease: refused with {"LEASE", pttl} unless this token holds the lease, or
 -- holds nothing but was the last holder (its lease expired and nobody took
 -- it: it re-acquires). A batch id that is not the one in flight (already
@@ -41,11 +44,12 @@ if err == nil or #ARGV % 2 ~= 0 then
 end
 local listed = {}
 for i = 7, #ARGV, 2 do
-  local done, pin = ARGV[i + 1] == "done", tonumber(ARGV[i + 1])
+  local at = ARGV[i + 1]:match("^at:(.*)$")
+  local done, pin = ARGV[i + 1] == "done", tonumber(at or ARGV[i + 1])
   if not done and not finite(pin) then
     error("luakiq fail: perform_in of '" .. ARGV[i] .. "' must be a finite number, got '" .. ARGV[i + 1] .. "'", 0)
   end
-  listed[#listed + 1] = { ARGV[i], not done and string.format("%.17g", pin) }
+  listed[#listed + 1] = { ARGV[i], not done and string.format("%.17g", pin), at ~= nil }
 end
 local now_s = string.format("%.17g", now)
 local busy, berrs = K.busy, K.busy_errors
@@ -76,6 +80,10 @@ for _, l in ipairs(listed) do
   if v and not l[2] then
     seen[id] = true
     if redis.call("DEL", busy_payloads_key(P, id)) == 1 then acked = acked + 1 end
+  elseif v and l[3] then
+    seen[id] = true
+    local _, rc_s = busy_entry(v, now_s)
+    back(id, l[2], rc_s, redis.call("HGET", berrs, id), busy_payloads_key(P, id))
   elseif v then
     seen[id] = true
     failed = failed + 1

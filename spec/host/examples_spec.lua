@@ -240,6 +240,52 @@ describe("examples/migration", function()
   end)
 end)
 
+-- hipq's throttle: 100 slots, east 40 %, north 30 %, west 30 %, on two hosts.
+describe("examples/throttle", function()
+  local DIR = "examples/throttle"
+
+  it("never lets a region take more than its share of the 100 slots, while every region has work waiting", function()
+    local a, b = run(DIR), run(DIR)
+    local lines = {}
+    for i = 1, 400 do lines[#lines + 1] = json.encode { id = "e" .. i, payload = { region = "east" } } end
+    for i = 1, 150 do lines[#lines + 1] = json.encode { id = "n" .. i, payload = { region = "north" } } end
+    for i = 1, 150 do lines[#lines + 1] = json.encode { id = "w" .. i, payload = { region = "west" } } end
+    ok("enqueue " .. q(DIR) .. " Regions", table.concat(lines, "\n"))
+    host.eventually(function() return srv.conn:call("LLEN", "example:throttle:calls") >= 700 end, 120, "700 calls")
+    stop(a)
+    stop(b)
+    -- per region: the most calls at once, and when its last call ended
+    local ev, last_end = {}, {}
+    for _, rec in ipairs(srv.conn:call("LRANGE", "example:throttle:calls", 0, -1)) do
+      local region, t0, t1 = rec:match("^(%S+) (%S+) (%S+)$")
+      t0, t1 = tonumber(t0), tonumber(t1)
+      ev[#ev + 1] = { t0, 1, region }
+      ev[#ev + 1] = { t1, -1, region }
+      last_end[region] = math.max(last_end[region] or 0, t1)
+    end
+    assert.are.equal(700 * 2, #ev)
+    table.sort(ev, function(x, y) if x[1] ~= y[1] then return x[1] < y[1] end return x[2] < y[2] end)
+    local cur, most, all, all_most = {}, {}, 0, 0
+    local waiting_end = math.min(last_end.north, last_end.west) -- until then every region had work
+    for _, e in ipairs(ev) do
+      cur[e[3]] = (cur[e[3]] or 0) + e[2]
+      all = all + e[2]
+      if e[1] < waiting_end then
+        most[e[3]] = math.max(most[e[3]] or 0, cur[e[3]])
+        all_most = math.max(all_most, all)
+      end
+    end
+    local share = { east = 40, north = 30, west = 30 }
+    for region, n in pairs(share) do
+      assert.is_true(most[region] <= n, region .. " ran " .. tostring(most[region]) .. " at once, share " .. n)
+      -- and the share is used: the throttle is a limit, not a slowdown
+      assert.is_true(most[region] >= n / 2, region .. " ran only " .. tostring(most[region]) .. " at once")
+    end
+    assert.is_true(all_most <= 100, "all regions: " .. all_most)
+    assert.are.same({ length = 0, morgue_length = 0, lag = 0, expired = 0 }, stats(DIR).by_worker.Regions)
+  end)
+end)
+
 -- The benchmark tool itself, tiny and without Sidekiq: it must keep running
 -- (its figures are not checked here; speed is measured by running it).
 describe("examples/benchmark", function()

@@ -120,11 +120,58 @@ describe("concurrency and cost", function()
     assert.is_true(started - killed <= 1.5 + 1.5, ("next started %.2f s after the kill"):format(started - killed))
   end)
 
+  it("throttle: a number requeues the job at that time (no retry, no error); false keeps it waiting in place", function()
+    -- "later*" jobs are sent 1.5 s ahead once (t:asked counts the asks);
+    -- "wait*" jobs wait while t:gate is unset
+    start([[throttle = function(ctx)
+      local r = require("luakiq").redis
+      if ctx.id:find("^later") and r.call("HINCRBY", "t:asked", ctx.id, 1) == 1 then return ctx.now + 1.5 end
+      if ctx.id:find("^wait") then return r.call("GET", "t:gate") == "open" end
+      return true
+    end,]], 0.05, 1)
+    local t0 = core.now()
+    host.enqueue(dir, "W", ids("later", 3), env())
+    host.enqueue(dir, "W", ids("wait", 3), env())
+    host.enqueue(dir, "W", ids("now", 3), env())
+    host.eventually(function() return #calls("now") == 3 end, 10, "now* ran")
+    core.sleep(0.5)
+    assert.are.equal(0, #calls("wait"))
+    host.eventually(function() return #calls("later") == 3 end, 10, "later* ran")
+    for _, c in ipairs(calls("later")) do assert.is_true(c[1] - t0 >= 1.4, ("ran %.2f s after enqueue"):format(c[1] - t0)) end
+    -- not a retry: no failure recorded, retry_count 0
+    local queued = 0
+    for id, j in pairs(host.jobs(dir, "W", "queue", env())) do -- the wait* jobs, still queued
+      assert.truthy(id:find("^wait"), id)
+      assert.are.equal(-1, j.retry_count) -- never failed (Lowkiq: -1)
+      queued = queued + 1
+    end
+    assert.are.equal(3, queued)
+    srv.conn:call("SET", "t:gate", "open")
+    host.eventually(function() return #calls("wait") == 3 end, 10, "wait* ran once the gate opened")
+    local failed = 0
+    for shard = 0, 19 do failed = failed + tonumber(srv.conn:call("HGET", "luakiq:{W:" .. shard .. "}:counters", "failed") or 0) end
+    assert.are.equal(0, failed)
+    assert.are.same({}, host.jobs(dir, "W", "morgue", env()))
+  end)
+
+  it("throttle: an error in the throttle (or label) fails the call through the retry path", function()
+    start([[max_retry_count = 0, label = function(id) return id end,
+      throttle = function(ctx) if ctx.label:find("^bad") then error("boom") end return true end,]], 0.05, 1)
+    host.enqueue(dir, "W", ids("bad", 1), env())
+    host.enqueue(dir, "W", ids("good", 1), env())
+    host.eventually(function() return next(host.jobs(dir, "W", "morgue", env())) end, 10, "bad in the morgue")
+    local dead = host.jobs(dir, "W", "morgue", env())["bad1"]
+    assert.truthy(dead and dead.error:find("throttle failed: .*boom"), tostring(dead and dead.error))
+    host.eventually(function() return #calls("good") == 1 end, 10, "good ran")
+  end)
+
   it("refuses a bad concurrency or cost at load (exit 2)", function()
     for src, want in pairs {
       ["concurrency = 0,"] = "concurrency must be a positive integer",
       ['cost = "x",'] = "cost must be a number >= 0 or a function(id, payloads)",
       ["cost = -1,"] = "cost must be",
+      ["throttle = 1,"] = "throttle must be a function",
+      ["label = function() end,"] = "label goes with throttle",
     } do
       local d = host.scriptdir { ["workers/W.lua"] = "return { " .. src .. " perform = function() end }" }
       local rc, _, err = host.exec("plan " .. q(d))
