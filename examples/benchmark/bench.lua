@@ -16,7 +16,7 @@ local keys = require "luakiq.keys"
 local USAGE = [[
 usage: luakiq lua examples/benchmark/bench.lua [options]
   --jobs N            jobs per shape (default 100000)
-  --shapes LIST       comma-separated, from lag1,seq1,lag1x,b10,b100 (default all; none: skip)
+  --shapes LIST       comma-separated, from lag1,seq1,lag1x,b10,b100,thr1 (default all; none: skip)
   --latency N         latency mode over N jobs (default 1000; 0 = skip)
   --io N              I/O-bound shape: N jobs of one 100 ms HTTP request each (default 5000; 0 = skip;
                       Sidekiq runs N/10 of them); needs python3 and curl
@@ -35,8 +35,11 @@ local SHAPES = {
   lag1x = { name = "lag, 5 shards, batch 1, fetch 1", shards = 5, batch = 1, fetch = 1, scheduler = "lag" },
   b10 = { name = "lag, 24 shards, batch 10", shards = 24, batch = 10, scheduler = "lag" },
   b100 = { name = "lag, 24 shards, batch 100", shards = 24, batch = 100, scheduler = "lag" },
+  -- lag1 with a throttle that lets everything run: what the running-set
+  -- snapshot and the registration cost per call
+  thr1 = { name = "lag, 5 shards, batch 1, throttle", shards = 5, batch = 1, scheduler = "lag", throttle = true },
 }
-local SHAPE_ORDER = { "lag1", "seq1", "lag1x", "b10", "b100" }
+local SHAPE_ORDER = { "lag1", "seq1", "lag1x", "b10", "b100", "thr1" }
 local THREADS = 5
 local ENQUEUE_CALL = 10000 -- jobs per perform_async call (Lowkiq's benchmark: 10 x 10,000)
 local POLL = 0.01
@@ -266,7 +269,8 @@ end
 -- --- luakiq shapes ---------------------------------------------------------------
 local function shape_env(s, extra)
   local env = { BENCH_SHARDS = s.shards, BENCH_BATCH = s.batch, BENCH_FETCH = s.fetch or "",
-                BENCH_SCHEDULER = s.scheduler, BENCH_THREADS = THREADS, REDIS_URL = REDIS_URL }
+                BENCH_SCHEDULER = s.scheduler, BENCH_THREADS = THREADS, REDIS_URL = REDIS_URL,
+                BENCH_THROTTLE = s.throttle and "1" or "" }
   for k, v in pairs(extra or {}) do env[k] = v end
   return env
 end

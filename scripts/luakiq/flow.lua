@@ -11,7 +11,8 @@
 --            (throttle only), and calls_version, raised by each registration.
 -- A throttled call costs one extra round trip: the snapshot of the running
 -- calls rides in the fetch's pipeline (read_cmd), the registration
--- (units_acquire.lua) is the extra one. A registration decided on a snapshot
+-- (units_acquire.lua) is the extra one, and its reply carries the snapshot
+-- for the fetch's next call. A registration decided on a snapshot
 -- another registration has outdated is refused; the throttle is asked again
 -- on a fresh snapshot (at most TRIES times, then the call waits like one the
 -- throttle held). So every decision is taken on the exact running set: the
@@ -40,15 +41,17 @@ function M.read_cmd(t, h)
   return { script = "running_read", numkeys = 4, r, u, c, v }
 end
 
--- running_read.lua's reply -> version, {member -> call}.
-local function parse_snapshot(r)
+-- running_read.lua's reply (from its index `from`: units_acquire.lua's
+-- carries one after its status) -> version, {member -> call}.
+local function parse_snapshot(r, from)
   if type(r) ~= "table" or r.err then error("running_read.lua failed: " .. tostring(r and r.err), 0) end
+  from = from or 1
   local calls = {}
-  for i = 2, #r, 2 do
+  for i = from + 1, #r, 2 do
     local ok, c = pcall(json.decode, r[i + 1])
     if ok and type(c) == "table" then calls[r[i]] = c end
   end
-  return r[1], calls
+  return r[from], calls
 end
 
 -- h waits BACKOFF (jittered) before its next fetch; the thread's wait ends then.
@@ -176,13 +179,12 @@ function M.admit(t, h, loaded, batch)
     if w.throttle then
       cmd[#cmd + 1] = version
       cmd[#cmd + 1] = json.encode { host = t.host, since = core.now(), jobs = reg }
-      -- a fresh snapshot in the same round trip: for a retry when this
+      -- the reply carries a fresh snapshot: for a retry when this
       -- registration is refused as outdated, or for the fetch's next call
-      local replies = t.conn:pipeline({ cmd, M.read_cmd(t, h) })
-      res = replies[1]
+      res = t.conn:pipeline({ cmd })[1]
       if type(res) ~= "table" or res.err then error("units_acquire.lua failed: " .. tostring(res and res.err), 0) end
-      h.snapshot = replies[2]
-      if res[1] == 2 then version, calls = parse_snapshot(replies[2]) end -- outdated: ask again
+      if res[1] ~= 0 then h.snapshot = { unpack(res, 3) } end
+      if res[1] == 2 then version, calls = parse_snapshot(h.snapshot) end -- outdated: ask again
     else
       res = t.conn:pipeline({ cmd })[1]
       if type(res) ~= "table" or res.err then error("units_acquire.lua failed: " .. tostring(res and res.err), 0) end

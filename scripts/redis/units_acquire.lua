@@ -16,7 +16,10 @@
 -- holds nothing (but is registered with throttle). Returns {1, used} when
 -- taken, {0, used} when the units in use (used, this member's own old entry
 -- not counted) leave too few, {2, version} when another call registered
--- since the throttle's snapshot (the host asks its throttle again).
+-- since the throttle's snapshot (the host asks its throttle again). With
+-- throttle, {1, used} and {2, version} go on with the running set as
+-- running_read.lua gives it (version, member, JSON, ...): the snapshot for
+-- the fetch's next call, or for the retry, without a read of its own.
 -- luakiq:include units
 local member, cost, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
 local limit = ARGV[3] ~= "" and tonumber(ARGV[3]) or math.huge
@@ -30,10 +33,17 @@ local now = drop_lapsed(KEYS[1], KEYS[2], calls)
 -- this member's previous call is over (one call per shard): its units go
 redis.call("ZREM", KEYS[1], member)
 redis.call("HDEL", KEYS[2], member)
+-- {status, n} followed by the running set (throttle)
+local function with_set(out)
+  out[#out + 1] = redis.call("GET", version) or "0"
+  local flat = redis.call("HGETALL", calls)
+  for i = 1, #flat do out[#out + 1] = flat[i] end
+  return out
+end
 if calls then
   redis.call("HDEL", calls, member)
   local v = redis.call("GET", version) or "0"
-  if v ~= ARGV[5] then return { 2, v } end
+  if v ~= ARGV[5] then return with_set({ 2, v }) end
 end
 local used = 0
 for _, v in ipairs(redis.call("HVALS", KEYS[2])) do used = used + (tonumber(v) or 0) end
@@ -45,5 +55,6 @@ end
 if calls then
   redis.call("HSET", calls, member, ARGV[6])
   redis.call("INCR", version)
+  return with_set({ 1, tostring(used + cost) })
 end
 return { 1, tostring(used + cost) }
