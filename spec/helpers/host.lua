@@ -93,6 +93,16 @@ function M.jobs(dir, worker, what, env)
   return by_id
 end
 
+-- Asserts that a worker file W.lua of body `src` (the table's fields, before
+-- `perform`) is refused at load: `luakiq plan` exits 2 and its error has `want`.
+function M.refuses_worker(src, want)
+  local d = M.scriptdir { ["workers/W.lua"] = "return { " .. src .. " perform = function() end }" }
+  local rc, _, err = M.exec("plan " .. M.quote(d))
+  M.sh("rm -rf " .. M.quote(d))
+  assert(rc == 2, "exit " .. tostring(rc) .. " for " .. src .. ": " .. tostring(err))
+  assert(err:find(want, 1, true), "want '" .. want .. "' in: " .. tostring(err))
+end
+
 -- `luakiq stats DIR`, decoded; asserts success.
 function M.stats(dir, env)
   local rc, out, err = M.exec("stats " .. M.quote(dir), nil, env)

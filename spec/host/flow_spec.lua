@@ -173,11 +173,7 @@ describe("concurrency and cost", function()
       ["throttle = 1,"] = "throttle must be a function",
       ["label = function() end,"] = "label goes with throttle",
     } do
-      local d = host.scriptdir { ["workers/W.lua"] = "return { " .. src .. " perform = function() end }" }
-      local rc, _, err = host.exec("plan " .. q(d))
-      host.sh("rm -rf " .. q(d))
-      assert.are.equal(2, rc, err)
-      assert.truthy(err:find(want, 1, true), err)
+      host.refuses_worker(src, want)
     end
   end)
 end)

@@ -71,11 +71,7 @@ describe("time windows", function()
       ['windows = { "10:00-11:00" }, timezone = "Mars/Base"'] = "worker W: timezone 'Mars/Base': no such time zone",
       ['timezone = "UTC"'] = "worker W: timezone goes with windows",
     } do
-      local d = host.scriptdir { ["workers/W.lua"] = "return { " .. src .. ", perform = function() end }" }
-      local rc, _, err = host.exec("plan " .. q(d))
-      host.sh("rm -rf " .. q(d))
-      assert.are.equal(2, rc, err)
-      assert.truthy(err:find(want, 1, true), err)
+      host.refuses_worker(src .. ",", want)
     end
   end)
 end)
