@@ -175,6 +175,8 @@ end
 
 -- One job by id (job.lua on its shard): {id, state = "queued" | "in_flight"
 -- | "dead", perform_in, retry_count, error, payloads = {{payload, score}}};
+-- queued and in flight also priority (100 by default) and, for a job with
+-- its own windows, windows (the list) and timezone;
 -- in flight also host (the holder's HOST:PID), fetched_at, running (whole
 -- seconds since the fetch) and queued_payloads when more of the id wait
 -- behind the running batch; dead: updated_at instead of perform_in and
@@ -209,14 +211,25 @@ function M.job(conn, cfg, worker_name, id, now)
     return rec
   end
   rec.perform_in, rec.retry_count, rec.error = tonumber(r[2]), tonumber(r[3]), err_of(r[4])
+  -- priority and the job's own windows ("ZONE|HH:MM-HH:MM,..." in Redis)
+  local function fields(k)
+    rec.priority = tonumber(r[k]) or 100
+    local zone, list = tostring(r[k + 1]):match("^(.-)|(.*)$")
+    if zone then
+      rec.timezone, rec.windows = zone, {}
+      for w in list:gmatch("[^,]+") do rec.windows[#rec.windows + 1] = w end
+    end
+  end
   if state == "queued" then
-    rec.payloads = payloads(5)
+    fields(5)
+    rec.payloads = payloads(7)
     return rec
   end
   rec.host = r[5]:match("^(.*):[^:]*$") or (r[5] ~= "" and r[5] or nil) -- HOST:PID:RANDOM -> HOST:PID
   rec.fetched_at = tonumber(r[6])
   if rec.fetched_at and now then rec.running = math.max(0, math.floor(now - rec.fetched_at)) end
-  rec.payloads, i = payloads(7)
+  fields(7)
+  rec.payloads, i = payloads(9)
   if r[i] then rec.queued_payloads = payloads(i) end
   return rec
 end

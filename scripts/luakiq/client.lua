@@ -6,11 +6,14 @@ local core = require "luakiq.core"
 local keys = require "luakiq.keys"
 local errors = require "luakiq.errors"
 local middleware = require "luakiq.middleware"
+local windows = require "luakiq.windows"
 
 local M = {}
 
 local CHUNK = 1000 -- jobs per push.lua call: keeps each script run short
-local allowed = { id = true, payload = true, score = true, perform_in = true, retry_count = true, expires_at = true }
+local allowed = { id = true, payload = true, score = true, perform_in = true, retry_count = true, expires_at = true,
+                  priority = true, windows = true, timezone = true }
+local ALLOWED = "id, payload, score, perform_in, retry_count, expires_at, priority, windows, timezone"
 
 local function finite(x) return type(x) == "number" and x == x and x ~= math.huge and x ~= -math.huge end
 
@@ -42,16 +45,51 @@ local function num(job, name, default, where, id)
   return v
 end
 
--- Checks one job and returns {id, perform_in, retry_count, score, payload_bytes, expires_at or false}.
-local function prepare(cfg, worker, job, i, now, due)
+-- A job's own windows (fields windows, timezone): their text for Redis
+-- ("ZONE|HH:MM-HH:MM,...") and when the job is due without perform_in (now
+-- or the next time both its windows and its worker's are open). memo: per
+-- push, text -> due (the search runs once per distinct windows).
+local function job_windows(worker, job, where, id, now, memo)
+  local list, zone_name = job.windows, job.timezone
+  if list == nil then
+    if zone_name ~= nil then errors.input(where .. " (id " .. esc(id) .. "): timezone goes with windows") end
+    return false
+  end
+  local ok = type(list) == "table" and #list > 0
+  for k, v in pairs(ok and list or {}) do
+    if type(k) ~= "number" or type(v) ~= "string" then ok = false end
+  end
+  if not ok then errors.input(where .. " (id " .. esc(id) .. "): windows must be a non-empty array of \"HH:MM-HH:MM\"") end
+  if zone_name ~= nil and (type(zone_name) ~= "string" or zone_name == "") then
+    errors.input(where .. " (id " .. esc(id) .. "): timezone must be a time zone name")
+  end
+  local text = windows.text(list, zone_name or worker.timezone or "UTC")
+  local due = memo[text]
+  if due then return text, due end
+  local w, why = windows.of_text(text)
+  if not w then errors.input(where .. " (id " .. esc(id) .. "): windows: " .. esc(why)) end
+  due = windows.next_both(w, worker.windows_spec, now)
+  if not due then
+    errors.input(where .. " (id " .. esc(id) .. "): windows never meet worker " .. worker.name .. "'s windows")
+  end
+  memo[text] = due
+  return text, due
+end
+
+-- Checks one job and returns {id, perform_in, retry_count, score,
+-- payload_bytes, expires_at or false, priority string or false, windows text
+-- or false}.
+local function prepare(cfg, worker, job, i, now, due, memo)
   local where = "job " .. i
   if type(job) ~= "table" then errors.input(where .. ": must be an object") end
   for k in pairs(job) do
     if not allowed[k] then
-      errors.input(where .. ": unknown field '" .. esc(k) .. "' (allowed: id, payload, score, perform_in, retry_count, expires_at)")
+      errors.input(where .. ": unknown field '" .. esc(k) .. "' (allowed: " .. ALLOWED .. ")")
     end
   end
   local id = M.id_string(job.id, where)
+  local wtext = false
+  if job.windows ~= nil or job.timezone ~= nil then wtext, due = job_windows(worker, job, where, id, now, memo) end
   local perform_in, score = num(job, "perform_in", due, where, id), num(job, "score", now, where, id)
   local retry_count = num(job, "retry_count", -1, where, id)
   if retry_count ~= math.floor(retry_count) or retry_count < -1 then
@@ -67,7 +105,16 @@ local function prepare(cfg, worker, job, i, now, due)
       where, esc(id), #bytes, cfg.max_payload_bytes))
   end
   local expires_at = num(job, "expires_at", false, where, id)
-  return { id, perform_in, retry_count, score, bytes, expires_at }
+  local priority = job.priority
+  if priority ~= nil then
+    if type(priority) ~= "number" or priority ~= math.floor(priority) or math.abs(priority) > 1e9 then
+      errors.input(where .. " (id " .. esc(id) .. "): priority must be an integer from -1000000000 to 1000000000")
+    end
+    priority = priority ~= 100 and string.format("%d", priority)
+  else
+    priority = false
+  end
+  return { id, perform_in, retry_count, score, bytes, expires_at, priority, wtext }
 end
 
 -- Queues whose shards_count this VM has checked against the registry. An
@@ -86,6 +133,9 @@ local function check_registry(conn, cfg, worker)
   registered[key] = worker.shards_count
 end
 
+-- The optional fields of a prepared job that push.lua takes as sections.
+local SECTIONS = { { 6, "expires_at" }, { 7, "priority" }, { 8, "windows" } }
+
 -- Validates and sends jobs of one worker; returns how many were enqueued.
 local function push_now(conn, cfg, worker, jobs)
   if type(jobs) ~= "table" then errors.input("jobs must be an array") end
@@ -97,9 +147,10 @@ local function push_now(conn, cfg, worker, jobs)
   -- without perform_in a job is due now, or at the next opening of its
   -- worker's windows
   local due = worker.windows_spec and worker.windows_spec:next_open(now) or now
-  local by_shard, order = {}, {}
+  local by_shard, order, memo, extras = {}, {}, {}, false
   for i = 1, n do
-    local p = prepare(cfg, worker, jobs[i], i, now, due)
+    local p = prepare(cfg, worker, jobs[i], i, now, due, memo)
+    if p[6] or p[7] or p[8] then extras = true end
     local s = keys.shard(p[1], worker.shards_count)
     local list = by_shard[s]
     if not list then list = {} by_shard[s] = list order[#order + 1] = s end
@@ -126,14 +177,17 @@ local function push_now(conn, cfg, worker, jobs)
         cmd[k + 4] = p[5]
         k = k + 5
       end
-      -- the expiry trailer (push.lua): "", "expires_at", then job number, time
-      local trailer
-      for j = from, math.min(from + CHUNK - 1, #list) do
-        local at = list[j][6]
-        if at then
-          if not trailer then trailer = true cmd[k], cmd[k + 1] = "", "expires_at" k = k + 2 end
-          cmd[k], cmd[k + 1] = tostring(j - from + 1), string.format("%.17g", at)
-          k = k + 2
+      -- push.lua's sections: "", NAME, then job number, value (only for
+      -- the jobs that have one)
+      for _, sec in ipairs(extras and SECTIONS or {}) do
+        local field, name, open = sec[1], sec[2], nil
+        for j = from, math.min(from + CHUNK - 1, #list) do
+          local v = list[j][field]
+          if v then
+            if not open then open = true cmd[k], cmd[k + 1] = "", name k = k + 2 end
+            cmd[k], cmd[k + 1] = tostring(j - from + 1), field == 6 and string.format("%.17g", v) or v
+            k = k + 2
+          end
         end
       end
       cmds[#cmds + 1] = cmd

@@ -16,7 +16,9 @@ function M.fetch_cmd(h, t, limit, ack)
 end
 
 -- Reads one fetch.lua reply (h: whose; read only). Returns {jobs = {...},
--- head = number|nil, batch = the batch id in flight or nil}, or
+-- head = number|nil, batch = the batch id in flight or nil, best = the
+-- priority of the best due job left or nil (100 or none), windows = true
+-- when some job has windows of its own (job.windows, their text)}, or
 -- {leased = true} when another holder has the shard's lease. Raises on an
 -- error reply. The caller keeps the batch id (the runner: h.batch).
 function M.parse_fetch(r, h)
@@ -42,7 +44,27 @@ function M.parse_fetch(r, h)
     end
     jobs[j] = job
   end
-  return { jobs = jobs, head = head ~= "" and tonumber(head) or nil, batch = n > 0 and batch or nil }
+  -- optional sections: "windows" (the jobs' own windows, as text), "best"
+  -- (the priority of the best due job left, with priorities)
+  local best, windows
+  while r[i] do
+    if r[i] == "windows" then
+      local c = tonumber(r[i + 1]) or 0
+      for k = 1, c do
+        local job = jobs[tonumber(r[i + 2 * k])]
+        if job then job.windows = r[i + 2 * k + 1] end
+      end
+      windows = c > 0
+      i = i + 2 + 2 * c
+    elseif r[i] == "best" then
+      best = tonumber(r[i + 1])
+      i = i + 2
+    else
+      break
+    end
+  end
+  return { jobs = jobs, head = head ~= "" and tonumber(head) or nil, batch = n > 0 and batch or nil, best = best,
+           windows = windows }
 end
 
 function M.ids(jobs)

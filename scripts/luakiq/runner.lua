@@ -24,6 +24,7 @@ local wait = require "luakiq.wait"
 local failure = require "luakiq.failure"
 local flow = require "luakiq.flow"
 local retry = require "luakiq.retry"
+local windows = require "luakiq.windows"
 local luakiq = require "luakiq"
 
 -- The worker thread's states, named once (host/runner.c) and exported as numbers.
@@ -341,6 +342,41 @@ local CALL_MT = {
   end,
 }
 
+-- Jobs with windows of their own (job field windows) that are closed now
+-- do not run: each goes back at the next time both its windows and its
+-- worker's are open (h.later; not a retry, no error). Returns the jobs that
+-- run now and their payloads by id.
+local function in_windows(h, w, loaded, batch)
+  local now, run, only = core.now(), nil, nil
+  for k, job in ipairs(loaded) do
+    local at = now
+    if job.windows then
+      local jw, why = windows.of_text(job.windows)
+      if jw then
+        at = windows.next_both(jw, w.windows_spec, now)
+        if not at then
+          at = now + 86400
+          log.warn("the job's windows never meet the worker's: asked again in a day", { worker = w.name, id = job.id })
+        end
+      else
+        log.warn("the job's windows are ignored: " .. why, { worker = w.name, id = job.id })
+      end
+    end
+    if at > now then
+      if not run then
+        run, only = {}, {}
+        for j = 1, k - 1 do run[j], only[loaded[j].id] = loaded[j], batch[loaded[j].id] end
+      end
+      h.later = h.later or {}
+      h.later[#h.later + 1] = { job.id, at }
+    elseif run then
+      run[#run + 1], only[job.id] = job, batch[job.id]
+    end
+  end
+  if run then return run, only end
+  return loaded, batch
+end
+
 -- Performs jobs (a slice of h's batch in flight) as one perform call. done:
 -- the ids of the batch already performed. Returns ok, err, traceback; ok is
 -- true too when nothing was left to perform, nil when the lease went, "held"
@@ -351,6 +387,10 @@ local function perform(t, h, jobs, done)
   local loaded, batch = load_batch(t, h, jobs)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then return true, loaded end -- every payload was unloadable
+  if h.job_windows then
+    loaded, batch = in_windows(h, w, loaded, batch)
+    if #loaded == 0 then return "held" end
+  end
   if w.concurrency or w.throttle then
     -- flow control: the jobs that may run now (h.later, h.held: the others)
     local run, ferr, refused = flow.admit(t, h, loaded, batch)
@@ -417,8 +457,10 @@ local function process(t, h)
   h.later, h.held = nil, nil
   local res = took(t, h, replies[nfetch])
   if not res then return false, nil end -- lease held elsewhere
+  h.best_due = res.best
   h.snapshot = replies[nfetch + 1]
   local jobs = res.jobs
+  h.job_windows = res.windows
   if #jobs == 0 then return false, res.head end
   local size = h.def.batch_size
   -- h.done: ids of the batch in flight already performed with success. When
@@ -664,12 +706,14 @@ local function scheduler_ctx(t)
   -- counts as long overdue, so its fetch restores or redelivers them (heads.lua).
   function ctx.heads()
     local cmds = {}
-    for i, h in ipairs(t.handlers) do cmds[i] = { script = "heads", h.prefix, t.token } end
+    local now = core.now()
+    for i, h in ipairs(t.handlers) do cmds[i] = { script = "heads", h.prefix, t.token, now } end
     local replies = t.conn:pipeline(cmds)
     local heads = {}
     for i, r in ipairs(replies) do
       if type(r) ~= "table" or r.err then error("heads.lua failed: " .. tostring(r and r.err), 0) end
       heads[i] = r[2] == "1" and 0 or tonumber(r[1]) or false
+      t.handlers[i].best_due = tonumber(r[3]) -- (priorities: the scheduler prefers the lowest)
     end
     return heads
   end

@@ -2,7 +2,9 @@
 --
 -- A scheduler is a function (ctx) -> step; the runner calls step() in a loop
 -- (one thread, one scheduler instance). ctx, given by the runner:
---   handlers       array of this thread's handlers ({worker=, shard=, ...})
+--   handlers       array of this thread's handlers ({worker=, shard=, ...};
+--                  best_due: the priority of the shard's best due job as
+--                  last seen by a fetch or heads(), nil when 100 or unknown)
 --   process(h)     -> ok, head: fetch and run one batch of h. ok: a batch ran
 --                  and succeeded. head: the lowest perform_in left in h's
 --                  queue afterwards; nil means empty after a success, and
@@ -70,7 +72,10 @@ end
 --   refreshes, process()'s returned head keeps the cache exact for that shard.
 -- * Due means head <= now (lag >= 0). Lowkiq keeps only lag > 0, so a job due
 --   exactly now would wait a whole poll_interval; here it runs.
--- * The largest lag wins; ties go to the first handler in order (max_by).
+-- * Priorities first: the shard whose best due job has the lowest priority
+--   number wins (handlers[i].best_due, kept by the runner from every fetch
+--   and probe; nil = 100, the default); among equals the largest lag wins;
+--   ties go to the first handler in order (max_by).
 -- * Never spin: a process() returning false (empty, failed, lease held
 --   elsewhere) is a strike for its handler. The first strike only re-reads
 --   the head (so the jobs behind a failed batch run at once, as in Lowkiq);
@@ -141,13 +146,14 @@ function M.lag(ctx)
       probe()
     end
 
-    local best, best_lag, next_at = nil, -1, math.huge
+    local best, best_lag, best_prio, next_at = nil, -1, math.huge, math.huge
     for i = 1, n do
       local head = heads[i]
       if head and (strikes[i] or 0) < 2 and not busy(handlers[i]) then
         local lag = now - head
         if lag >= 0 then
-          if lag > best_lag then best, best_lag = i, lag end
+          local prio = tonumber(handlers[i].best_due) or 100
+          if prio < best_prio or (prio == best_prio and lag > best_lag) then best, best_lag, best_prio = i, lag, prio end
         elseif head < next_at then
           next_at = head
         end

@@ -5,6 +5,10 @@
 -- the whole day.
 --   local w = windows.parse({"09:00-17:00"}, tz.zone("Europe/Berlin"))
 --   w:inside(t) -> bool;  w:next_open(t) -> the first time >= t inside one
+-- A job's own windows travel with it as text, "ZONE|HH:MM-HH:MM,..."
+-- (M.text, M.of_text).
+local tz = require "luakiq.tz"
+
 local M = {}
 
 local W = {}
@@ -56,6 +60,46 @@ function W:next_open(t)
   for _ = 1, 2 * 1440 do
     if self:inside(m) then return m end
     m = m + 60
+  end
+  return nil
+end
+
+-- The text a job's windows travel as in Redis: "ZONE|HH:MM-HH:MM,...".
+function M.text(list, zone_name)
+  return zone_name .. "|" .. table.concat(list, ",")
+end
+
+-- A job's windows from their text, parsed once per distinct text (a bounded
+-- cache: jobs of one kind share it). Returns windows, or nil, why.
+local by_text, cached = {}, 0
+function M.of_text(text)
+  local w = by_text[text]
+  if w then return w end
+  local zone_name, list = tostring(text):match("^(.-)|(.+)$")
+  if not zone_name then return nil, "not ZONE|HH:MM-HH:MM,..." end
+  local zone, zerr = tz.zone(zone_name)
+  if not zone then return nil, "timezone '" .. zone_name .. "': " .. zerr end
+  local spans = {}
+  for s in list:gmatch("[^,]+") do spans[#spans + 1] = s end
+  local bad, why
+  w, bad, why = M.parse(spans, zone)
+  if not w then return nil, "'" .. tostring(bad) .. "' " .. why end
+  if cached >= 1000 then by_text, cached = {}, 0 end
+  by_text[text], cached = w, cached + 1
+  return w
+end
+
+-- The first time >= t inside both a and b (either nil: always open), or
+-- nil when they do not meet within 8 days.
+function M.next_both(a, b, t)
+  local limit = t + 8 * 86400
+  while t <= limit do
+    local x = a and a:next_open(t) or t
+    if not x then return nil end
+    local y = b and b:next_open(x) or x
+    if not y then return nil end
+    if y == x then return x end
+    t = y
   end
   return nil
 end

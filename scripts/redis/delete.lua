@@ -4,11 +4,12 @@
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".  ARGV = ids.
 -- Returns the number of queued jobs deleted (integer).
 -- luakiq:include keys
+-- luakiq:include levels
 local P = KEYS[1]
 local K = shard_keys(P)
 local count = 0
 for _, id in ipairs(ARGV) do
-  count = count + redis.call("ZREM", K.queue, id)
+  count = count + unqueue(P, K, id)
   redis.call("ZREM", K.retries, id)
   redis.call("ZREM", K.ids, id)
   redis.call("DEL", payloads_key(P, id))

@@ -4,6 +4,7 @@
 -- Returns {deleted, remaining failed jobs} (strings); call again until
 -- remaining is 0.
 -- luakiq:include keys
+-- luakiq:include levels
 -- luakiq:include args
 local P = KEYS[1]
 local K = shard_keys(P)
@@ -11,7 +12,7 @@ local limit = arg_count("delete_failed", "limit", ARGV[1])
 local ids = {}
 if limit > 0 then ids = redis.call("ZRANGEBYSCORE", K.retries, 0, "+inf", "LIMIT", 0, limit) end
 for _, id in ipairs(ids) do
-  redis.call("ZREM", K.queue, id)
+  unqueue(P, K, id)
   redis.call("ZREM", K.retries, id)
   redis.call("ZREM", K.ids, id)
   redis.call("DEL", payloads_key(P, id))

@@ -30,6 +30,7 @@
 -- Returns {"OK", failed, morgued, head or "", then per morgued job: id,
 -- payload, score}.
 -- luakiq:include keys
+-- luakiq:include levels
 -- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
@@ -57,15 +58,18 @@ local busy, berrs = K.busy, K.busy_errors
 local refused = hold_lease(K, token, lease_ms)
 if refused then return refused end
 
-local function head() return redis.call("ZRANGE", K.queue, 0, 0, "WITHSCORES")[2] or "" end
+local function head() return queue_head(P, K) or "" end
 if redis.call("EXISTS", busy) == 0 or (batch ~= "" and batch ~= redis.call("GET", K.batch)) then
   return { "OK", "0", "0", head() }
 end
 
--- Moves the payload zset src of id back to the queue (failed + queued).
-local function back(id, pin, rc, e, src)
+-- Moves the payload zset src of id back to the queue (failed + queued),
+-- with its priority and windows (from its busy entry v).
+local function back(id, pin, rc, e, src, v)
   if redis.call("EXISTS", src) == 0 then return end
-  redis.call("ZADD", K.queue, pin, id)
+  local _, _, prio, win = busy_entry(v, pin)
+  queue_at(P, K, id, pin, merged_priority(P, K, id, prio))
+  set_windows(K, id, win)
   set_retry(K, id, rc)
   redis.call("ZADD", K.ids, 0, id)
   merge_payloads(src, payloads_key(P, id))
@@ -83,7 +87,7 @@ for _, l in ipairs(listed) do
   elseif v and l[3] then
     seen[id] = true
     local _, rc_s = busy_entry(v, now_s)
-    back(id, l[2], rc_s, redis.call("HGET", berrs, id), busy_payloads_key(P, id))
+    back(id, l[2], rc_s, redis.call("HGET", berrs, id), busy_payloads_key(P, id), v)
   elseif v then
     seen[id] = true
     failed = failed + 1
@@ -113,9 +117,9 @@ for _, l in ipairs(listed) do
         out[#out + 1] = first[1]
         out[#out + 1] = first[2]
       end
-      back(id, now_s, "-1", err, src)
+      back(id, now_s, "-1", err, src, v)
     else
-      back(id, l[2], string.format("%.17g", rc), err, src)
+      back(id, l[2], string.format("%.17g", rc), err, src, v)
     end
   end
 end
@@ -125,7 +129,7 @@ for i = 1, #flat, 2 do
   local id = flat[i]
   if not seen[id] then
     local pin, rc = busy_entry(flat[i + 1], now_s)
-    back(id, pin, rc, redis.call("HGET", berrs, id), busy_payloads_key(P, id))
+    back(id, pin, rc, redis.call("HGET", berrs, id), busy_payloads_key(P, id), flat[i + 1])
   end
 end
 redis.call("DEL", busy, berrs, K.busy_fetched_at)

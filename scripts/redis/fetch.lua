@@ -27,6 +27,7 @@
 -- perform does not see them, and leaving them out saves ~12% of Redis's
 -- time per job at batch 100; busy.lua lists them.)
 -- luakiq:include keys
+-- luakiq:include levels
 -- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
@@ -49,13 +50,14 @@ if not cur and redis.call("GET", K.holder) ~= token then
   local flat, now_s = redis.call("HGETALL", busy), string.format("%.17g", now)
   for i = 1, #flat, 2 do
     local id = flat[i]
-    local pin, rc = busy_entry(flat[i + 1], now_s)
+    local pin, rc, prio, win = busy_entry(flat[i + 1], now_s)
     local src, dst = busy_payloads_key(P, id), payloads_key(P, id)
     if at_most_once then
       -- the dead holder may have run them: never again
       morgue_all(K, P, id, src, now_s, "interrupted")
     elseif redis.call("EXISTS", src) == 1 then
-      redis.call("ZADD", K.queue, pin, id)
+      queue_at(P, K, id, pin, merged_priority(P, K, id, prio))
+      set_windows(K, id, win)
       set_retry(K, id, rc)
       redis.call("ZADD", K.ids, 0, id)
       merge_payloads(src, dst)
@@ -100,11 +102,13 @@ else
 end
 
 -- Fetch.
+local n, head = 0, nil -- jobs in the reply; the head when known on the way
 local out = { "OK", "", "", tostring(restored), tostring(acked), "0" }
 -- (Redis's Lua formats every number argument with sprintf: the hot calls
 -- below pass strings.)
 local COUNT = { "1", "2", "3", "4" }
-local function add_job(id, pin, rc, err, pl)
+local job_windows -- {job number, windows, ...} of the jobs that have their own
+local function add_job(id, pin, rc, err, pl, win)
   pl = pl or redis.call("ZRANGE", busy_payloads_key(P, id), "0", "-1")
   local k = #out
   out[k + 1] = id
@@ -114,6 +118,11 @@ local function add_job(id, pin, rc, err, pl)
   out[k + 5] = COUNT[#pl] or tostring(#pl)
   k = k + 5
   for j = 1, #pl do out[k + j] = pl[j] end
+  if win then
+    job_windows = job_windows or {}
+    job_windows[#job_windows + 1] = tostring(n + 1)
+    job_windows[#job_windows + 1] = win
+  end
 end
 -- Variadic commands over a list of arguments, at most 1000 per call.
 local function each_chunk(cmd, key, list, fn)
@@ -149,7 +158,6 @@ local function expire(id, src, now_s)
   end
   if redis.call("EXISTS", ek) == 0 then redis.call("SREM", K.expiring, id) end
 end
-local n, head = 0, nil
 if want == "1" and limit > 0 then
   if inflight then
     -- Deliver the unacked batch again, in perform_in order. An entry
@@ -157,8 +165,8 @@ if want == "1" and limit > 0 then
     local flat, jobs, now_s = redis.call("HGETALL", busy), {}, string.format("%.17g", now)
     for i = 1, #flat, 2 do
       if redis.call("EXISTS", busy_payloads_key(P, flat[i])) == 1 then
-        local pin, rc = busy_entry(flat[i + 1], now_s)
-        jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin) }
+        local pin, rc, _, win = busy_entry(flat[i + 1], now_s)
+        jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin), win }
       else
         redis.call("HDEL", busy, flat[i])
         redis.call("HDEL", berrs, flat[i])
@@ -168,24 +176,54 @@ if want == "1" and limit > 0 then
       if a[4] ~= b[4] then return a[4] < b[4] end
       return a[1] < b[1]
     end)
-    for _, j in ipairs(jobs) do add_job(j[1], j[2], j[3], redis.call("HGET", berrs, j[1])) end
-    n = #jobs
+    for _, j in ipairs(jobs) do
+      add_job(j[1], j[2], j[3], redis.call("HGET", berrs, j[1]), nil, j[5])
+      n = n + 1
+    end
     if n == 0 then redis.call("DEL", K.busy_fetched_at) end -- only junk was in flight
     out[2] = redis.call("GET", K.batch) or ""
   else
-    -- One due id more than the limit: when it exists it stays queued and is
-    -- the new head, so the usual ZRANGE for the head is not needed.
     local now_s = ARGV[3]
     if not now_s:match("^%-?%d+%.?%d*$") then now_s = string.format("%.17g", now) end
-    local due = redis.call("ZRANGEBYSCORE", K.queue, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(limit + 1))
-    local m = #due / 2
-    if m > limit then
-      head = due[2 * limit + 2]
-      m = limit
+    local ids, pins, prios, m = {}, {}, nil, 0
+    if not has_levels(K) then
+      -- One due id more than the limit: when it exists it stays queued and
+      -- is the new head, so the usual ZRANGE for the head is not needed.
+      local due = redis.call("ZRANGEBYSCORE", K.queue, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(limit + 1))
+      m = #due / 2
+      if m > limit then
+        head = due[2 * limit + 2]
+        m = limit
+      end
+      for i = 1, m do ids[i], pins[i] = due[2 * i - 1], due[2 * i] end
+      each_chunk("ZREM", K.queue, ids)
+    else
+      -- Priorities (lib/levels.lua): the due jobs level by level, lowest
+      -- priority number first.
+      prios = {}
+      for _, q in ipairs(queue_keys(P, K)) do
+        if m >= limit then break end
+        local due = redis.call("ZRANGEBYSCORE", q[1], "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(limit - m))
+        local took = {}
+        for i = 1, #due, 2 do
+          m = m + 1
+          ids[m], pins[m] = due[i], due[i + 1]
+          if q[2] ~= "100" then prios[m] = q[2] end
+          took[#took + 1] = due[i]
+        end
+        if #took > 0 then
+          if q[2] == "100" then
+            each_chunk("ZREM", K.queue, took)
+          else
+            each_chunk("ZREM", q[1], took)
+            each_chunk("HDEL", K.prio, took)
+            if redis.call("EXISTS", q[1]) == 0 then redis.call("ZREM", K.levels, q[2]) end
+          end
+        end
+      end
+      if redis.call("EXISTS", K.levels) == 0 then K.has_levels = false end
     end
     if m > 0 then
-      local ids = {}
-      for i = 1, m do ids[i] = due[2 * i - 1] end
       -- retry_count: from the retries index, -1 when absent (a fresh job)
       local rcs = {}
       if redis.call("EXISTS", K.retries) == 1 then
@@ -198,17 +236,21 @@ if want == "1" and limit > 0 then
         end)
         if #retried > 0 then each_chunk("ZREM", K.retries, retried) end
       end
-      each_chunk("ZREM", K.queue, ids)
       each_chunk("ZREM", K.ids, ids)
       local errs = {}
       if redis.call("EXISTS", K.errors) == 1 then
         each_chunk("HMGET", K.errors, ids, function(r, off) for j = 1, #r do errs[off + j] = r[j] end end)
         each_chunk("HDEL", K.errors, ids)
       end
+      local wins = {}
+      if has_windows(K) then
+        each_chunk("HMGET", K.windows, ids, function(r, off) for j = 1, #r do wins[off + j] = r[j] or nil end end)
+        each_chunk("HDEL", K.windows, ids)
+      end
       local fields = {}
       local expiring = redis.call("EXISTS", K.expiring) == 1
       for i = 1, m do
-        local id, pin = ids[i], due[2 * i]
+        local id, pin = ids[i], pins[i]
         local rc, err = rcs[i] or "-1", errs[i] or nil
         -- An id without a payload key (junk, or every payload expired) is dropped.
         local src = payloads_key(P, id)
@@ -222,8 +264,8 @@ if want == "1" and limit > 0 then
           end
           if err then redis.call("HSET", berrs, id, err) end
           fields[#fields + 1] = id
-          fields[#fields + 1] = busy_value(pin, rc)
-          add_job(id, pin, rc, err, pl)
+          fields[#fields + 1] = busy_value(pin, rc, prios and prios[i], wins[i])
+          add_job(id, pin, rc, err, pl, wins[i])
           n = n + 1
         end
       end
@@ -231,6 +273,18 @@ if want == "1" and limit > 0 then
     end
   end
 end
-out[3] = head or redis.call("ZRANGE", K.queue, "0", "0", "WITHSCORES")[2] or ""
+out[3] = head or queue_head(P, K) or ""
 out[6] = tostring(n)
+-- Optional sections after the jobs: "windows", count, then job number,
+-- windows per job that has its own; "best", the priority of the best due job
+-- left ("" = none) when the shard has priorities.
+if job_windows then
+  out[#out + 1] = "windows"
+  out[#out + 1] = tostring(#job_windows / 2)
+  for _, v in ipairs(job_windows) do out[#out + 1] = v end
+end
+if has_levels(K) then
+  out[#out + 1] = "best"
+  out[#out + 1] = best_due(P, K, now)
+end
 return out

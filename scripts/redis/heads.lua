@@ -1,8 +1,9 @@
 -- heads.lua: what the Lag scheduler's probe needs of one shard, cheaply.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] (optional) = the
--- caller's lease token.
--- Returns {head, orphaned}: head = the lowest perform_in in the queue ("" if
--- empty); orphaned = "1" when jobs are in flight but nobody holds the lease
+-- caller's lease token, ARGV[2] (optional) = now.
+-- Returns {head, orphaned[, best]}: head = the lowest perform_in in the
+-- queue ("" if empty); best (with now, when the shard has jobs of other
+-- priorities than 100) = the priority of its best due job ("" = none due); orphaned = "1" when jobs are in flight but nobody holds the lease
 -- (their holder died or stopped without acking), or the caller itself holds
 -- it: the caller's thread is between batches, so a batch in flight under its
 -- own lease is one whose ack or failure never reached Redis (a Redis error
@@ -10,12 +11,15 @@
 -- empty: fetch.lua restores (dead holder) or redelivers (own batch) them, or
 -- the pending ack settles it.
 -- luakiq:include keys
+-- luakiq:include levels
 local P = KEYS[1]
 local K = shard_keys(P)
-local head = redis.call("ZRANGE", K.queue, 0, 0, "WITHSCORES")[2] or ""
+local head = queue_head(P, K) or ""
 local orphaned = false
 if redis.call("EXISTS", K.busy) == 1 then
   local lease = redis.call("GET", K.lease)
   orphaned = not lease or (ARGV[1] ~= nil and ARGV[1] ~= "" and lease == ARGV[1])
 end
+local now = tonumber(ARGV[2])
+if now and has_levels(K) then return { head, orphaned and "1" or "0", best_due(P, K, now) } end
 return { head, orphaned and "1" or "0" }

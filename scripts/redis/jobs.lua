@@ -16,6 +16,7 @@
 -- retried ids; with no retried job queued that is a rank lookup, otherwise a
 -- walk of the id index (linear in offset, like ZRANGEBYSCORE's LIMIT).
 -- luakiq:include keys
+-- luakiq:include levels
 local P = KEYS[1]
 local K = shard_keys(P)
 local what, order, dir, min, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -52,7 +53,7 @@ local function by_retry_count()
   local R, I = K.retries, K.ids
   local nr_all = redis.call("ZCARD", R)
   local fresh_in = (lo < -1 or (lo == -1 and not lox)) and (hi > -1 or (hi == -1 and not hix))
-  local nf = fresh_in and math.max(redis.call("ZCARD", K.queue) - nr_all, 0) or 0
+  local nf = fresh_in and math.max(queue_size(P, K) - nr_all, 0) or 0
   local function retried(off, n)
     if n <= 0 then return {} end
     if dir == "asc" then return redis.call("ZRANGEBYSCORE", R, min, max, "LIMIT", off, n) end
@@ -102,13 +103,34 @@ else
   else cmd = dir == "asc" and "ZRANGEBYSCORE" or "ZREVRANGEBYSCORE" end
   local lo, hi = min, max
   if dir == "desc" then lo, hi = max, min end
-  ids = redis.call(cmd, K[src], lo, hi, "LIMIT", offset, limit)
+  if what == "queue" and order == "perform_in" and has_levels(K) then
+    -- jobs of other priorities are in their own keys (lib/levels.lua):
+    -- offset + limit of each, merged by (perform_in, id) as one key would
+    local all = {}
+    for _, q in ipairs(queue_keys(P, K)) do
+      local r = redis.call(cmd, q[1], lo, hi, "WITHSCORES", "LIMIT", 0, offset + limit)
+      for i = 1, #r, 2 do all[#all + 1] = { r[i], tonumber(r[i + 1]) } end
+    end
+    table.sort(all, function(a, b)
+      if a[2] ~= b[2] then
+        if dir == "desc" then return a[2] > b[2] end
+        return a[2] < b[2]
+      end
+      if dir == "desc" then return a[1] > b[1] end
+      return a[1] < b[1]
+    end)
+    ids = {}
+    for i = offset + 1, math.min(#all, offset + limit) do ids[#ids + 1] = all[i][1] end
+  else
+    ids = redis.call(cmd, K[src], lo, hi, "LIMIT", offset, limit)
+  end
 end
 local out, n = { "0" }, 0
-local zset, errs, payloads_of = K.queue, K.errors, payloads_key
+local zset, errs, payloads_of = nil, K.errors, payloads_key
 if what == "morgue" then zset, errs, payloads_of = K.morgue, K.morgue_errors, morgue_payloads_key end
 for _, id in ipairs(ids) do
-  local first = redis.call("ZSCORE", zset, id)
+  local first
+  if what == "queue" then first = queued_at(P, K, id) else first = redis.call("ZSCORE", zset, id) end
   if first then
     n = n + 1
     out[#out + 1] = id

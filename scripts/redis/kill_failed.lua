@@ -6,6 +6,7 @@
 -- Returns {killed, remaining failed jobs} (strings); call again until
 -- remaining is 0.
 -- luakiq:include keys
+-- luakiq:include levels
 -- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
@@ -23,7 +24,7 @@ for _, id in ipairs(ids) do
     local err = redis.call("HGET", K.errors, id)
     if err then redis.call("HSET", K.morgue_errors, id, err) else redis.call("HDEL", K.morgue_errors, id) end
   end
-  redis.call("ZREM", K.queue, id)
+  unqueue(P, K, id)
   redis.call("ZREM", K.retries, id)
   redis.call("ZREM", K.ids, id)
   redis.call("HDEL", K.errors, id)

@@ -1,6 +1,7 @@
 -- morgue_requeue.lua: put dead jobs back in the queue ("morgue + queued",
 -- docs/redis.md "Merge rules"): payloads united with a queued same-id job (min score),
--- perform_in = now, retry_count = -1, the morgue error copied into "errors".
+-- perform_in = now, retry_count = -1, the morgue error copied into "errors";
+-- a queued job keeps its priority (the morgue keeps none: 100 otherwise).
 -- The jobs leave the morgue.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
 -- ARGV[1] wake channel ("" = no publish), [2] now, [3] limit, then ids.
@@ -9,6 +10,7 @@
 -- Returns {requeued, remaining morgue size} (strings). Publishes the prefix
 -- on the channel when something was requeued.
 -- luakiq:include keys
+-- luakiq:include levels
 -- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
@@ -25,7 +27,8 @@ local count = 0
 for _, id in ipairs(ids) do
   local src, dst = morgue_payloads_key(P, id), payloads_key(P, id)
   if redis.call("ZSCORE", K.morgue, id) and redis.call("EXISTS", src) == 1 then
-    redis.call("ZADD", K.queue, now_s, id)
+    local _, prio = queued_at(P, K, id)
+    queue_at(P, K, id, now_s, prio)
     redis.call("ZREM", K.retries, id) -- retry_count -1: not in the retries index
     redis.call("ZADD", K.ids, 0, id)
     merge_payloads(src, dst)

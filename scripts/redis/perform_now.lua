@@ -5,14 +5,21 @@
 -- Returns {changed, remaining future jobs} (strings); call again until
 -- remaining is 0. Publishes the prefix on the channel when changed > 0.
 -- luakiq:include keys
+-- luakiq:include levels
 -- luakiq:include args
 local P = KEYS[1]
 local K = shard_keys(P)
 local now, limit = arg_finite("perform_now", "now", ARGV[2]), arg_count("perform_now", "limit", ARGV[3])
 local now_s = string.format("%.17g", now)
-local queue = K.queue
-local ids = {}
-if limit > 0 then ids = redis.call("ZRANGEBYSCORE", queue, "(" .. now_s, "+inf", "LIMIT", 0, limit) end
-for _, id in ipairs(ids) do redis.call("ZADD", queue, "XX", now_s, id) end
-if #ids > 0 and ARGV[1] ~= "" then redis.call("PUBLISH", ARGV[1], P) end
-return { tostring(#ids), tostring(redis.call("ZCOUNT", queue, "(" .. now_s, "+inf")) }
+local changed, remaining = 0, 0
+for _, q in ipairs(queue_keys(P, K)) do -- every priority level
+  local ids = {}
+  if limit > changed then
+    ids = redis.call("ZRANGEBYSCORE", q[1], "(" .. now_s, "+inf", "LIMIT", 0, limit - changed)
+  end
+  for _, id in ipairs(ids) do redis.call("ZADD", q[1], "XX", now_s, id) end
+  changed = changed + #ids
+  remaining = remaining + redis.call("ZCOUNT", q[1], "(" .. now_s, "+inf")
+end
+if changed > 0 and ARGV[1] ~= "" then redis.call("PUBLISH", ARGV[1], P) end
+return { tostring(changed), tostring(remaining) }

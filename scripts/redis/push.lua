@@ -8,17 +8,22 @@
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
 -- ARGV[1] = wake channel ("" = never publish), ARGV[2] = now,
 -- then groups of 5: id, perform_in, retry_count, score, payload (bytes),
--- then optionally "", "expires_at" (no id is empty, no perform_in is that)
--- and pairs: job number (1-based, its group), expires_at: that job's payload
--- expires then (docs/redis.md,
--- "expires_at"). An equal payload already queued keeps the later expiry (none
--- is the latest); pushed without one, it no longer expires.
+-- then optional sections, each "", NAME, then pairs: job number (1-based,
+-- its group), value (no id is empty, so "" ends the groups and each section):
+--   "expires_at": that job's payload expires then (docs/redis.md,
+--     "expires_at"). An equal payload already queued keeps the later expiry
+--     (none is the latest); pushed without one, it no longer expires.
+--   "priority": the job's priority, an integer (default 100, lower first;
+--     merged with a queued job of the id: the lowest wins; lib/levels.lua).
+--   "windows": the job's own windows, "ZONE|HH:MM-HH:MM,..." (checked by the
+--     host); a queued job keeps its own, one without gets these.
 -- Returns {added, head}: added = ids newly queued (integer), head = the
 -- shard's lowest perform_in after the push (Redis score string) or false.
 -- Publishes the prefix on the channel when the head got earlier (an empty
 -- queue counts as +inf): that covers "a due job appeared in a shard with no
 -- due job" and "the next wake-up time moved earlier". At most one PUBLISH.
 -- luakiq:include keys
+-- luakiq:include levels
 local P = KEYS[1]
 local K = shard_keys(P)
 local channel = ARGV[1]
@@ -39,27 +44,53 @@ local function finite(v, what, n)
   memo[v] = s
   return s
 end
--- The expiry trailer: starts where a group would have id "" and perform_in
--- "expires_at".
+-- The sections: they start where a group would have id "" and a section
+-- name as perform_in.
+local SECTIONS = { expires_at = true, priority = true, windows = true }
 local last = #ARGV -- the last ARGV of the groups
-local expiry -- group number -> expires_at (normalized)
+local expiry, prio, wins -- group number -> expires_at (normalized) / priority / windows
 for i = 3, #ARGV, 5 do
-  if ARGV[i] == "" and ARGV[i + 1] == "expires_at" and (#ARGV - i - 1) % 2 == 0 then
+  if ARGV[i] == "" and SECTIONS[ARGV[i + 1]] then
     last = i - 1
-    expiry = {}
-    for j = i + 2, #ARGV, 2 do
-      local n = tonumber(ARGV[j])
-      if not n or n % 1 ~= 0 or n < 1 or 3 + (n - 1) * 5 > last then
-        error("luakiq push: expiry for job '" .. tostring(ARGV[j]) .. "': no such job", 0)
+    local j, vals = i, nil
+    while j <= #ARGV do
+      if ARGV[j] == "" then
+        local name = ARGV[j + 1]
+        if not SECTIONS[name] then
+          error("luakiq push: unknown section '" .. tostring(name) .. "' (expires_at, priority, windows)", 0)
+        end
+        vals = {}
+        if name == "expires_at" then expiry = vals elseif name == "priority" then prio = vals else wins = vals end
+        SECTIONS[name] = false -- each at most once
+        vals.name = name
+        j = j + 2
+      else
+        local n, v = tonumber(ARGV[j]), ARGV[j + 1]
+        if not n or n % 1 ~= 0 or n < 1 or 3 + (n - 1) * 5 > last or v == nil then
+          error("luakiq push: " .. vals.name .. " for job '" .. tostring(ARGV[j]) .. "': no such job", 0)
+        end
+        if vals == expiry then
+          v = finite(v, "expires_at", n)
+        elseif vals == prio then
+          if not v:match("^%-?%d+$") or math.abs(tonumber(v)) > 1e9 then
+            error("luakiq push: job " .. n .. " priority must be an integer from -1000000000 to 1000000000, got '" ..
+              v .. "'", 0)
+          end
+          v = string.format("%d", tonumber(v))
+          if v == "100" then v = nil end
+        elseif v == "" or v:find("\n") then
+          error("luakiq push: job " .. n .. " windows must be one non-empty line", 0)
+        end
+        vals[n] = v
+        j = j + 2
       end
-      expiry[n] = finite(ARGV[j + 1], "expires_at", n)
     end
     break
   end
 end
 if (last - 2) % 5 ~= 0 then
-  error("luakiq push: ARGV must be channel, now, then groups of 5, then optionally \"\", \"expires_at\" and " ..
-    "job/expires_at pairs", 0)
+  error("luakiq push: ARGV must be channel, now, then groups of 5, then optionally sections \"\", NAME and " ..
+    "job/value pairs", 0)
 end
 finite(ARGV[2], "now")
 -- Validate everything before the first write: a script error does not roll
@@ -81,32 +112,59 @@ for i = 3, last, 5 do
   k = k + 2
   finite(ARGV[i + 3], "score", n)
 end
-local queue = K.queue
-local before = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
--- The retries index holds only retry_count >= 0 (lib/shard.lua set_retry).
--- A job pushed with one enters it only when its id was not queued yet (a
--- queued job keeps its own retry_count, below).
-if retried then
-  local want = {} -- id -> its earliest group with retry_count >= 0
-  for _, r in ipairs(retried) do want[r[1]] = want[r[1]] or r end
-  for i = 3, last, 5 do -- an earlier group of the id (retry_count < 0) wins
-    local r = want[ARGV[i]]
-    if r and (i - 3) / 5 + 1 < r[3] then want[ARGV[i]] = false end
+local before = queue_head(P, K)
+local added = 0
+if prio or has_levels(K) then
+  -- Priorities here or already queued (lib/levels.lua): job by job. The
+  -- first group of an id queues it (perform_in, retry_count); any group
+  -- lowers its priority.
+  for i = 3, last, 5 do
+    local n, id = (i - 3) / 5 + 1, ARGV[i]
+    local want = prio and prio[n] or nil
+    local pin, cur = queued_at(P, K, id)
+    if pin then
+      local m = tonumber(want or 100) < tonumber(cur or 100) and want or cur
+      if m ~= cur then queue_at(P, K, id, pin, m) end
+    else
+      queue_at(P, K, id, memo[ARGV[i + 1]], want)
+      local rc = memo[ARGV[i + 2]]
+      if rc ~= "-1" and tonumber(rc) >= 0 then redis.call("ZADD", K.retries, rc, id) end
+      added = added + 1
+    end
+    redis.call("ZADD", K.ids, "NX", 0, id)
   end
-  for _, r in ipairs(retried) do
-    if want[r[1]] == r and not redis.call("ZSCORE", queue, r[1]) then
-      redis.call("ZADD", K.retries, r[2], r[1])
+else
+  local queue = K.queue
+  -- The retries index holds only retry_count >= 0 (lib/shard.lua set_retry).
+  -- A job pushed with one enters it only when its id was not queued yet (a
+  -- queued job keeps its own retry_count, below).
+  if retried then
+    local want = {} -- id -> its earliest group with retry_count >= 0
+    for _, r in ipairs(retried) do want[r[1]] = want[r[1]] or r end
+    for i = 3, last, 5 do -- an earlier group of the id (retry_count < 0) wins
+      local r = want[ARGV[i]]
+      if r and (i - 3) / 5 + 1 < r[3] then want[ARGV[i]] = false end
+    end
+    for _, r in ipairs(retried) do
+      if want[r[1]] == r and not redis.call("ZSCORE", queue, r[1]) then
+        redis.call("ZADD", K.retries, r[2], r[1])
+      end
     end
   end
+  -- new + queued: ZADD NX keeps a queued job's perform_in (and its
+  -- retry_count, above), and within one variadic ZADD NX the first occurrence
+  -- of an id wins.
+  for from = 1, k, 2000 do
+    local to = math.min(from + 1999, k)
+    added = added + redis.call("ZADD", queue, "NX", unpack(qargs, from, to))
+    redis.call("ZADD", K.ids, "NX", unpack(iargs, from, to))
+  end
 end
--- new + queued: ZADD NX keeps a queued job's perform_in (and its
--- retry_count, above), and within one variadic ZADD NX the first occurrence
--- of an id wins.
-local added = 0
-for from = 1, k, 2000 do
-  local to = math.min(from + 1999, k)
-  added = added + redis.call("ZADD", queue, "NX", unpack(qargs, from, to))
-  redis.call("ZADD", K.ids, "NX", unpack(iargs, from, to))
+-- A job's own windows: a queued job keeps its own (HSETNX)
+if wins then
+  for n, w in pairs(wins) do
+    if n ~= "name" then redis.call("HSETNX", K.windows, ARGV[3 + (n - 1) * 5], w) end
+  end
 end
 local new_payload = {} -- group -> its payload was not queued yet (pushes with expiries only)
 for i = 3, last, 5 do
@@ -133,7 +191,7 @@ if expiry or redis.call("EXISTS", K.expiring) == 1 then
     end
   end
 end
-local head = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")[2]
+local head = queue_head(P, K)
 if channel ~= "" and head and (not before or tonumber(head) < tonumber(before)) then
   redis.call("PUBLISH", channel, P)
 end

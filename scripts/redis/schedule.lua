@@ -11,6 +11,7 @@
 -- merged into a queued job of the same id like a push ("new + queued").
 -- Returns 1 when it enqueued.
 -- luakiq:include keys
+-- luakiq:include levels
 local P = KEYS[1]
 local K = shard_keys(P)
 local name, tick, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -23,11 +24,11 @@ if last and last >= tick then return 0 end
 local tick_s = string.format("%.17g", tick)
 redis.call("HSET", K.schedules, name, tick_s)
 if not last and now - tick > 60 then return 0 end
-local before = redis.call("ZRANGE", K.queue, 0, 0, "WITHSCORES")[2]
-redis.call("ZADD", K.queue, "NX", tick_s, id)
+local before = queue_head(P, K)
+if not queued_at(P, K, id) then redis.call("ZADD", K.queue, tick_s, id) end
 redis.call("ZADD", K.ids, "NX", 0, id)
 redis.call("ZADD", payloads_key(P, id), "LT", tick_s, payload)
-local head = redis.call("ZRANGE", K.queue, 0, 0, "WITHSCORES")[2]
+local head = queue_head(P, K)
 if channel ~= "" and head and (not before or tonumber(head) < tonumber(before)) then
   redis.call("PUBLISH", channel, P)
 end

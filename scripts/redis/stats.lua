@@ -6,14 +6,15 @@
 -- processed, failed, busy (jobs in flight), expired (payloads)}.
 -- (The retries index holds only retry_count >= 0, so fresh = queue - retries.)
 -- luakiq:include keys
+-- luakiq:include levels
 local P = KEYS[1]
 local K = shard_keys(P)
-local queued, retries = redis.call("ZCARD", K.queue), redis.call("ZCARD", K.retries)
+local queued, retries = queue_size(P, K), redis.call("ZCARD", K.retries)
 return {
   tostring(math.max(queued - retries, 0)),
   tostring(retries),
   tostring(redis.call("ZCARD", K.morgue)),
-  redis.call("ZRANGE", K.queue, 0, 0, "WITHSCORES")[2] or "",
+  queue_head(P, K) or "",
   redis.call("HGET", K.counters, "processed") or "0",
   redis.call("HGET", K.counters, "failed") or "0",
   tostring(redis.call("HLEN", K.busy)),

@@ -169,6 +169,25 @@ function M.proc:kill()
   self:wait(5)
 end
 
+-- A fresh script directory of `files` for each test of the calling
+-- describe block, and at most one host process in it: box.dir, box.proc
+-- (set it when spawning); the process is killed and the directory removed
+-- after each test. prepare(), when given, runs before each test first.
+function M.dir_per_test(files, prepare)
+  local g = getfenv(2) -- busted's hooks live in the calling spec's environment
+  local box = {}
+  g.before_each(function()
+    if prepare then prepare() end
+    box.dir = M.scriptdir(files)
+  end)
+  g.after_each(function()
+    if box.proc then box.proc:kill() end
+    box.proc = nil
+    sh("rm -rf " .. M.quote(box.dir))
+  end)
+  return box
+end
+
 -- Waits until fn() is truthy (polling), up to timeout seconds.
 function M.eventually(fn, timeout, what)
   local deadline = core.now() + (timeout or 10)

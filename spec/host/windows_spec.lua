@@ -75,3 +75,87 @@ describe("time windows", function()
     end
   end)
 end)
+
+-- A job's own windows (job fields windows, timezone): the job runs only when
+-- they are open (and its worker's, if it has any).
+local PLAIN = [[
+local luakiq = require "luakiq"
+return {
+  shards_count = 1,
+  perform = function(batch)
+    for id in pairs(batch) do luakiq.redis.call("RPUSH", "t:ran", id .. "@" .. luakiq.now()) end
+  end,
+}
+]]
+
+describe("a job's own windows", function()
+  local box = host.dir_per_test({ ["config.lua"] = "return { threads_per_node = 1, poll_interval = 1 }",
+                                   ["workers/P.lua"] = PLAIN, ["workers/W.lua"] = WORKER },
+                                 function() srv.conn:call("DEL", "t:ran") end)
+
+  local function ran()
+    local out = {}
+    for _, v in ipairs(srv.conn:call("LRANGE", "t:ran", 0, -1)) do
+      local id, at = v:match("^(.-)@(.*)$")
+      out[id] = tonumber(at)
+    end
+    return out
+  end
+
+  it("are kept by a worker without windows: due at their opening, a due job fetched early goes back to it", function()
+    local env = env_at(OPEN - 3)
+    host.enqueue(box.dir, "P", {
+      { id = "w", windows = { "10:00-10:01" }, timezone = "Europe/Berlin" },               -- due at OPEN
+      { id = "early", perform_in = OPEN - 100, windows = { "09:00-09:01" } },               -- UTC: due, closed
+      { id = "free" },                                                                       -- runs at once
+    }, env)
+    local _, out = host.exec("job " .. q(box.dir) .. " P w", nil, env)
+    local j = json.decode(out)
+    assert.are.equal(OPEN, j.perform_in)
+    assert.are.same({ "10:00-10:01" }, j.windows)
+    assert.are.equal("Europe/Berlin", j.timezone)
+    box.proc = host.spawn("run " .. q(box.dir), env)
+    host.eventually(function() return ran().free end, 10, "free ran")
+    local r = host.eventually(function() local x = ran() return x.w and x.early and x end, 15, "w and early ran")
+    for _, id in ipairs { "w", "early" } do
+      assert.is_true(r[id] >= OPEN and r[id] < OPEN + 3, ("%s ran at %.2f, its window opens at %d"):format(id, r[id], OPEN))
+    end
+    assert.is_true(r.free < OPEN, "free waited for nothing")
+    -- requeued, not failed: no retry, no error, each ran once
+    for _, k in ipairs(srv.conn:call("KEYS", "*{P:*counters")) do
+      assert.is_falsy(srv.conn:call("HGET", k, "failed"))
+      assert.are.equal("3", srv.conn:call("HGET", k, "processed"))
+    end
+    assert.are.equal(3, srv.conn:call("LLEN", "t:ran"))
+  end)
+
+  it("narrow the worker's windows: the job runs when both are open", function()
+    local env = env_at(OPEN - 3)
+    -- the worker: 10:00-10:01 Berlin (09:00-09:01 UTC); the job: 08:59-09:01
+    -- UTC, open now (08:59:57 UTC): both are open at OPEN
+    host.enqueue(box.dir, "W", { { id = "both", windows = { "08:59-09:01" }, timezone = "UTC" } }, env)
+    local _, out = host.exec("job " .. q(box.dir) .. " W both", nil, env)
+    assert.are.equal(OPEN, json.decode(out).perform_in)
+    -- windows that never meet the worker's are refused at enqueue
+    local rc, _, err = host.exec("enqueue " .. q(box.dir) .. " W", '{"id":"never","windows":["12:00-13:00"],"timezone":"UTC"}',
+      env)
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("job 1 (id never): windows never meet worker W's windows", 1, true), err)
+  end)
+
+  it("bad job windows are refused at enqueue with one line (exit 2), nothing enqueued", function()
+    for line, want in pairs {
+      ['{"id":"a","windows":["25:00-03:00"]}'] = "job 2 (id a): windows: '25:00-03:00' must be HH:MM-HH:MM",
+      ['{"id":"a","windows":["10:00-11:00"],"timezone":"Mars/Base"}'] = "job 2 (id a): windows: timezone 'Mars/Base'",
+      ['{"id":"a","timezone":"UTC"}'] = "job 2 (id a): timezone goes with windows",
+      ['{"id":"a","windows":[]}'] = "job 2 (id a): windows must be a non-empty array",
+      ['{"id":"a","windows":"10:00-11:00"}'] = "job 2 (id a): windows must be a non-empty array",
+    } do
+      local rc, _, err = host.exec("enqueue " .. q(box.dir) .. " P", '{"id":"ok"}\n' .. line, "REDIS_URL=" .. srv.url)
+      assert.are.equal(2, rc, line)
+      assert.truthy(err:find(want, 1, true), "want '" .. want .. "' in: " .. err)
+      assert.are.equal(1, select(2, err:gsub("\n", "")), "one line: " .. err)
+    end
+    assert.are.equal(0, host.stats(box.dir, "REDIS_URL=" .. srv.url).by_worker.P.length)
+  end)
+end)

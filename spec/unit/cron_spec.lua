@@ -86,6 +86,26 @@ describe("windows", function()
     assert.are.equal("2026-03-30 00:00:00", fmt(w:next_open(utc(2026, 3, 28, 2, 0))))
     assert.is_true(windows.parse({ "00:00-24:00" }, berlin):inside(utc(2026, 3, 29, 1, 30)))
   end)
+  it("a job's windows travel as text and meet the worker's where both are open", function()
+    local job = assert(windows.of_text(windows.text({ "20:00-23:00" }, "UTC")))
+    assert.are.equal(job, windows.of_text("UTC|20:00-23:00")) -- parsed once
+    local worker = assert(windows.parse({ "22:00-02:00" }, berlin)) -- 21:00-01:00 UTC in winter
+    -- from 12:00 UTC: the job opens at 20:00 UTC, the worker at 21:00 UTC
+    assert.are.equal("2026-11-23 21:00:00", fmt(windows.next_both(job, worker, utc(2026, 11, 23, 12, 0))))
+    -- inside both: now
+    assert.are.equal("2026-11-23 21:30:00", fmt(windows.next_both(job, worker, utc(2026, 11, 23, 21, 30))))
+    -- no worker windows: the job's alone
+    assert.are.equal("2026-11-24 20:00:00", fmt(windows.next_both(job, nil, utc(2026, 11, 23, 23, 0))))
+    -- windows that never meet
+    local morning = assert(windows.parse({ "08:00-09:00" }, tz.zone("UTC")))
+    assert.is_nil(windows.next_both(job, morning, utc(2026, 11, 23, 12, 0)))
+    for text, why in pairs { ["UTC"] = "not ZONE|", ["Mars/Base|10:00-11:00"] = "timezone 'Mars/Base'",
+                             ["UTC|10:00-25:00"] = "'10:00-25:00' must be HH:MM-HH:MM" } do
+      local w, err = windows.of_text(text)
+      assert.is_nil(w, text)
+      assert.truthy(err:find(why, 1, true), text .. ": " .. tostring(err))
+    end
+  end)
   it("refuses bad strings", function()
     for _, s in ipairs { "25:00-03:00", "9-5", "10:60-11:00", "10:00-10:00", "24:00-01:00" } do
       local w, bad = windows.parse({ "09:00-17:00", s }, berlin)

@@ -27,6 +27,9 @@ local function shard_keys(P)
     morgue_errors = P .. "morgue:errors",     -- HASH id -> error (dead jobs)
     expiring = P .. "expiring",               -- SET ids that have an expires hash
     schedules = P .. "schedules",             -- HASH schedule name -> its last tick (in its job id's shard)
+    prio = P .. "prio",                       -- HASH id -> priority (queued jobs whose priority is not 100)
+    levels = P .. "levels",                   -- ZSET N -> N: the priorities N ~= 100 queued (lib/levels.lua)
+    windows = P .. "windows",                 -- HASH id -> "ZONE|HH:MM-HH:MM,..." (queued jobs with windows)
   }
 end
 
@@ -37,20 +40,38 @@ local function morgue_payloads_key(P, id) return P .. "morgue:payloads:" .. id e
 -- HASH payload -> expires_at, for the id's payloads pushed with one
 local function expires_key(P, id) return P .. "expires:" .. id end
 
--- A busy entry (the value of an id in the busy hash) is
--- "perform_in\nretry_count", both Redis score strings.
-local function busy_value(pin, rc) return pin .. "\n" .. rc end
+-- The queued jobs of priority N ~= 100 (ZSET id -> perform_in; lib/levels.lua)
+local function level_key(P, n) return P .. "queue:" .. n end
 
--- Reads a busy entry: perform_in, retry_count (strings). Junk written by
--- someone else reads as perform_in = junk_pin, retry_count = "-1": it must
--- neither break a ZADD half-way through a script (no rollback) nor reach the
--- host as a non-number.
+-- A busy entry (the value of an id in the busy hash) is
+-- "perform_in\nretry_count", both Redis score strings, then for a job with
+-- a priority other than 100 or its own windows "\npriority\nwindows" (either
+-- may be empty).
+local function busy_value(pin, rc, prio, win)
+  if not prio and not win then return pin .. "\n" .. rc end
+  return pin .. "\n" .. rc .. "\n" .. (prio or "") .. "\n" .. (win or "")
+end
+
+-- Reads a busy entry: perform_in, retry_count (strings), priority and
+-- windows (strings or nil). Junk written by someone else reads as
+-- perform_in = junk_pin, retry_count = "-1": it must neither break a ZADD
+-- half-way through a script (no rollback) nor reach the host as a
+-- non-number.
 local function busy_entry(v, junk_pin)
   local pin, rc = string.match(v, "^(.-)\n(.*)$")
+  local prio, win
+  if rc then
+    local r, p, w = string.match(rc, "^(.-)\n(.-)\n(.*)$")
+    if r then
+      rc = r
+      if p:match("^%-?%d+$") and p ~= "100" then prio = p end
+      if w ~= "" then win = w end
+    end
+  end
   local p = tonumber(pin)
   if not (p and p == p and (pin:match("^[-+]?%d*%.?%d*[eE]?[-+]?%d*$") or pin:match("^[-+]?inf$"))) then
     pin = junk_pin
   end
   if not (rc and rc:match("^%-?%d+$") and tonumber(rc) >= -1) then rc = "-1" end
-  return pin, rc
+  return pin, rc, prio, win
 end
