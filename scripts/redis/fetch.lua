@@ -186,6 +186,8 @@ if want == "1" and limit > 0 then
     local now_s = ARGV[3]
     if not now_s:match("^%-?%d+%.?%d*$") then now_s = string.format("%.17g", now) end
     local ids, pins, prios, m = {}, {}, nil, 0
+    -- (one EXISTS for both features a worker rarely uses)
+    if redis.call("EXISTS", K.levels, K.windows) == 0 then K.has_levels, K.has_windows = false, false end
     if not has_levels(K) then
       -- One due id more than the limit: when it exists it stays queued and
       -- is the new head, so the usual ZRANGE for the head is not needed.
