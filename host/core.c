@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 #include <lua.h>
 #include <lauxlib.h>
 #include "core.h"
@@ -415,6 +416,12 @@ static int core_fatal_message(lua_State *L) {
     return 1;
 }
 
+/* core.isatty(fd): whether fd is a terminal (the CLI's progress lines). */
+static int core_isatty(lua_State *L) {
+    lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
+    return 1;
+}
+
 static const luaL_Reg core_funcs[] = {
     {"now", core_now},                 {"stopping", core_stopping},
     {"request_stop", core_request_stop}, {"wait", core_wait},
@@ -427,7 +434,7 @@ static const luaL_Reg core_funcs[] = {
     {"fence", core_fence},             {"lease_check", core_lease_check},
     {"mono", core_mono},               {"raise_timeout", core_raise_timeout_l},
     {"deadline", core_deadline},       {"count_timeout", core_count_timeout},
-    {"timeouts", core_timeouts},
+    {"timeouts", core_timeouts},       {"isatty", core_isatty},
     {NULL, NULL}};
 
 /* Fills the luakiq.core table on top of the stack. core.states = {name = n}

@@ -80,7 +80,7 @@ end
 -- payload_bytes, expires_at or false, priority string or false, windows text
 -- or false}.
 local function prepare(cfg, worker, job, i, now, due, memo)
-  local where = "job " .. i
+  local where = type(i) == "string" and i or "job " .. i
   if type(job) ~= "table" then errors.input(where .. ": must be an object") end
   for k in pairs(job) do
     if not allowed[k] then
@@ -115,6 +115,18 @@ local function prepare(cfg, worker, job, i, now, due, memo)
     priority = false
   end
   return { id, perform_in, retry_count, score, bytes, expires_at, priority, wtext }
+end
+
+-- A checker for jobs of worker_name: check(job, where) raises the input
+-- error push would raise for it (fields, payload dump and size), naming it
+-- by `where` ("line 12"), and sends nothing. The streamed enqueue's first
+-- pass (luakiq.feed). Client middlewares do not run.
+function M.checker(cfg, worker_name)
+  local worker = cfg.by_name[worker_name]
+  if not worker then errors.notfound("unknown worker '" .. esc(worker_name) .. "'") end
+  local now, memo = core.now(), {}
+  local due = worker.windows_spec and worker.windows_spec:next_open(now) or now
+  return function(job, where) prepare(cfg, worker, job, where, now, due, memo) end
 end
 
 -- Queues whose shards_count this VM has checked against the registry. An

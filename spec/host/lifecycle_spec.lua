@@ -307,7 +307,7 @@ return {
     for _, line in ipairs { '{"id":"x","expires_at":"soon"}', '{"id":"x","expires_at":1e999}', '{"id":"x","expires_at":null,"bad":1}' } do
       local rc, _, err = host.exec("enqueue " .. q(dir) .. " Log", '{"id":"ok"}\n' .. line, env())
       assert.are.equal(2, rc, err)
-      assert.truthy(err:find("job 2", 1, true), err)
+      assert.truthy(err:find("line 2", 1, true), err)
     end
     local rc, _, err = host.exec("enqueue " .. q(dir) .. " Log", '{"id":"x","expires_at":"soon"}', env())
     assert.truthy(err:find("expires_at must be a finite number", 1, true), err)

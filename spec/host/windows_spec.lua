@@ -140,16 +140,16 @@ describe("a job's own windows", function()
     local rc, _, err = host.exec("enqueue " .. q(box.dir) .. " W", '{"id":"never","windows":["12:00-13:00"],"timezone":"UTC"}',
       env)
     assert.are.equal(2, rc)
-    assert.truthy(err:find("job 1 (id never): windows never meet worker W's windows", 1, true), err)
+    assert.truthy(err:find("line 1 (id never): windows never meet worker W's windows", 1, true), err)
   end)
 
   it("bad job windows are refused at enqueue with one line (exit 2), nothing enqueued", function()
     for line, want in pairs {
-      ['{"id":"a","windows":["25:00-03:00"]}'] = "job 2 (id a): windows: '25:00-03:00' must be HH:MM-HH:MM",
-      ['{"id":"a","windows":["10:00-11:00"],"timezone":"Mars/Base"}'] = "job 2 (id a): windows: timezone 'Mars/Base'",
-      ['{"id":"a","timezone":"UTC"}'] = "job 2 (id a): timezone goes with windows",
-      ['{"id":"a","windows":[]}'] = "job 2 (id a): windows must be a non-empty array",
-      ['{"id":"a","windows":"10:00-11:00"}'] = "job 2 (id a): windows must be a non-empty array",
+      ['{"id":"a","windows":["25:00-03:00"]}'] = "line 2 (id a): windows: '25:00-03:00' must be HH:MM-HH:MM",
+      ['{"id":"a","windows":["10:00-11:00"],"timezone":"Mars/Base"}'] = "line 2 (id a): windows: timezone 'Mars/Base'",
+      ['{"id":"a","timezone":"UTC"}'] = "line 2 (id a): timezone goes with windows",
+      ['{"id":"a","windows":[]}'] = "line 2 (id a): windows must be a non-empty array",
+      ['{"id":"a","windows":"10:00-11:00"}'] = "line 2 (id a): windows must be a non-empty array",
     } do
       local rc, _, err = host.exec("enqueue " .. q(box.dir) .. " P", '{"id":"ok"}\n' .. line, "REDIS_URL=" .. srv.url)
       assert.are.equal(2, rc, line)
