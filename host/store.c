@@ -107,6 +107,12 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
                 if (m >= sizeof u->password) goto bad;
                 memcpy(u->password, q + 9, m);
                 url_decode(u->password);
+            } else if (strncmp(q, "user=", 5) == 0) {
+                const char *e = strchr(q, '&');
+                size_t m = e ? (size_t)(e - q - 5) : strlen(q + 5);
+                if (m >= sizeof u->user) goto bad;
+                memcpy(u->user, q + 5, m);
+                url_decode(u->user);
             } else goto bad;
             q = strchr(q, '&');
         }
@@ -115,12 +121,19 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
     if (strncmp(url, "redis://", 8) != 0) goto bad;
     const char *p = url + 8, *at = store_userinfo_end(p), *slash;
     if (at) {
+        /* user:password (an ACL user), :password, or password alone */
         const char *colon = memchr(p, ':', (size_t)(at - p));
         const char *pw = colon ? colon + 1 : p;
         size_t m = (size_t)(at - pw);
         if (m >= sizeof u->password) goto bad;
         memcpy(u->password, pw, m);
         url_decode(u->password);
+        if (colon) {
+            size_t un = (size_t)(colon - p);
+            if (un >= sizeof u->user) goto bad;
+            memcpy(u->user, p, un);
+            url_decode(u->user);
+        }
         p = at + 1;
     }
     slash = strchr(p, '/');
@@ -146,7 +159,7 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
 bad: {
     char shown[600]; /* never echo a password */
     store_redact_url(url, shown, sizeof shown);
-    snprintf(err, errlen, "bad Redis URL '%s' (want redis://[:password@]host[:port][/db] or unix:///path[?db=N])",
+    snprintf(err, errlen, "bad Redis URL '%s' (want redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N])",
              shown);
     }
     return -1;
@@ -175,7 +188,11 @@ static int store_connect(store *s, char *err, size_t errlen) {
     }
     redisSetTimeout(c, tv);
     redisReply *r = NULL;
-    if (u.password[0]) {
+    if (u.user[0]) {
+        r = redisCommand(c, "AUTH %s %s", u.user, u.password);
+        if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
+        freeReplyObject(r);
+    } else if (u.password[0]) {
         r = redisCommand(c, "AUTH %s", u.password);
         if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
         freeReplyObject(r);
@@ -505,7 +522,8 @@ static void store_sub_connect(struct store_sub *sub) {
     redisLibeventAttach(ac, sub->base);
     redisAsyncSetConnectCallback(ac, store_sub_on_connect);
     redisAsyncSetDisconnectCallback(ac, store_sub_on_disconnect);
-    if (u.password[0]) redisAsyncCommand(ac, NULL, NULL, "AUTH %s", u.password);
+    if (u.user[0]) redisAsyncCommand(ac, NULL, NULL, "AUTH %s %s", u.user, u.password);
+    else if (u.password[0]) redisAsyncCommand(ac, NULL, NULL, "AUTH %s", u.password);
     redisAsyncCommand(ac, store_sub_on_message, sub, "SUBSCRIBE %s", sub->channel);
 }
 

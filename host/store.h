@@ -17,6 +17,7 @@ struct store_url {
     char host[256];
     int port;
     char path[512];      /* unix socket path, when set */
+    char user[128];      /* Redis 6 ACL user ("" = AUTH with the password alone) */
     char password[256];
     int db;
 };

@@ -108,4 +108,45 @@ describe("URLs shown to users", function()
     srv.conn:call("CONFIG", "SET", "requirepass", "")
     srv:stop()
   end)
+
+  it("an ACL user (redis://user:password@host) works on every connection kind: CLI, workers, wake-ups, web", function()
+    local srv = redis.start()
+    -- a user allowed only luakiq's keys and channels; the default user needs
+    -- a password nobody here sends (the spec's own connection stays in)
+    srv.conn:call("ACL", "SETUSER", "app", "on", ">s3cret", "~luakiq:*", "&luakiq:*", "+@all")
+    srv.conn:call("CONFIG", "SET", "requirepass", "not-used")
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 2, poll_interval = 30 }",
+      ["workers/W.lua"] = [[
+local luakiq = require "luakiq"
+return { shards_count = 2, perform = function(batch)
+  for id in pairs(batch) do luakiq.redis.call("RPUSH", "luakiq:t:ran", id) end
+end }]],
+    }
+    local url = "redis://app:s3cret@127.0.0.1:" .. srv.port .. "/0"
+    local env = "REDIS_URL=" .. q(url)
+    local port = core.free_port()
+    local p = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port, env)
+    host.eventually(function() return host.capture("curl -s http://127.0.0.1:" .. port .. "/api/v1/stats") ~= "" end,
+      10, "the web API")
+    core.sleep(0.5) -- the threads subscribed
+    -- poll_interval is 30 s: the jobs run at once only if the push's wake-up
+    -- reached the threads through the ACL user's subscriber connection
+    local rc, _, err = host.exec("enqueue " .. q(dir) .. " W", '{"id":"a"}\n{"id":"b"}\n{"id":"c"}', env)
+    assert.are.equal(0, rc, err)
+    host.eventually(function() return srv.conn:call("LLEN", "luakiq:t:ran") == 3 end, 5, "3 jobs ran on a wake-up")
+    local stats = json.decode(host.capture("curl -s http://127.0.0.1:" .. port .. "/api/v1/stats"))
+    assert.are.equal(0, stats.total.length)
+    p:kill()
+    assert.falsy(p:log():find("s3cret", 1, true), p:log())
+    -- a wrong password for the user: one line naming the host, exit 1
+    local bad = "REDIS_URL=" .. q("redis://app:wrong@127.0.0.1:" .. srv.port .. "/0")
+    rc, _, err = host.exec("stats " .. q(dir), nil, bad)
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("Redis at 127.0.0.1:" .. srv.port .. " refused set-up: WRONGPASS", 1, true), err)
+    assert.falsy(err:find("wrong", 1, true) and not err:find("WRONGPASS", 1, true), err)
+    host.sh("rm -rf " .. q(dir))
+    srv.conn:call("CONFIG", "SET", "requirepass", "")
+    srv:stop()
+  end)
 end)
