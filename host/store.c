@@ -84,6 +84,52 @@ size_t store_redact_url(const char *url, char *out, size_t outlen) {
     return o;
 }
 
+static void store_bad_url(const char *url, char *err, size_t errlen) {
+    char shown[600]; /* never echo a password */
+    store_redact_url(url, shown, sizeof shown);
+    snprintf(err, errlen, "bad Redis URL '%s' (want redis://[[user]:password@]host[:port][/db], "
+             "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[/db] or unix:///path[?db=N])",
+             shown);
+}
+
+/* The rest of a redis+sentinel:// URL after its userinfo:
+ * "h1[:p1][,h2[:p2]...]/MASTER[/db]" (port 26379 by default, an empty list
+ * is 127.0.0.1). Fills u->sentinels ("host:port,..."), u->master, u->db. */
+static int store_parse_sentinel(const char *p, struct store_url *u) {
+    const char *slash = strchr(p, '/');
+    if (!slash) return -1;
+    size_t o = 0;
+    for (const char *h = p; h < slash || (h == p && h == slash); ) {
+        const char *end = memchr(h, ',', (size_t)(slash - h));
+        if (!end) end = slash;
+        const char *colon = memchr(h, ':', (size_t)(end - h));
+        size_t hl = (size_t)((colon ? colon : end) - h);
+        long port = 26379;
+        if (colon) {
+            char *e;
+            port = strtol(colon + 1, &e, 10);
+            if (e != end || port <= 0 || port > 65535) return -1;
+        }
+        int w = snprintf(u->sentinels + o, sizeof u->sentinels - o, "%s%.*s:%ld", o ? "," : "",
+                         (int)hl, hl ? h : "127.0.0.1", port);
+        if (w < 0 || (size_t)w >= sizeof u->sentinels - o) return -1;
+        o += (size_t)w;
+        if (end == slash) break;
+        h = end + 1;
+    }
+    const char *name = slash + 1, *next = strchr(name, '/');
+    size_t nl = next ? (size_t)(next - name) : strlen(name);
+    if (nl == 0 || nl >= sizeof u->master) return -1;
+    memcpy(u->master, name, nl);
+    if (next && next[1]) {
+        char *end;
+        long db = strtol(next + 1, &end, 10);
+        if (*end || next[1] < '0' || next[1] > '9' || db > 1000000) return -1;
+        u->db = (int)db;
+    }
+    return 0;
+}
+
 int store_parse_url(const char *url, struct store_url *u, char *err, size_t errlen) {
     memset(u, 0, sizeof *u);
     u->port = 6379;
@@ -118,8 +164,9 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
         }
         return 0;
     }
-    if (strncmp(url, "redis://", 8) != 0) goto bad;
-    const char *p = url + 8, *at = store_userinfo_end(p), *slash;
+    int sentinel = strncmp(url, "redis+sentinel://", 17) == 0;
+    if (!sentinel && strncmp(url, "redis://", 8) != 0) goto bad;
+    const char *p = url + (sentinel ? 17 : 8), *at = store_userinfo_end(p), *slash;
     if (at) {
         /* user:password (an ACL user), :password, or password alone */
         const char *colon = memchr(p, ':', (size_t)(at - p));
@@ -136,6 +183,7 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
         }
         p = at + 1;
     }
+    if (sentinel) return store_parse_sentinel(p, u) < 0 ? (store_bad_url(url, err, errlen), -1) : 0;
     slash = strchr(p, '/');
     size_t hl = slash ? (size_t)(slash - p) : strlen(p);
     const char *colon = memchr(p, ':', hl);
@@ -156,12 +204,8 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
         u->db = (int)db;
     }
     return 0;
-bad: {
-    char shown[600]; /* never echo a password */
-    store_redact_url(url, shown, sizeof shown);
-    snprintf(err, errlen, "bad Redis URL '%s' (want redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N])",
-             shown);
-    }
+bad:
+    store_bad_url(url, err, errlen);
     return -1;
 }
 
@@ -172,11 +216,50 @@ static struct timeval store_tv(double s) {
     return tv;
 }
 
-/* Connects s->c from s->url; on failure leaves s->c NULL and fills err. */
+/* Asks the sentinels of u (in order, the first that answers) where u's
+ * master is, into u->host and u->port. Blocks up to timeout_s per sentinel
+ * (at most 2 s each). Any thread (a context of its own per call). */
+static int store_resolve_master(struct store_url *u, double timeout_s, char *err, size_t errlen) {
+    char list[sizeof u->sentinels], last[200] = "no sentinel listed";
+    snprintf(list, sizeof list, "%s", u->sentinels);
+    struct timeval tv = store_tv(timeout_s < 2 ? timeout_s : 2);
+    for (char *save = NULL, *hp = strtok_r(list, ",", &save); hp; hp = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(hp, ':');
+        *colon = 0;
+        redisContext *c = redisConnectWithTimeout(hp, atoi(colon + 1), tv);
+        if (!c || c->err) {
+            snprintf(last, sizeof last, "%s:%s: %s", hp, colon + 1, c ? c->errstr : "out of memory");
+            if (c) redisFree(c);
+            continue;
+        }
+        redisSetTimeout(c, tv);
+        redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", u->master);
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING && r->element[0]->len < sizeof u->host) {
+            snprintf(u->host, sizeof u->host, "%s", r->element[0]->str);
+            u->port = atoi(r->element[1]->str);
+            freeReplyObject(r);
+            redisFree(c);
+            return 0;
+        }
+        snprintf(last, sizeof last, "%s:%s: %s", hp, colon + 1,
+                 !r ? c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "does not know that master");
+        if (r) freeReplyObject(r);
+        redisFree(c);
+    }
+    snprintf(err, errlen, "no Sentinel told where master '%s' is (%s)", u->master, last);
+    return -1;
+}
+
+/* Connects s->c from s->url; on failure leaves s->c NULL and fills err.
+ * A redis+sentinel:// URL is resolved again at every (re)connection, so a
+ * connection made after a failover goes to the new master. */
 static int store_connect(store *s, char *err, size_t errlen) {
     struct store_url u;
     if (store_parse_url(s->url, &u, err, errlen) < 0) return -1;
+    if (u.master[0] && store_resolve_master(&u, s->timeout_s, err, errlen) < 0) return -1;
     if (u.path[0]) snprintf(s->shown, sizeof s->shown, "unix://%s", u.path);
+    else if (u.master[0]) snprintf(s->shown, sizeof s->shown, "%s:%d (master '%s')", u.host, u.port, u.master);
     else snprintf(s->shown, sizeof s->shown, "%s:%d", u.host, u.port);
     struct timeval tv = store_tv(s->timeout_s);
     redisContext *c = u.path[0] ? redisConnectUnixWithTimeout(u.path, tv)
@@ -200,6 +283,18 @@ static int store_connect(store *s, char *err, size_t errlen) {
     if (u.db) {
         r = redisCommand(c, "SELECT %d", u.db);
         if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
+        freeReplyObject(r);
+    }
+    if (u.master[0]) {
+        /* mid-failover a sentinel may still name a demoted master */
+        r = redisCommand(c, "ROLE");
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING ||
+            strcmp(r->element[0]->str, "master") != 0) {
+            snprintf(err, errlen, "Redis at %s is not a master yet (a failover in progress?)", s->shown);
+            if (r) freeReplyObject(r);
+            redisFree(c);
+            return -1;
+        }
         freeReplyObject(r);
     }
     s->c = c;
@@ -404,6 +499,12 @@ int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **
         if (redisGetReply(s->c, &r) != REDIS_OK || !r) { for (int j = 0; j < got; j++) freeReplyObject(out[j]); goto io; }
         out[got] = r;
     }
+    /* A master demoted under us (a Sentinel failover) answers writes with
+     * READONLY: the connection must be made again, to the new master. */
+    for (int i = 0; i < n; i++) {
+        const redisReply *r = (const redisReply *)out[i];
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0) s->broken = 1;
+    }
     /* A script flushed from Redis (restart, SCRIPT FLUSH) did not run: load it
      * and send that one command again, in order. */
     for (int i = 0; i < n; i++) {
@@ -511,6 +612,10 @@ static void store_sub_connect(struct store_sub *sub) {
     struct store_url u;
     char err[256];
     if (store_parse_url(sub->url, &u, err, sizeof err) < 0) return;
+    if (u.master[0] && store_resolve_master(&u, 1, err, sizeof err) < 0) {
+        store_sub_lost(sub, err);
+        return;
+    }
     redisAsyncContext *ac = u.path[0] ? redisAsyncConnectUnix(u.path) : redisAsyncConnect(u.host, u.port);
     if (!ac || ac->err) {
         if (ac) redisAsyncFree(ac);

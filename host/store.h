@@ -18,6 +18,8 @@ struct store_url {
     int port;
     char path[512];      /* unix socket path, when set */
     char user[128];      /* Redis 6 ACL user ("" = AUTH with the password alone) */
+    char master[128];    /* redis+sentinel://: the master's name ("" = a plain URL) */
+    char sentinels[512]; /* redis+sentinel://: "host:port,host:port,..." */
     char password[256];
     int db;
 };

@@ -429,10 +429,18 @@ function M.handler(cfg, opts)
 
   return function(req)
     local tb
-    local ok, status, ctype, body = xpcall(route, function(e)
+    local function trace(e)
       if errors.describe(e) == "runtime" then tb = debug.traceback(tostring(e), 2) end
       return e
-    end, req)
+    end
+    local ok, status, ctype, body = xpcall(route, trace, req)
+    -- A read that met a dead connection (Redis restarted, a Sentinel
+    -- failover) is tried once more on a new one; a write is not (it may
+    -- have run).
+    if not ok and not MUTATING[req.method] and conn and conn:broken() then
+      tb = nil
+      ok, status, ctype, body = xpcall(route, trace, req)
+    end
     if ok then return status, ctype, body end
     local kind, msg = errors.describe(status)
     if kind == "input" then return fail(400, msg) end

@@ -70,6 +70,32 @@ function M.start(opts)
   error("cannot start redis-server")
 end
 
+-- Starts a Sentinel (redis-server --sentinel) on a free port, watching the
+-- master `name` at 127.0.0.1:master_port (quorum 2, down after 1 s); returns
+-- {port=, dir=, pid=, conn=} like start (stop with :stop()).
+function M.sentinel(master_port, name)
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(sh("mkdir -p " .. dir))
+  for _ = 1, 20 do
+    local port = core.free_port()
+    local f = assert(io.open(dir .. "/sentinel.conf", "w"))
+    f:write(("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 2\n" ..
+      "sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 5000\n"):format(
+      port, dir, name, master_port, name, name))
+    f:close()
+    if sh(("redis-server %s/sentinel.conf --sentinel --daemonize yes --pidfile %s/redis.pid " ..
+        "--logfile %s/redis.log >/dev/null 2>&1"):format(dir, dir, dir)) then
+      local srv = setmetatable({ port = port, dir = dir, url = "redis://127.0.0.1:" .. port .. "/0" }, { __index = M })
+      if await(srv) then
+        M.started[#M.started + 1] = srv
+        return srv
+      end
+    end
+  end
+  error("cannot start a sentinel")
+end
+
 -- The usual set-up of a spec file: one private server for the whole file,
 -- started now, flushed before each test (and started again first if a test
 -- left it down), stopped after the file. spec/run.lua stops it too if the run dies.
