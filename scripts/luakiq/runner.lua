@@ -342,13 +342,21 @@ local CALL_MT = {
   end,
 }
 
+-- The part of a call that runs: run (some of loaded) and their payloads.
+local function only(run, loaded, batch)
+  if #run == #loaded then return loaded, batch end
+  local some = {}
+  for _, job in ipairs(run) do some[job.id] = batch[job.id] end
+  return run, some
+end
+
 -- Jobs with windows of their own (job field windows) that are closed now
 -- do not run: each goes back at the next time both its windows and its
 -- worker's are open (h.later; not a retry, no error). Returns the jobs that
--- run now and their payloads by id.
-local function in_windows(h, w, loaded, batch)
-  local now, run, only = core.now(), nil, nil
-  for k, job in ipairs(loaded) do
+-- run now.
+local function in_windows(h, w, loaded)
+  local now, run = core.now(), {}
+  for _, job in ipairs(loaded) do
     local at = now
     if job.windows then
       local jw, why = windows.of_text(job.windows)
@@ -363,18 +371,13 @@ local function in_windows(h, w, loaded, batch)
       end
     end
     if at > now then
-      if not run then
-        run, only = {}, {}
-        for j = 1, k - 1 do run[j], only[loaded[j].id] = loaded[j], batch[loaded[j].id] end
-      end
       h.later = h.later or {}
       h.later[#h.later + 1] = { job.id, at }
-    elseif run then
-      run[#run + 1], only[job.id] = job, batch[job.id]
+    else
+      run[#run + 1] = job
     end
   end
-  if run then return run, only end
-  return loaded, batch
+  return run
 end
 
 -- Performs jobs (a slice of h's batch in flight) as one perform call. done:
@@ -388,7 +391,7 @@ local function perform(t, h, jobs, done)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then return true, loaded end -- every payload was unloadable
   if h.job_windows then
-    loaded, batch = in_windows(h, w, loaded, batch)
+    loaded, batch = only(in_windows(h, w, loaded), loaded, batch)
     if #loaded == 0 then return "held" end
   end
   if w.concurrency or w.throttle then
@@ -396,11 +399,7 @@ local function perform(t, h, jobs, done)
     local run, ferr, refused = flow.admit(t, h, loaded, batch)
     if not run then return false, loaded, ferr, nil end -- the throttle raised: the call fails
     if #run == 0 then return refused and "units" or "held" end
-    if #run < #loaded then
-      local only = {}
-      for _, job in ipairs(run) do only[job.id] = batch[job.id] end
-      loaded, batch = run, only
-    end
+    loaded, batch = only(run, loaded, batch)
   end
   local ids = queue.ids(loaded)
   core.set_state(STATE.performing, w.name, h.shard, table.concat(ids, ","), h.prefix)

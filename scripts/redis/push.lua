@@ -123,7 +123,7 @@ if prio or has_levels(K) then
     local want = prio and prio[n] or nil
     local pin, cur = queued_at(P, K, id)
     if pin then
-      local m = tonumber(want or 100) < tonumber(cur or 100) and want or cur
+      local m = lower_priority(want, cur)
       if m ~= cur then queue_at(P, K, id, pin, m) end
     else
       queue_at(P, K, id, memo[ARGV[i + 1]], want)

@@ -151,7 +151,7 @@ function M.cleanup()
 end
 
 M.proc = {}
-function M.proc:alive() return sh("kill -0 " .. self.pid .. " 2>/dev/null") end
+function M.proc:alive() return self.pid ~= nil and sh("kill -0 " .. self.pid .. " 2>/dev/null") end
 function M.proc:signal(sig) return sh("kill -" .. sig .. " " .. self.pid .. " 2>/dev/null") end
 function M.proc:log() return (M.read(self.dir .. "/err") or "") .. (M.read(self.dir .. "/out") or "") end
 -- Waits up to timeout seconds for exit; returns the exit code or nil.
@@ -167,24 +167,49 @@ end
 function M.proc:kill()
   if self:alive() then self:signal("KILL") end
   self:wait(5)
+  self.pid = nil -- never signalled again: its pid may be reused
 end
+
+-- Registers, in the busted environment env, an after_each that kills the
+-- host processes get() returns first (a handle, or a list of them that it
+-- empties; nil: none) and removes the paths after them (nil: none).
+local function stop_after_each(env, get)
+  env.after_each(function()
+    local r = { n = 0 }
+    local function pack(...) r = { n = select("#", ...), ... } end
+    pack(get())
+    local procs = r[1]
+    if procs and procs.pid == nil and procs.dir == nil then
+      for i = #procs, 1, -1 do
+        procs[i]:kill()
+        procs[i] = nil -- the list is empty for the next test
+      end
+    elseif procs then
+      procs:kill()
+    end
+    for i = 2, r.n do
+      if r[i] then sh("rm -rf " .. M.quote(r[i])) end
+    end
+  end)
+end
+
+-- After each test of the calling describe block (or file): kills the host
+-- processes and removes the paths get() returns, e.g.
+-- host.stop_after_each(function() return proc, dir end) (procs: a list).
+function M.stop_after_each(get) stop_after_each(getfenv(2), get) end
 
 -- A fresh script directory of `files` for each test of the calling
 -- describe block, and at most one host process in it: box.dir, box.proc
--- (set it when spawning); the process is killed and the directory removed
--- after each test. prepare(), when given, runs before each test first.
+-- (set it when spawning); both go after each test. prepare(), when given,
+-- runs before each test first.
 function M.dir_per_test(files, prepare)
-  local g = getfenv(2) -- busted's hooks live in the calling spec's environment
+  local env = getfenv(2) -- busted's hooks live in the calling spec's environment
   local box = {}
-  g.before_each(function()
+  env.before_each(function()
     if prepare then prepare() end
     box.dir = M.scriptdir(files)
   end)
-  g.after_each(function()
-    if box.proc then box.proc:kill() end
-    box.proc = nil
-    sh("rm -rf " .. M.quote(box.dir))
-  end)
+  stop_after_each(env, function() return box.proc, box.dir end)
   return box
 end
 

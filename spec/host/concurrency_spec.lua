@@ -82,11 +82,7 @@ local function assert_shards_serial(list)
 end
 
 local dir, proc
-after_each(function()
-  if proc then proc:kill() end
-  proc = nil
-  if dir then host.sh("rm -rf " .. q(dir)) end
-end)
+host.stop_after_each(function() return proc, dir end)
 before_each(function() srv.conn:call("FLUSHALL") end)
 
 describe("calls in flight", function()

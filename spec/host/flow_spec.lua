@@ -66,11 +66,7 @@ describe("concurrency and cost", function()
     }
     for i = 1, nhosts or 2 do procs[i] = host.spawn("run " .. q(dir), env()) end
   end
-  after_each(function()
-    for _, p in ipairs(procs) do p:kill() end
-    procs = {}
-    host.sh("rm -rf " .. q(dir))
-  end)
+  host.stop_after_each(function() return procs, dir end)
 
   it("runs at most `concurrency` calls at once over 2 hosts x 5 threads, at close to the cap's rate", function()
     start("concurrency = 3,")

@@ -174,11 +174,7 @@ local function calls() return srv:json_list("t:calls") end
 describe("luakiq.http.request in workers", function()
   local dir, proc
   before_each(function() srv.conn:call("FLUSHALL") end)
-  after_each(function()
-    if proc then proc:kill() end
-    proc = nil
-    if dir then host.sh("rm -rf " .. q(dir)) end
-  end)
+  host.stop_after_each(function() return proc, dir end)
 
   it("keeps many requests in flight on one thread, one per shard at a time", function()
     dir = scriptdir(20)

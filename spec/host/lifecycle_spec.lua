@@ -41,11 +41,7 @@ return {
 ]],
     }
   end)
-  after_each(function()
-    if proc then proc:kill() end
-    proc = nil
-    host.sh("rm -rf " .. q(dir))
-  end)
+  host.stop_after_each(function() return proc, dir end)
 
   it("reports queued, in_flight (host, running) and dead jobs; an unknown id exits 1", function()
     host.enqueue(dir, "Slow", { { id = "q1", payload = { a = 1 }, score = 5, perform_in = core.now() + 3600 } }, env())
@@ -139,11 +135,7 @@ return {
       ["workers/Least.lua"] = worker("at_least_once"),
     }
   end)
-  after_each(function()
-    if proc then proc:kill() end
-    proc = nil
-    host.sh("rm -rf " .. q(dir))
-  end)
+  host.stop_after_each(function() return proc, dir end)
   local function starts(id) return srv.conn:call("LLEN", "t:starts:" .. id) end
 
   it("at_most_once: a failure sends every payload of the call to the morgue at once", function()
@@ -231,11 +223,7 @@ return {
 ]],
     }
   end)
-  after_each(function()
-    if proc then proc:kill() end
-    proc = nil
-    host.sh("rm -rf " .. q(dir))
-  end)
+  host.stop_after_each(function() return proc, dir end)
   local function ran()
     local set = {}
     for _, e in ipairs(srv.conn:call("LRANGE", "t:ran", 0, -1)) do set[e] = (set[e] or 0) + 1 end

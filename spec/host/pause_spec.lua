@@ -46,11 +46,7 @@ describe("pause and resume", function()
       ["workers/W.lua"] = WORKER,
     }
   end)
-  after_each(function()
-    for _, p in ipairs(procs) do p:kill() end
-    procs = {}
-    host.sh("rm -rf " .. q(dir))
-  end)
+  host.stop_after_each(function() return procs, dir end)
 
   it("stops new calls on every host within 1 s, lets running ones finish, keeps enqueue, holds for a new host, drains on resume", function()
     procs[1] = host.spawn("run " .. q(dir), env())

@@ -41,11 +41,7 @@ end
 
 describe("schedules", function()
   local dir, procs = nil, {}
-  after_each(function()
-    for _, p in ipairs(procs) do p:kill() end
-    procs = {}
-    host.sh("rm -rf " .. q(dir))
-  end)
+  host.stop_after_each(function() return procs, dir end)
 
   it("every = 1 with 3 hosts for 5 s: one job per tick, none twice", function()
     dir = scriptdir([[{ { name = "every1", worker = "W", id = "tick", payload = { job = "report" }, every = 1 } }]])

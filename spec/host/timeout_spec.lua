@@ -108,10 +108,7 @@ before_each(function()
   dir = scriptdir()
   proc = host.spawn("run " .. q(dir), env())
 end)
-after_each(function()
-  if proc then proc:kill() end
-  host.sh("rm -rf " .. q(dir))
-end)
+host.stop_after_each(function() return proc, dir end)
 
 -- Runs id, then "next" in the same shard; checks the failure and the next job.
 local function expect_timeout(id, replaced)

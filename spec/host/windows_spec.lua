@@ -29,11 +29,7 @@ describe("time windows", function()
   local dir, proc
   before_each(function() dir = host.scriptdir { ["config.lua"] = "return { threads_per_node = 1, poll_interval = 1 }",
                                                   ["workers/W.lua"] = WORKER } end)
-  after_each(function()
-    if proc then proc:kill() end
-    proc = nil
-    host.sh("rm -rf " .. q(dir))
-  end)
+  host.stop_after_each(function() return proc, dir end)
 
   it("a job enqueued before the window is due at its opening and runs then, not before", function()
     local env = env_at(OPEN - 3)

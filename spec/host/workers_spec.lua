@@ -37,11 +37,7 @@ describe("luakiq.workers.command", function()
     proc = host.spawn("run " .. q(dir), env())
   end
   before_each(function() srv.conn:call("FLUSHALL") end)
-  after_each(function()
-    if proc then proc:kill() end
-    proc = nil
-    host.sh("rm -rf " .. q(dir) .. " " .. q(out))
-  end)
+  host.stop_after_each(function() return proc, dir, out end)
 
   -- the program: saves its stdin, exits with the code named by the job id
   -- ("ok" 0, "bad" 65, "fail" 3), writing two stderr lines first
@@ -176,11 +172,7 @@ return require("luakiq.workers.webhook") {
     srv.conn:call("FLUSHALL")
     host.capture("curl -s " .. q(web.url .. "/reset"))
   end)
-  after_each(function()
-    if proc then proc:kill() end
-    proc = nil
-    host.sh("rm -rf " .. q(dir))
-  end)
+  host.stop_after_each(function() return proc, dir end)
 
   it("POSTs canonical JSON with Content-Type, a delivery id and an HMAC-SHA256 signature; 2xx is done", function()
     start("200")
@@ -304,11 +296,7 @@ end)
 
 describe("luakiq.permanent and luakiq.retry_after", function()
   local dir, proc
-  after_each(function()
-    if proc then proc:kill() end
-    proc = nil
-    host.sh("rm -rf " .. q(dir))
-  end)
+  host.stop_after_each(function() return proc, dir end)
   it("permanent sends the call's jobs to the morgue at once; retry_after sets the retry time", function()
     srv.conn:call("FLUSHALL")
     dir = host.scriptdir {

@@ -24,4 +24,41 @@ async function launch() {
   return { context, close };
 }
 
-module.exports = { launch, EXECUTABLE };
+// The arguments after the script's name, or exit 2 with the usage line when
+// one is missing. name: the test's name ("calls" for calls.test.js).
+function argv(name, names) {
+  const args = process.argv.slice(2);
+  if (names.some((_, i) => !args[i])) {
+    console.error(`usage: node ${name}.test.js ${names.join(" ")}`);
+    process.exit(2);
+  }
+  return args;
+}
+
+function check(cond, what) {
+  if (!cond) throw new Error("check failed: " + what);
+  console.log("ok - " + what);
+}
+
+// Runs one browser test: body(page, problems) on a new page of a fresh
+// headless Chromium; console and page errors land in problems (body may add
+// listeners of its own), and any left at the end fail the test. Exits 0
+// ("NAME: all checks passed") or 1.
+function run(name, body) {
+  (async () => {
+    const { context, close } = await launch();
+    const problems = [];
+    try {
+      const page = await context.newPage();
+      page.on("console", (m) => { if (m.type() === "error") problems.push("console: " + m.text()); });
+      page.on("pageerror", (e) => problems.push("page error: " + e.message));
+      await body(page, problems);
+      check(problems.length === 0, "no console errors" + (problems.length ? ":\n  " + problems.join("\n  ") : ""));
+    } finally {
+      await close();
+    }
+  })().then(() => { console.log(name + ": all checks passed"); process.exit(0); },
+    (e) => { console.error(name + ": " + (e && e.stack || e)); process.exit(1); });
+}
+
+module.exports = { launch, argv, check, run, EXECUTABLE };

@@ -4,18 +4,9 @@
 // API reports the worker paused and the workers table marks it; "resume"
 // then undoes it. No console errors.
 "use strict";
-const { launch } = require("./browser");
+const { argv, check, run } = require("./browser");
 
-const [base, worker] = process.argv.slice(2);
-if (!base || !worker) {
-  console.error("usage: node pause.test.js BASE_URL WORKER");
-  process.exit(2);
-}
-
-function check(cond, what) {
-  if (!cond) throw new Error("check failed: " + what);
-  console.log("ok - " + what);
-}
+const [base, worker] = argv("pause", ["BASE_URL", "WORKER"]);
 
 async function paused() {
   const r = await fetch(base + "/api/web/dashboard");
@@ -23,37 +14,24 @@ async function paused() {
   return d.queues.find((q) => q.name === worker).paused;
 }
 
-async function main() {
-  const { context, close } = await launch();
-  const problems = [];
-  try {
-    const page = await context.newPage();
-    page.on("console", (m) => { if (m.type() === "error") problems.push("console: " + m.text()); });
-    page.on("pageerror", (e) => problems.push("page error: " + e.message));
-    await page.goto(base + "/#/w/" + encodeURIComponent(worker) + "/queue", { waitUntil: "load" });
-    const pause = page.locator("#pause");
-    await pause.waitFor({ timeout: 10000 });
-    check(await paused() === false, "not paused at first");
-    page.once("dialog", (d) => d.accept());
-    await pause.click();
-    await page.waitForSelector("#toast", { state: "visible" });
-    check(/paused true/.test(await page.locator("#toast").textContent()), "the toast says paused");
-    check(await paused() === true, "the API reports it paused");
-    await page.locator("#resume").waitFor({ timeout: 10000 });
-    check(true, "the button turned into resume");
-    await page.goto(base + "/#/", { waitUntil: "load" });
-    await page.locator(`#workers tr[data-worker="${worker}"] [data-field="paused"]`).waitFor({ timeout: 10000 });
-    check(true, "the workers table marks it paused");
-    await page.goto(base + "/#/w/" + encodeURIComponent(worker) + "/queue", { waitUntil: "load" });
-    page.once("dialog", (d) => d.accept());
-    await page.locator("#resume").click();
-    await page.locator("#pause").waitFor({ timeout: 10000 });
-    check(await paused() === false, "resumed");
-    check(problems.length === 0, "no console errors" + (problems.length ? ":\n  " + problems.join("\n  ") : ""));
-  } finally {
-    await close();
-  }
-}
-
-main().then(() => { console.log("pause: all checks passed"); process.exit(0); },
-  (e) => { console.error("pause: " + (e && e.stack || e)); process.exit(1); });
+run("pause", async (page) => {
+  await page.goto(base + "/#/w/" + encodeURIComponent(worker) + "/queue", { waitUntil: "load" });
+  const pause = page.locator("#pause");
+  await pause.waitFor({ timeout: 10000 });
+  check(await paused() === false, "not paused at first");
+  page.once("dialog", (d) => d.accept());
+  await pause.click();
+  await page.waitForSelector("#toast", { state: "visible" });
+  check(/paused true/.test(await page.locator("#toast").textContent()), "the toast says paused");
+  check(await paused() === true, "the API reports it paused");
+  await page.locator("#resume").waitFor({ timeout: 10000 });
+  check(true, "the button turned into resume");
+  await page.goto(base + "/#/", { waitUntil: "load" });
+  await page.locator(`#workers tr[data-worker="${worker}"] [data-field="paused"]`).waitFor({ timeout: 10000 });
+  check(true, "the workers table marks it paused");
+  await page.goto(base + "/#/w/" + encodeURIComponent(worker) + "/queue", { waitUntil: "load" });
+  page.once("dialog", (d) => d.accept());
+  await page.locator("#resume").click();
+  await page.locator("#pause").waitFor({ timeout: 10000 });
+  check(await paused() === false, "resumed");
+});

@@ -93,18 +93,20 @@ local function queue_at(P, K, id, pin, n)
   end
 end
 
+-- The lower of two priorities (strings, nil = 100): what a merge keeps
+-- (docs/redis.md, "Merge rules").
+local function lower_priority(a, b)
+  if tonumber(a or 100) < tonumber(b or 100) then return a end
+  return b
+end
+
 -- The priority of id once n (string or nil = 100) merges with its queued
--- job, if any: the lower one (docs/redis.md, "Merge rules").
+-- job, if any.
 local function merged_priority(P, K, id, n)
   if n == nil and not has_levels(K) then return nil end
-  local _, q = queued_at(P, K, id)
-  if q == nil then
-    -- queued at 100 (or not at all: then n stands)
-    if n and tonumber(n) > 100 and redis.call("ZSCORE", K.queue, id) then return nil end
-    return n
-  end
-  if tonumber(q) < tonumber(n or 100) then return q end
-  return n
+  local pin, q = queued_at(P, K, id)
+  if not pin then return n end
+  return lower_priority(n, q)
 end
 
 -- Sets id's windows for a job going back to the queue: w (string) replaces
