@@ -182,7 +182,24 @@ static void host_on_watch(evutil_socket_t fd, short what, void *arg) {
     if (runner_finished() >= runner_count()) event_base_loopbreak(host.base);
 }
 
-int host_signalled(void) { return host.terms + host.ints > 0; }
+/* Before host_run (see host.h); async-signal context: one atomic store. */
+static volatile sig_atomic_t host_early_sig;
+static void host_on_early_signal(int sig) {
+    if (sig == SIGINT && host_early_sig) _exit(130);
+    host_early_sig = sig;
+    runner_note_stop();
+}
+
+void host_catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = host_on_early_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+int host_signalled(void) { return host.terms + host.ints > 0 || host_early_sig != 0; }
 
 static void host_on_done(evutil_socket_t fd, short what, void *arg) {
     (void)fd; (void)what; (void)arg;
@@ -248,7 +265,11 @@ int host_run(const struct host_plan *plan) {
     struct timeval watch_tv = {0, 100000};
     host.watch_ev = event_new(host.base, -1, EV_PERSIST, host_on_watch, NULL);
     event_add(host.watch_ev, &watch_tv);
-    if (runner_start_all(plan->nthreads, plan->boots, plan->thread_main, host_thread_done, NULL) < 0) {
+    if (runner_stopping()) {
+        /* a TERM or INT came before the loop (host_catch_signals) */
+        log_fmt(LOG_INFO, "%s before the start: stopping; nothing was taken",
+                host_early_sig == SIGINT ? "INT" : "TERM");
+    } else if (runner_start_all(plan->nthreads, plan->boots, plan->thread_main, host_thread_done, NULL) < 0) {
         log_fmt(LOG_ERROR, "cannot start %d worker threads", plan->nthreads);
         runner_request_stop();
     }

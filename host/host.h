@@ -26,6 +26,11 @@ struct host_plan {
  * them returning). Blocks the calling (main) thread. Returns the exit code;
  * 1 without starting any thread when the web address cannot be bound. */
 int host_run(const struct host_plan *plan);
+/* Main thread, before host_run: a TERM or INT from now on asks for a stop
+ * (runner_stopping) instead of killing the process, so a host stopped while
+ * it still waits for Redis or registers exits 0 having taken nothing. A second
+ * INT exits 130 at once. host_run's own handlers replace these. */
+void host_catch_signals(void);
 /* After host_run: whether a TERM or INT asked it to stop. */
 int host_signalled(void);
 

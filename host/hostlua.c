@@ -176,7 +176,17 @@ static int hostlua_run(lua_State *L) {
     return 3;
 }
 
+/* core.host_catch_signals(): see host_catch_signals (main thread, once, before
+ * `luakiq run` first waits on anything). */
+static int hostlua_catch_signals(lua_State *L) {
+    (void)L;
+    host_catch_signals();
+    return 0;
+}
+
 void hostlua_register(lua_State *L, const struct hostlua_entry *entry) {
+    lua_pushcfunction(L, hostlua_catch_signals);
+    lua_setfield(L, -2, "host_catch_signals");
     lua_pushlightuserdata(L, (void *)entry);
     lua_pushcclosure(L, hostlua_run, 1);
     lua_setfield(L, -2, "host_run");

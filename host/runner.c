@@ -222,6 +222,10 @@ void runner_request_stop(void) {
     runner_wake(-1, NULL);
 }
 
+/* Async-signal-safe (a lock-free atomic store): the stop flag alone, for a
+ * signal that comes before any thread runs (host_catch_signals). */
+void runner_note_stop(void) { atomic_store(&stopping, 1); }
+
 int runner_stopping(void) { return atomic_load(&stopping); }
 
 void runner_wake(int index, const char *msg) {

@@ -24,6 +24,8 @@ int runner_exit_code(void);       /* max of the threads' codes (0 ok, 1 fatal) *
 /* Graceful stop: no new fetches; every waiting thread wakes. Any thread. */
 void runner_request_stop(void);
 int runner_stopping(void);
+/* Sets the stop flag only; async-signal-safe (see host_catch_signals). */
+void runner_note_stop(void);
 
 /* Wake-ups. runner_wake: thread i has work (msg = the shard prefix, copied);
  * index -1 wakes every thread. Called on the main thread. */

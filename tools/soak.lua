@@ -140,6 +140,19 @@ for s = 0, opt.shards - 1 do prefixes[#prefixes + 1] = keys.prefix("luakiq", "So
 -- Hosts ----------------------------------------------------------------------
 local hosts, dead_pids, stats = {}, {}, { kills = 0, terms = 0, restarts = 0, redis_restarts = 0 }
 local logs = {}
+-- A host that did not exit 0 after TERM: counted, with its code and the end
+-- of its log, so a failing run says which host and why.
+local bad_exits = {}
+local function stopped(p, when)
+  local rc = p:wait(20)
+  if rc == 0 then return end
+  local tail = {}
+  for line in p:log():gmatch("[^\n]+") do tail[#tail + 1] = line if #tail > 6 then table.remove(tail, 1) end end
+  bad_exits[#bad_exits + 1] = ("host pid %s %s, %s:\n      %s"):format(tostring(p.pid),
+    rc and ("exited " .. rc) or "still running 20 s", when, table.concat(tail, "\n      "))
+  stats.bad_exit = (stats.bad_exit or 0) + 1
+end
+
 local function start_host(i)
   hosts[i] = host.spawn("run " .. host.quote(dir), "REDIS_URL=" .. srv.url)
   logs[#logs + 1] = hosts[i]
@@ -198,7 +211,7 @@ local function fault_step()
     if math.random() < 0.25 then
       p:signal("TERM")
       stats.terms = stats.terms + 1
-      if p:wait(20) ~= 0 then stats.bad_exit = (stats.bad_exit or 0) + 1 end
+      stopped(p, ("after a TERM at %.1f s"):format(core.now() - opt.t0))
     else
       p:signal("KILL")
       p:wait(5)
@@ -247,7 +260,7 @@ local timed_out = core.now() >= deadline
 local run_time = core.now() - opt.t0
 for _, p in ipairs(hosts) do
   p:signal("TERM")
-  if p:wait(20) ~= 0 then stats.bad_exit = (stats.bad_exit or 0) + 1 end
+  stopped(p, "after the final TERM")
 end
 
 -- The checker ------------------------------------------------------------------
@@ -400,6 +413,7 @@ out:write(("  overlaps %d, order violations %d, unsorted batches %d, unknown pay
   "host errors %d, bad exits %d%s\n"):format(c.overlaps, c.order, c.inner_order, c.unknown, bad_records, host_errors,
   stats.bad_exit or 0, timed_out and ", TIMED OUT" or ""))
 for _, e in ipairs(examples) do out:write("  ! ", e, "\n") end
+for _, e in ipairs(bad_exits) do out:write("  ! bad exit: ", e, "\n") end
 
 if web then web.stop() end
 if opt.keep then

@@ -126,11 +126,15 @@ end
 
 -- Connects or raises: a malformed URL is bad input (exit 2), an unreachable
 -- Redis a runtime failure (exit 1).
+local function connect_failed(err)
+  if err:match("^bad Redis URL") then usage(err) end
+  error(err, 0)
+end
+
 local function connect(cfg, retry_for)
   local conn, err = runtime.connect(cfg, retry_for)
   if conn then return conn end
-  if err:match("^bad Redis URL") then usage(err) end
-  error(err, 0)
+  connect_failed(err)
 end
 
 -- Loads the script directory, connects, and returns cfg, conn.
@@ -325,6 +329,9 @@ local function replace(cfg, argv, token, stuck, signalled, code)
 end
 
 function commands.run(argv)
+  -- From here a TERM or INT asks for a stop: a host stopped while it still
+  -- loads, waits for Redis or registers exits 0 having taken nothing.
+  core.host_catch_signals()
   local pos, opt = parse(argv, 2, { redis = true, threads = true, web = true,
                                     ["log-format"] = true, ["log-level"] = true })
   local fmt = opt["log-format"] or "text"
@@ -343,7 +350,12 @@ function commands.run(argv)
   if cfg.web then require("luakiq.web").check_listen(cfg.web, web_token) end
   local groups = plan(cfg)
   if #groups == 0 then usage("nothing to run: the splitter gave no shards to this node") end
-  local conn = connect(cfg, cfg.redis_retry or 30)
+  local conn, cerr = runtime.connect(cfg, cfg.redis_retry or 30)
+  if not conn and core.stopping() then
+    log.info("stopped before the start (" .. cerr .. "); nothing was taken")
+    return 0
+  end
+  if not conn then connect_failed(cerr) end
   local ok, rerr = runtime.register(conn, cfg)
   if not ok then usage(rerr) end
   if cfg.on_server_init then cfg.on_server_init() end

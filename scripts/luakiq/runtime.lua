@@ -47,7 +47,8 @@ function M.connect(cfg, retry_for)
       M.ctx.conn = conn
       return conn
     end
-    if core.now() >= deadline or core.stopping() then
+    if core.stopping() then return nil, err end
+    if core.now() >= deadline then
       if (retry_for or 0) > 0 then
         err = string.format("%s (gave up after %g s of retrying, redis_retry)", err, retry_for)
       end

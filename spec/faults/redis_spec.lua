@@ -118,6 +118,34 @@ describe("Redis unreachable at start-up", function()
     assert.are.equal(0, S.stop(p), p:log())
   end)
 
+  it("a TERM or INT while run waits for Redis exits 0 at once, saying nothing was taken", function()
+    -- a host stopped during a Redis restart (the soak met it): it used to die
+    -- of the signal (143) with nothing in its log
+    local dir = S.dir("redis_retry = 60")
+    srv:down()
+    for _, sig in ipairs { "TERM", "INT" } do
+      local p = host.spawn("run " .. host.quote(dir), "REDIS_URL=" .. srv.url)
+      S.eventually(function() return p:log():match("cannot connect to Redis") end, 10, "waiting for Redis")
+      local t0 = S.now()
+      p:signal(sig)
+      local rc = p:wait(5)
+      assert.are.equal(0, rc, sig .. ": " .. p:log())
+      assert.is_true(S.now() - t0 < 3, sig .. " took " .. (S.now() - t0))
+      assert.truthy(p:log():match("stopped before the start %(cannot connect to Redis[^\n]*; nothing was taken"), p:log())
+    end
+    srv:up()
+  end)
+
+  it("a TERM that comes while run loads its scripts stops it before any thread starts", function()
+    -- on_server_init is the last step before the threads: a TERM there
+    -- (sent by the hook itself, so the timing is certain) is kept for later
+    local dir = S.dir("on_server_init = function() os.execute('kill -TERM ' .. require('luakiq.core').getpid()) end")
+    local p = host.spawn("run " .. host.quote(dir), "REDIS_URL=" .. srv.url)
+    assert.are.equal(0, p:wait(10), p:log())
+    assert.truthy(p:log():match("TERM before the start: stopping; nothing was taken"), p:log())
+    assert.falsy(p:log():match("thread started"), p:log())
+  end)
+
   it("enqueue fails at once with exit 1 and one line", function()
     local dir = S.dir("")
     srv:down()
