@@ -35,7 +35,7 @@ static int hostlua_web_handle(void *ud, const struct web_request *req, struct we
     lua_State *L = w->L;
     int top = lua_gettop(L);
     lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref); /* [handler] */
-    lua_createtable(L, 0, 6);                  /* [handler, req] */
+    lua_createtable(L, 0, 8);                  /* [handler, req] */
     lua_pushstring(L, req->method);
     lua_setfield(L, -2, "method");
     lua_pushstring(L, req->uri);
@@ -48,13 +48,17 @@ static int hostlua_web_handle(void *ud, const struct web_request *req, struct we
     lua_setfield(L, -2, "origin");
     lua_pushstring(L, req->host);
     lua_setfield(L, -2, "host");
-    if (vm_pcall(L, 1, 3) != 0) {              /* [err] */
+    lua_pushstring(L, req->cookie);
+    lua_setfield(L, -2, "cookie");
+    lua_pushstring(L, req->forwarded_proto);
+    lua_setfield(L, -2, "forwarded_proto");
+    if (vm_pcall(L, 1, 4) != 0) {              /* [err] */
         const char *msg = lua_tostring(L, -1);
         log_fmt(LOG_ERROR, "web: %s %s: %s", req->method, req->uri, msg ? msg : "(error object is not a string)");
         lua_settop(L, top);
         return -1;
     }
-    int rc = -1;                               /* [status, content_type, body] */
+    int rc = -1;                               /* [status, content_type, body, set_cookie] */
     size_t len;
     const char *body = lua_tolstring(L, top + 3, &len);
     if (lua_isnumber(L, top + 1) && body) {
@@ -66,6 +70,10 @@ static int hostlua_web_handle(void *ud, const struct web_request *req, struct we
             memcpy(out->body, body, len);
             out->len = len;
             rc = 0;
+        }
+        if (rc == 0 && lua_isstring(L, top + 4)) {
+            out->set_cookie = strdup(lua_tostring(L, top + 4));
+            if (!out->set_cookie) rc = -1;
         }
     } else {
         log_fmt(LOG_ERROR, "web: %s %s: the handler returned no status and body", req->method, req->uri);

@@ -75,8 +75,10 @@ static void web_free_body(const void *data, size_t len, void *arg) {
 
 /* Sends status + body (taking ownership of body) with the headers every
  * answer carries: nothing is cached, sniffed or framed by another site. */
-static void web_send(struct evhttp_request *req, int status, const char *ctype, char *body, size_t len) {
+static void web_send(struct evhttp_request *req, int status, const char *ctype, char *body, size_t len,
+                     const char *set_cookie) {
     struct evkeyvalq *oh = evhttp_request_get_output_headers(req);
+    if (set_cookie && set_cookie[0]) evhttp_add_header(oh, "Set-Cookie", set_cookie);
     evhttp_add_header(oh, "Content-Type", ctype && ctype[0] ? ctype : "application/json");
     evhttp_add_header(oh, "Cache-Control", "no-store");
     evhttp_add_header(oh, "X-Content-Type-Options", "nosniff");
@@ -93,7 +95,7 @@ static void web_send(struct evhttp_request *req, int status, const char *ctype, 
 
 static void web_send_static(struct evhttp_request *req, int status, const char *json) {
     char *copy = strdup(json);
-    web_send(req, status, "application/json", copy, copy ? strlen(copy) : 0);
+    web_send(req, status, "application/json", copy, copy ? strlen(copy) : 0, NULL);
 }
 
 /* evhttp's generic callback: every path lands here, one request at a time. */
@@ -117,14 +119,18 @@ static void web_on_request(struct evhttp_request *req, void *arg) {
         .auth = web_header(in, "Authorization"),
         .origin = web_header(in, "Origin"),
         .host = web_header(in, "Host"),
+        .cookie = web_header(in, "Cookie"),
+        .forwarded_proto = web_header(in, "X-Forwarded-Proto"),
     };
     struct web_response out = {0};
     if (w->handler(w->ud, &r, &out) != 0 || out.status < 100 || out.status > 599) {
         free(out.body);
+        free(out.set_cookie);
         web_send_static(req, 500, "{\"error\":\"internal error (see the host's log)\"}");
         return;
     }
-    web_send(req, out.status, out.content_type, out.body, out.len);
+    web_send(req, out.status, out.content_type, out.body, out.len, out.set_cookie);
+    free(out.set_cookie);
 }
 
 /* Splits "ADDR:PORT" / "[V6]:PORT" into host (copied into buf) and port. */

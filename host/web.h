@@ -20,15 +20,18 @@ struct web_request {
     const char *auth;             /* Authorization */
     const char *origin;           /* Origin */
     const char *host;             /* Host */
+    const char *cookie;           /* Cookie */
+    const char *forwarded_proto;  /* X-Forwarded-Proto (a TLS proxy in front) */
 };
 
 /* The answer. The handler sets status and content_type ("" means JSON) and
- * hands over body (malloc'd, freed by web.c; NULL for none). */
+ * hands over body and set_cookie (malloc'd, freed by web.c; NULL for none). */
 struct web_response {
     int status;
     char content_type[96];
     char *body;
     size_t len;
+    char *set_cookie;             /* a Set-Cookie header's value */
 };
 
 /* Returns 0, or -1 when it could not produce an answer (web.c answers 500). */

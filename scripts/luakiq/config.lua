@@ -80,7 +80,7 @@ local SETTINGS = {
   on_server_init = "func", last_words = "func",
   dump_payload = "func", load_payload = "func",
   format_error = "func", dump_error = "func", load_error = "func",
-  web = "str", web_token = "str", schedules = "schedules",
+  web = "str", web_token = "str", metrics_public = "bool", schedules = "schedules",
   lease_ttl = "pos_num", lease_renew = "pos_num", max_payload_bytes = "pos_int",
   redis_timeout = "pos_num", redis_retry = "nonneg_num", dump_path = "str", timeout = "pos_num",
 }
@@ -118,6 +118,7 @@ function M.defaults()
     load_error = identity,
     web = nil,
     web_token = nil,
+    metrics_public = false,      -- with a token: /metrics is served without it
     lease_ttl = 30,              -- seconds a shard lease lives without renewal
     lease_renew = nil,           -- renew a busy thread's lease this often (default lease_ttl / 3)
     max_payload_bytes = 1048576,

@@ -3,7 +3,9 @@
 -- requests) kept as a Lua string so the embedder compiles it into the binary
 -- like every other module. It polls /api/web/dashboard every second and shows
 -- the enqueued, busy and dead jobs of a worker from /api/web/workers/NAME/jobs;
--- every action sits behind a confirm() dialog. Job data is user data: it only
+-- every action sits behind a confirm() dialog. With web_token set, a 401 shows
+-- a sign-in form (POST /api/web/login sets an HttpOnly cookie; the page never
+-- holds the token) and a Sign out button. Job data is user data: it only
 -- ever reaches the page through textContent, never as HTML.
 return [==[<!doctype html>
 <html lang="en">
@@ -59,6 +61,7 @@ return [==[<!doctype html>
   <a href="#/">luakiq</a>
   <span id="hostinfo" class="muted"></span>
   <span id="status" class="status">connecting...</span>
+  <button id="signout" type="button" style="display:none">Sign out</button>
 </header>
 <main id="view"></main>
 <div id="toast"></div>
@@ -114,29 +117,53 @@ return [==[<!doctype html>
   function enc(s) { return encodeURIComponent(s); }
 
   // --- HTTP ----------------------------------------------------------------
-  function getJSON(url) {
-    return fetch(url, { cache: "no-store" }).then(function (r) {
-      return r.json().then(function (body) {
-        if (!r.ok) throw new Error(body && body.error || ("HTTP " + r.status));
-        return body;
-      });
+  // With web_token set, every request carries the session cookie that
+  // signing in sets (HttpOnly: this script never sees the token); a 401
+  // shows the sign-in form instead of the page.
+  function answer(r) {
+    return r.json().then(function (body) {
+      if (r.status === 401) { signIn(); throw new Error("sign in first"); }
+      if (!r.ok) throw new Error(body && body.error || ("HTTP " + r.status));
+      return body;
     });
   }
-  // POST with the bearer token when one is known; asks for it on 401.
-  function post(url, body, retried) {
-    var headers = { "Content-Type": "application/json" };
-    var token = sessionStorage.getItem("luakiq-token");
-    if (token) headers.Authorization = "Bearer " + token;
-    return fetch(url, { method: "POST", headers: headers, body: JSON.stringify(body || {}) }).then(function (r) {
-      return r.json().then(function (res) {
-        if (r.status === 401 && !retried) {
-          var t = window.prompt("This action needs the web token (web_token / LUAKIQ_WEB_TOKEN):");
-          if (t) { sessionStorage.setItem("luakiq-token", t); return post(url, body, true); }
-        }
-        if (!r.ok) throw new Error(res && res.error || ("HTTP " + r.status));
-        return res;
-      });
-    });
+  function getJSON(url) {
+    return fetch(url, { cache: "no-store", credentials: "same-origin" }).then(answer);
+  }
+  function post(url, body) {
+    return fetch(url, { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" },
+                        body: JSON.stringify(body || {}) }).then(answer);
+  }
+
+  // --- signing in and out ----------------------------------------------------
+  var locked = false;              // the sign-in form is up: polls wait
+  function signIn() {
+    if (locked) return;
+    locked = true;
+    document.getElementById("signout").style.display = "none";
+    statusEl.textContent = "signed out";
+    statusEl.className = "status";
+    var input = h("input", { type: "password", id: "token", autocomplete: "current-password", size: 40 });
+    var msg = h("p", { class: "err", id: "signin-error" });
+    var form = h("form", { id: "signin", onsubmit: function (ev) {
+      ev.preventDefault();
+      fetch("/api/web/login", { method: "POST", credentials: "same-origin", headers: { "Content-Type": "application/json" },
+                                body: JSON.stringify({ token: input.value }) }).then(function (r) {
+        return r.json().then(function (res) {
+          if (!r.ok) { msg.textContent = res && res.error || ("HTTP " + r.status); input.select(); return; }
+          locked = false;
+          render(true);
+          poll();
+        });
+      }).catch(function (e) { msg.textContent = e.message; });
+    } }, h("h2", { text: "Sign in" }),
+      h("p", { class: "muted", text: "This host's web_token (or LUAKIQ_WEB_TOKEN):" }),
+      h("div", { class: "bar" }, input, h("button", { class: "act", type: "submit", text: "Sign in" })), msg);
+    viewEl.replaceChildren(form);
+    input.focus();
+  }
+  function signOut() {
+    fetch("/api/web/logout", { method: "POST", credentials: "same-origin" }).then(function () { signIn(); });
   }
   // An action behind confirm(); reports what was done, then refreshes.
   function action(question, worker, path, body, after) {
@@ -174,7 +201,7 @@ return [==[<!doctype html>
 
   // --- dashboard -------------------------------------------------------------
   function poll() {
-    if (pending) return;
+    if (pending || locked) return;
     pending = true;
     getJSON("/api/web/dashboard").then(function (d) {
       pending = false;
@@ -183,11 +210,13 @@ return [==[<!doctype html>
       if (samples.length > HISTORY + 1) samples.shift();
       statusEl.textContent = "updated " + new Date().toLocaleTimeString();
       statusEl.className = "status";
+      document.getElementById("signout").style.display = d.host.auth ? "" : "none";
       document.getElementById("hostinfo").textContent = "v" + d.host.version + " \u00b7 pid " + d.host.pid +
         " \u00b7 " + d.host.threads + " threads \u00b7 Redis " + (d.redis_info.version || "?");
       if (route().page === "dashboard") renderDashboard(); else if (autoRefresh()) render(false);
     }).catch(function (e) {
       pending = false;
+      if (locked) return;
       statusEl.textContent = "error: " + e.message;
       statusEl.className = "status err";
     });
@@ -397,6 +426,7 @@ return [==[<!doctype html>
 
   var rendering = false;
   function render(force) {
+    if (locked) return;
     var r = route();
     if (r.page === "dashboard") { renderDashboard(); return; }
     if (rendering && !force) return;
@@ -405,11 +435,13 @@ return [==[<!doctype html>
     if (!force && a && (a.tagName === "INPUT" && a.type !== "checkbox" || a.tagName === "SELECT")) return;
     rendering = true;
     renderJobs(r).catch(function (e) {
+      if (locked) return; // the sign-in form replaced the view
       viewEl.replaceChildren(h("p", { class: "err", text: e.message }), h("a", { href: "#/", text: "back to the dashboard" }));
     }).then(function () { rendering = false; });
   }
 
-  window.addEventListener("hashchange", function () { render(true); });
+  document.getElementById("signout").addEventListener("click", signOut);
+  window.addEventListener("hashchange", function () { if (!locked) render(true); });
   render(true);
   poll();
   setInterval(poll, 1000);

@@ -44,7 +44,7 @@ function M.check_listen(addr, token)
   local host = M.parse_addr(addr)
   if not M.is_loopback(host) and not token then
     errors.input("--web " .. addr .. " is not a loopback address: set web_token in config.lua " ..
-      "or LUAKIQ_WEB_TOKEN (mutating endpoints then need 'Authorization: Bearer TOKEN')")
+      "or LUAKIQ_WEB_TOKEN (every endpoint then needs 'Authorization: Bearer TOKEN' or the dashboard's sign-in)")
   end
   return true
 end
@@ -55,6 +55,35 @@ local function same(a, b)
   local diff = 0
   for i = 1, #a do diff = bit.bor(diff, bit.bxor(a:byte(i), b:byte(i))) end
   return diff == 0
+end
+
+-- The dashboard's session: the token itself, in an HttpOnly, SameSite=Strict
+-- cookie (no script of the page can read it; no other site's request carries
+-- it). Percent-encoded, so any token fits a cookie value.
+local COOKIE = "luakiq_token"
+
+local function cookie_encode(s)
+  return (s:gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end))
+end
+
+-- The value of the cookie named COOKIE in a Cookie header, decoded; "" if none.
+local function cookie_token(header)
+  for pair in (header or ""):gmatch("[^;]+") do
+    local k, v = pair:match("^%s*([^=]-)%s*=%s*(.-)%s*$")
+    if k == COOKIE then
+      return (v:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+    end
+  end
+  return ""
+end
+
+-- The Set-Cookie value that signs in (value) or out (nil). Secure when a TLS
+-- proxy in front says so (X-Forwarded-Proto: https).
+local function session_cookie(value, req)
+  local c = COOKIE .. "=" .. (value and cookie_encode(value) or "") .. "; Path=/; HttpOnly; SameSite=Strict"
+  if not value then c = c .. "; Max-Age=0" end
+  if (req.forwarded_proto or ""):lower() == "https" then c = c .. "; Secure" end
+  return c
 end
 
 -- The host part of a Host header value ("127.0.0.1:8080", "[::1]:8080").
@@ -269,6 +298,36 @@ local function api(ctx)
     ["queue/resume"] = function(conn, _, w) return admin.pause(conn, cfg, w, false) end,
   }
 
+  -- Signing in: {"token": T} (JSON) or token=T (a form) -> the session cookie.
+  -- Without a token configured there is nothing to sign in to.
+  function A.login(_, req)
+    if not ctx.token then return fail(404, "no web_token is set: nothing to sign in to") end
+    local given
+    if req.body:match("^%s*{") then
+      local v = body_json(req.body, '{"token": "..."}')
+      given = type(v) == "table" and v.token
+    else
+      given = parse_query(req.body).token
+    end
+    if type(given) ~= "string" or given == "" then errors.input('give {"token": "..."}') end
+    if not same(given, ctx.token) then
+      ctx.failed_logins = (ctx.failed_logins or 0) + 1
+      local now = core.now()
+      if now - (ctx.failed_logged or 0) >= 60 then -- one line a minute, however many
+        log.warn(("web: %d failed sign-in(s) with a wrong token"):format(ctx.failed_logins))
+        ctx.failed_logged, ctx.failed_logins = now, 0
+      end
+      return fail(401, "wrong token")
+    end
+    local st, ct, body = reply(200, { signed_in = true })
+    return st, ct, body, session_cookie(ctx.token, req)
+  end
+
+  function A.logout(_, req)
+    local st, ct, body = reply(200, { signed_in = false })
+    return st, ct, body, session_cookie(nil, req)
+  end
+
   -- Prometheus text format 0.0.4.
   function A.metrics(c)
     local out = {}
@@ -371,40 +430,50 @@ function M.handler(cfg, opts)
 
     -- Without a token the listener is on loopback (check_listen): only accept
     -- loopback Host names, so a web page on another site cannot reach it by
-    -- DNS rebinding, and refuse cross-site mutating requests (Origin differs).
+    -- DNS rebinding. With a token, every request but the login page's needs
+    -- it (a rebound name carries neither the header nor the cookie).
     if not ctx.token then
       local h = host_of(req.host)
       if req.host == "" or not M.is_loopback(h) then
         return fail(403, "Host must be a loopback address (set web_token to serve other names)")
       end
-      if MUTATING[method] and req.origin ~= "" and req.origin:gsub("^https?://", "") ~= req.host then
-        return fail(403, "cross-site request refused")
-      end
+    end
+    -- Cross-site mutating requests (Origin differs) are refused with or
+    -- without a token: the cookie is SameSite=Strict, this is the belt.
+    if MUTATING[method] and req.origin ~= "" and req.origin:gsub("^https?://", "") ~= req.host then
+      return fail(403, "cross-site request refused")
     end
     local function authorized()
       if not ctx.token then return true end
-      local given = req.auth:match("^[Bb]earer%s+(.-)%s*$") or ""
-      return same(given, ctx.token)
+      local given = req.auth:match("^[Bb]earer%s+(.-)%s*$")
+      if given then return same(given, ctx.token) end
+      return same(cookie_token(req.cookie), ctx.token)
     end
-    local function only(m, fn, ...)
+    -- open: served without the token (the dashboard's page, which holds no
+    -- data, and signing in and out).
+    local function only(m, fn, open, ...)
       if method ~= m then return fail(405, "use " .. m .. " for " .. path) end
-      if MUTATING[m] and not authorized() then return fail(401, "missing or wrong bearer token") end
+      if not open and not authorized() then return fail(401, "missing or wrong token") end
       return fn(c, req, q, ...)
     end
 
     local n = #parts
     if n == 0 or (n == 1 and parts[1] == "index.html") then
-      return only("GET", function() return 200, "text/html; charset=utf-8", require("luakiq.dashboard") end)
+      return only("GET", function() return 200, "text/html; charset=utf-8", require("luakiq.dashboard") end, true)
     elseif n == 1 and parts[1] == "metrics" then
-      return only("GET", A.metrics)
+      return only("GET", A.metrics, cfg.metrics_public)
+    elseif n == 3 and parts[1] == "api" and parts[2] == "web" and parts[3] == "login" then
+      return only("POST", A.login, true)
+    elseif n == 3 and parts[1] == "api" and parts[2] == "web" and parts[3] == "logout" then
+      return only("POST", A.logout, true)
     elseif parts[1] == "api" then
       if n == 3 and parts[2] == "v1" and parts[3] == "stats" then return only("GET", A.stats) end
       if n == 3 and parts[2] == "web" and parts[3] == "dashboard" then return only("GET", A.dashboard) end
       if n == 5 and parts[2] == "v1" and parts[3] == "workers" and parts[5] == "jobs" then
-        return only("POST", A.enqueue, parts[4])
+        return only("POST", A.enqueue, false, parts[4])
       end
       if n == 6 and parts[2] == "v1" and parts[3] == "workers" and parts[5] == "jobs" then
-        return only("GET", A.job, parts[4], parts[6])
+        return only("GET", A.job, false, parts[4], parts[6])
       end
       if n == 5 and parts[2] == "v1" and parts[3] == "workers" and (parts[5] == "pause" or parts[5] == "resume") then
         return only("POST", function()
@@ -412,7 +481,7 @@ function M.handler(cfg, opts)
         end)
       end
       if n == 5 and parts[2] == "web" and parts[3] == "workers" and parts[5] == "jobs" then
-        return only("GET", A.jobs, parts[4])
+        return only("GET", A.jobs, false, parts[4])
       end
       if n == 6 and parts[2] == "web" and parts[3] == "workers" then
         local act = A.actions[parts[5] .. "/" .. parts[6]]
@@ -433,15 +502,15 @@ function M.handler(cfg, opts)
       if errors.describe(e) == "runtime" then tb = debug.traceback(tostring(e), 2) end
       return e
     end
-    local ok, status, ctype, body = xpcall(route, trace, req)
+    local ok, status, ctype, body, cookie = xpcall(route, trace, req)
     -- A read that met a dead connection (Redis restarted, a Sentinel
     -- failover) is tried once more on a new one; a write is not (it may
     -- have run).
     if not ok and not MUTATING[req.method] and conn and conn:broken() then
       tb = nil
-      ok, status, ctype, body = xpcall(route, trace, req)
+      ok, status, ctype, body, cookie = xpcall(route, trace, req)
     end
-    if ok then return status, ctype, body end
+    if ok then return status, ctype, body, cookie end
     local kind, msg = errors.describe(status)
     if kind == "input" then return fail(400, msg) end
     if kind == "notfound" or kind == "missing" then return fail(404, msg) end

@@ -84,7 +84,8 @@ describe("pause and resume", function()
     local port = core.free_port()
     procs[1] = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port, env())
     local base = "http://127.0.0.1:" .. port
-    host.eventually(function() return host.capture("curl -s -o /dev/null -w '%{http_code}' " .. base .. "/metrics") == "200" end,
+    -- with a token, reads need it too (401 without it)
+    host.eventually(function() return host.capture("curl -s -o /dev/null -w '%{http_code}' " .. base .. "/metrics") == "401" end,
       10, "the listener")
     local function post(path, auth)
       return host.capture("curl -s -w ' %{http_code}' -X POST " .. (auth and "-H 'Authorization: Bearer tok' " or "") ..
@@ -92,11 +93,14 @@ describe("pause and resume", function()
     end
     assert.truthy(post("/api/v1/workers/W/pause"):find(" 401$"))
     assert.are.equal('{"changed":true,"paused":true,"worker":"W"} 200', post("/api/v1/workers/W/pause", true))
-    local d = json.decode(host.capture("curl -s " .. base .. "/api/web/dashboard"))
+    local function dashboard()
+      return json.decode(host.capture("curl -s -H 'Authorization: Bearer tok' " .. base .. "/api/web/dashboard"))
+    end
+    local d = dashboard()
     assert.is_true(d.queues[1].paused)
     assert.truthy(post("/api/v1/workers/Nope/pause", true):find(" 404$"))
     assert.are.equal('{"changed":true,"paused":false,"worker":"W"} 200', post("/api/v1/workers/W/resume", true))
-    d = json.decode(host.capture("curl -s " .. base .. "/api/web/dashboard"))
+    d = dashboard()
     assert.is_false(d.queues[1].paused)
   end)
 end)

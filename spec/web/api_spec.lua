@@ -434,29 +434,143 @@ describe("security", function()
     assert.are.equal(200, st)
   end)
 
-  it("needs the bearer token for mutating endpoints when one is set (401)", function()
+  it("with a token, every endpoint needs it, reads included: bearer or the sign-in cookie", function()
     local p, b = web.start(dir, env() .. " LUAKIQ_WEB_TOKEN=s3cret")
     local ok, err = pcall(function()
-      local st, _, v, headers = web.request(b, "POST", "/api/v1/workers/Parked/jobs", { body = '[{"id":"t1"}]' })
-      assert.are.equal(401, st)
-      assert.is_string(v.error)
-      assert.truthy(headers:find("WWW-Authenticate: Bearer", 1, true))
-      for _, h in ipairs { "Authorization: Bearer wrong", "Authorization: Bearer s3creT", "Authorization: Basic czNjcmV0",
-                      "Authorization: Bearer s3cret2", "Authorization: s3cret" } do
-        assert.are.equal(401, (web.request(b, "POST", "/api/web/workers/Parked/morgue/delete",
-          { body = '{"all":true}', headers = { h } })), h)
+      local function call(method, path, headers, body)
+        return web.request(b, method, path, { headers = headers, body = body })
       end
-      assert.are.equal(0, select(3, web.request(b, "GET", "/api/v1/stats")).by_worker.Parked.length)
-      st, _, v = web.request(b, "POST", "/api/v1/workers/Parked/jobs",
-        { body = '[{"id":"t1","perform_in":' .. FUTURE .. '}]', headers = { "Authorization: Bearer s3cret" } })
+      -- every endpoint, with a body that would succeed
+      local endpoints = {
+        { "POST", "/api/v1/workers/Parked/jobs", '[{"id":"t1","perform_in":' .. FUTURE .. ',"payload":"secret"}]' },
+        { "GET", "/api/v1/stats" }, { "GET", "/api/web/dashboard" }, { "GET", "/metrics" },
+        { "GET", "/api/web/workers/Parked/jobs?what=queue" }, { "GET", "/api/web/workers/Parked/jobs?what=morgue" },
+        { "GET", "/api/web/workers/Parked/jobs?what=busy" }, { "GET", "/api/v1/workers/Parked/jobs/t1" },
+        { "POST", "/api/web/workers/Parked/morgue/requeue", '{"all":true}' },
+        { "POST", "/api/web/workers/Parked/morgue/delete", '{"all":true}' },
+        { "POST", "/api/web/workers/Parked/queue/perform_now", "" },
+        { "POST", "/api/web/workers/Parked/queue/kill_failed", "" },
+        { "POST", "/api/web/workers/Parked/queue/delete_failed", "" },
+        { "POST", "/api/web/workers/Parked/queue/delete", '{"ids":["nope"]}' },
+        { "POST", "/api/v1/workers/Parked/pause", "" }, { "POST", "/api/v1/workers/Parked/resume", "" },
+        { "POST", "/api/web/workers/Parked/queue/pause", "" }, { "POST", "/api/web/workers/Parked/queue/resume", "" },
+      }
+      local wrong = { {}, { "Authorization: Bearer wrong" }, { "Authorization: Bearer s3creT" },
+                      { "Authorization: Basic czNjcmV0" }, { "Authorization: Bearer s3cret2" },
+                      { "Authorization: s3cret" }, { "Cookie: luakiq_token=wrong" }, { "Cookie: other=s3cret" },
+                      -- a rebound DNS name (Host of another site) gets nothing either
+                      { "Host: evil.example" } }
+      for _, e in ipairs(endpoints) do
+        for _, h in ipairs(wrong) do
+          local st, _, v, headers = call(e[1], e[2], h, e[3])
+          assert.are.equal(401, st, e[1] .. " " .. e[2] .. " " .. (h[1] or "no auth"))
+          assert.are.equal("missing or wrong token", v.error)
+          assert.truthy(headers:find("WWW-Authenticate: Bearer", 1, true))
+        end
+      end
+      assert.are.equal(0, #srv.conn:call("KEYS", "luakiq:{Parked:*}:payloads:t1"), "nothing was enqueued")
+      -- the bearer token opens each of them, from any Host name
+      for _, e in ipairs(endpoints) do
+        local st, text = call(e[1], e[2], { "Authorization: Bearer s3cret", "Host: jobs.example" }, e[3])
+        assert.are.equal(200, st, e[1] .. " " .. e[2] .. ": " .. text)
+      end
+      -- the page itself holds no data and is served to anyone (it signs in)
+      local st, page = call("GET", "/")
       assert.are.equal(200, st)
-      assert.are.same({ enqueued = 1 }, v)
-      -- reads stay open; any Host is fine with a token
-      assert.are.equal(200, (web.request(b, "GET", "/api/web/dashboard", { headers = { "Host: jobs.example" } })))
-      assert.is_true(select(3, web.request(b, "GET", "/api/web/dashboard")).host.auth)
+      assert.falsy(page:find("secret", 1, true))
+      -- signing in: a wrong token is 401 and sets no cookie; the right one sets
+      -- an HttpOnly, SameSite=Strict cookie (Secure behind a TLS proxy)
+      local v, headers
+      st, _, v, headers = call("POST", "/api/web/login", nil, '{"token":"s3cre"}')
+      assert.are.equal(401, st)
+      assert.are.equal("wrong token", v.error)
+      assert.falsy(headers:lower():find("set-cookie", 1, true))
+      assert.are.equal(400, (call("POST", "/api/web/login", nil, '{"tok":"s3cret"}')))
+      st, _, v, headers = call("POST", "/api/web/login", nil, '{"token":"s3cret"}')
+      assert.are.equal(200, st)
+      assert.are.same({ signed_in = true }, v)
+      local cookie = headers:match("[Ss]et%-[Cc]ookie: ([^\r\n]*)")
+      assert.are.equal("luakiq_token=s3cret; Path=/; HttpOnly; SameSite=Strict", cookie)
+      st, _, _, headers = call("POST", "/api/web/login", { "X-Forwarded-Proto: https" }, "token=s3cret")
+      assert.are.equal(200, st)
+      assert.truthy(headers:find("HttpOnly; SameSite=Strict; Secure", 1, true), headers)
+      -- the cookie opens every endpoint (as the browser sends it: same origin)
+      local jar = { "Cookie: theme=dark; luakiq_token=s3cret", "Origin: " .. b }
+      for _, e in ipairs(endpoints) do
+        local st2, text = call(e[1], e[2], jar, e[3])
+        assert.are.equal(200, st2, e[1] .. " " .. e[2] .. ": " .. text)
+      end
+      assert.truthy(select(2, call("GET", "/api/v1/workers/Parked/jobs/t1", jar)):find("secret", 1, true))
+      -- another site's page cannot use it (SameSite, and the Origin check)
+      assert.are.equal(403, (call("POST", "/api/web/workers/Parked/queue/perform_now",
+        { "Cookie: luakiq_token=s3cret", "Origin: http://evil.example" }, "")))
+      -- signing out clears it
+      st, _, v, headers = call("POST", "/api/web/logout", jar, "")
+      assert.are.equal(200, st)
+      assert.are.same({ signed_in = false }, v)
+      assert.truthy(headers:find("luakiq_token=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0", 1, true), headers)
+      assert.is_true(select(3, call("GET", "/api/web/dashboard", { "Authorization: Bearer s3cret" })).host.auth)
     end)
-    p:signal("TERM")
-    assert.are.equal(0, p:wait(10), p:log())
+    web.stop(p)
+    assert(ok, err)
+  end)
+
+  it("metrics_public = true serves /metrics without the token, and nothing else", function()
+    local d2 = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 1, web_token = 'tok', metrics_public = true }",
+      ["workers/W.lua"] = "return { perform = function() end }",
+    }
+    local p, b = web.start(d2, env())
+    local ok, err = pcall(function()
+      local st, text = web.request(b, "GET", "/metrics")
+      assert.are.equal(200, st)
+      assert.truthy(text:find("luakiq_queue_length{worker=\"W\"}", 1, true), text)
+      assert.are.equal(401, (web.request(b, "GET", "/api/v1/stats")))
+      assert.are.equal(401, (web.request(b, "GET", "/api/web/dashboard")))
+    end)
+    web.stop(p, d2)
+    assert(ok, err)
+    -- not a boolean: refused at load, one line, exit 2
+    local d3 = host.scriptdir {
+      ["config.lua"] = "return { metrics_public = 'yes' }",
+      ["workers/W.lua"] = "return { perform = function() end }",
+    }
+    local rc, _, e = host.exec("plan " .. q(d3), nil, env())
+    host.sh("rm -rf " .. q(d3))
+    assert.are.equal(2, rc)
+    assert.truthy(e:match("^luakiq: [^\n]*metrics_public[^\n]*true or false[^\n]*\n$"), e)
+  end)
+
+  it("never shows the Redis password: answers, errors and the log", function()
+    local pw = "pw-" .. core.token()
+    local own = redis.start()
+    own.conn:call("CONFIG", "SET", "requirepass", pw)
+    own.conn:call("AUTH", pw)
+    local url = own.url:gsub("^redis://", "redis://:" .. pw .. "@")
+    local p, b = web.start(dir, "REDIS_URL=" .. url .. " LUAKIQ_WEB_TOKEN=tok")
+    local ok, err = pcall(function()
+      local auth = { "Authorization: Bearer tok" }
+      local seen = {}
+      for _, path in ipairs { "/api/v1/stats", "/api/web/dashboard", "/metrics", "/api/web/workers/Parked/jobs",
+                              "/api/web/workers/Parked/jobs?what=busy", "/" } do
+        local st, text = web.request(b, "GET", path, { headers = auth })
+        assert.are.equal(200, st, path)
+        seen[#seen + 1] = text
+      end
+      own:down() -- now every read fails: the errors must not show it either
+      for _, path in ipairs { "/api/v1/stats", "/api/web/dashboard", "/api/web/workers/Parked/jobs" } do
+        local st, text = web.request(b, "GET", path, { headers = auth })
+        assert.are.equal(500, st, path .. ": " .. text)
+        seen[#seen + 1] = text
+      end
+      local _, text = web.request(b, "GET", "/metrics", { headers = auth })
+      assert.truthy(text:find("luakiq_redis_up 0", 1, true), text)
+      seen[#seen + 1] = text
+      for _, text2 in ipairs(seen) do assert.falsy(text2:find(pw, 1, true), text2) end
+      assert.falsy(p:log():find(pw, 1, true), p:log())
+    end)
+    web.stop(p)
+    own:stop()
     assert(ok, err)
   end)
 

@@ -95,6 +95,16 @@ describe("the dashboard in headless Chromium", function()
     assert.is_nil(v.by_worker.Parked.paused)
   end)
 
+  it("signs in with the token (an HttpOnly cookie) and out again", function()
+    local token = "tok-" .. core.token()
+    local token_proc, token_base = web.start(dir, "REDIS_URL=" .. srv.url .. " LUAKIQ_WEB_TOKEN=" .. token)
+    local rc, out = run("CHROMIUM=" .. q(chromium) .. " node " .. TOOLS .. "/login.test.js " .. q(token_base) .. " " ..
+      q(token))
+    web.stop(token_proc)
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("login: all checks passed", 1, true), out)
+  end)
+
   it("lists running calls and highlights one past 80% of its timeout", function()
     -- A host of its own (namespace "late") whose one call waits until its
     -- timeout (10 s) ends it.

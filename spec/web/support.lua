@@ -96,7 +96,7 @@ function M.start(dir, env, extra)
     local ready = host.eventually(function()
       if not p:alive() then return "exited" end
       local ok, st = pcall(M.request, base, "GET", "/api/v1/stats")
-      return ok and st == 200 and "ready"
+      return ok and (st == 200 or st == 401) and "ready" -- 401: a token is set
     end, 15, "the web listener")
     if ready == "ready" then return p, base end
     p:wait(5)
