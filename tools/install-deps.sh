@@ -43,3 +43,17 @@ if [ $tests = 1 ] && [ ! -d tools/web-test/node_modules/playwright-core ]; then
   echo "installing: playwright-core (npm ci in tools/web-test)" >&2
   (cd tools/web-test && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# promtool checks GET /metrics in spec/web/api_spec.lua. It ships in Debian's
+# prometheus package, whose installation would also start a Prometheus server
+# (port 9090) on machines with systemd: the package is only downloaded and
+# promtool taken out of it, into build-deps/bin (ignored by git).
+if [ $tests = 1 ] && ! command -v promtool >/dev/null 2>&1 && [ ! -x build-deps/bin/promtool ]; then
+  echo "installing: promtool (from Debian's prometheus package, into build-deps/bin)" >&2
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1 || { SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo";
+    $SUDO apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; })
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
+  mkdir -p build-deps/bin
+  cp "$tmp/x/usr/bin/promtool" build-deps/bin/promtool
+  rm -rf "$tmp"
+fi

@@ -25,6 +25,7 @@ usage: luakiq COMMAND ...
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
   schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
+  timing DIR WORKER [--day YYYY-MM-DD] wait and run times of one UTC day: count, mean, std, histogram (JSON)
   admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...
                                        bulk actions on queued jobs
   lua FILE [ARG...]                    run a Lua file inside the host runtime
@@ -44,7 +45,7 @@ LUAKIQ_WEB_TOKEN.]],
 Reads JSON lines, or one JSON array, of jobs {"id":..., "payload":..., "score":..., "perform_in":...}
 from FILE or stdin. Everything is checked first: on any bad job nothing is
 enqueued and the exit code is 2 ("line 12 (id 42): ..."). JSON lines are
-streamed (checked whole, then sent 10,000 lines at a time; memory stays a few
+streamed (checked whole, then sent 2,000 lines at a time; memory stays a few
 MB; a progress line on a terminal). Prints how many jobs were enqueued.]],
   stats = [[usage: luakiq stats DIR [--redis URL]
 Prints {"total":{"length","morgue_length","lag"},"by_worker":{NAME:{...}}} (JSON).]],
@@ -76,6 +77,12 @@ nowhere: exit 1.]],
 perform-now: every queued job becomes due now; kill-failed: queued jobs that
 failed at least once go to the morgue; delete-failed: they are deleted;
 delete: the given queued ids are deleted. Prints what was done as JSON.]],
+  timing = [[usage: luakiq timing DIR WORKER [--day YYYY-MM-DD] [--redis URL]
+Prints one JSON object for WORKER and one UTC day (default today):
+{"day","worker","wait":{...},"run":{...}}, each {"count","mean","std","sum",
+"histogram":[{"from","to","count"},...]} in seconds. wait: from when a job was
+due to when a host fetched it; run: one perform call. Kept 30 days, the
+histograms 7 (docs/operations.md, "Timing").]],
   lua = [[usage: luakiq lua FILE [ARG...]
 Runs FILE in the host's Lua runtime (LuaJIT, the luakiq modules); `arg` holds the arguments.]],
 }
@@ -258,6 +265,15 @@ function commands.schedules(argv)
   if not pos[1] or pos[2] then usage("usage: luakiq schedules DIR") end
   local cfg, conn = open(pos[1], opt, true)
   for _, s in ipairs(require("luakiq.admin").schedules(conn, cfg, core.now())) do print_json(s) end
+  return 0
+end
+
+function commands.timing(argv)
+  local pos, opt = parse(argv, 2, { redis = true, day = true })
+  local dir, worker = pos[1], pos[2]
+  if not worker or pos[3] then usage("usage: luakiq timing DIR WORKER [--day YYYY-MM-DD]") end
+  local cfg, conn = open(dir, opt, true)
+  print_json(require("luakiq.timing").read(conn, cfg, worker, opt.day))
   return 0
 end
 

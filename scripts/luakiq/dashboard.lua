@@ -177,7 +177,7 @@ return [==[<!doctype html>
     }).catch(function (e) { toast(e.message, true); });
   }
 
-  // --- routing: #/, #/w/NAME/queue|busy|morgue?order=..&dir=..&min=..&max=..&offset=.. --
+  // --- routing: #/, #/w/NAME/queue|busy|morgue?order=..&dir=..&min=..&max=..&offset=.., #/w/NAME/timing?day=.. --
   function route() {
     var hash = location.hash.replace(/^#/, "") || "/";
     var qs = {}, qi = hash.indexOf("?");
@@ -189,7 +189,7 @@ return [==[<!doctype html>
       });
       hash = hash.slice(0, qi);
     }
-    var m = hash.match(/^\/w\/([^\/]+)\/(queue|busy|morgue)$/);
+    var m = hash.match(/^\/w\/([^\/]+)\/(queue|busy|morgue|timing)$/);
     if (m) return { page: m[2], worker: decodeURIComponent(m[1]), q: qs };
     return { page: "dashboard", q: qs };
   }
@@ -341,10 +341,11 @@ return [==[<!doctype html>
   function renderJobs(r) {
     var w = r.worker, page = r.page, q = r.q;
     var known = last && last.queues.some(function (x) { return x.name === w; });
-    var tabs = h("div", { class: "tabs" }, ["queue", "busy", "morgue"].map(function (p) {
+    var tabs = h("div", { class: "tabs" }, ["queue", "busy", "morgue", "timing"].map(function (p) {
       return h("a", { href: link(w, p), class: p === page ? "on" : null, id: "tab-" + p,
-        text: { queue: "Enqueued", busy: "Busy", morgue: "Dead" }[p] });
+        text: { queue: "Enqueued", busy: "Busy", morgue: "Dead", timing: "Timing" }[p] });
     }));
+    if (page === "timing") return renderTiming(w, q, tabs, known);
     var params = { what: page };
     var filters = null, bulk = null;
     if (page !== "busy") {
@@ -421,6 +422,42 @@ return [==[<!doctype html>
         h("table", { id: "jobs", "data-page": page }, h("thead", null, h("tr", null, head.map(function (x) { return h("th", { text: x }); }))),
           h("tbody", null, rows.length ? rows : h("tr", null, h("td", { colspan: head.length, class: "muted", text: "no jobs" })))),
         pager);
+    });
+  }
+
+  // A worker's wait and run times of one UTC day (GET /api/v1/workers/NAME/timing).
+  function fmtSecs(x) {
+    if (x < 1) return +(x * 1000).toPrecision(3) + " ms";
+    return fmtLag(x);
+  }
+  function renderTiming(w, q, tabs, known) {
+    var day = q.day || new Date().toISOString().slice(0, 10);
+    return getJSON("/api/v1/workers/" + enc(w) + "/timing?day=" + enc(day)).then(function (t) {
+      function part(kind, title) {
+        var r = t[kind], top = Math.max.apply(null, [1].concat(r.histogram.map(function (b) { return b.count; })));
+        return h("div", { id: "timing-" + kind },
+          h("h2", { text: title }),
+          h("div", { class: "cards" }, card("Count", fmtNum(r.count), kind + "-count"),
+            card("Mean", r.count ? fmtSecs(r.mean) : "-", kind + "-mean"), card("Std dev", r.count ? fmtSecs(r.std) : "-", kind + "-std")),
+          r.histogram.length === 0 ? h("p", { class: "muted", text: "nothing recorded this day (histograms are kept 7 days)" }) :
+          h("table", { class: "histogram" },
+            h("thead", null, h("tr", null, h("th", { text: "from" }), h("th", { text: "to" }), h("th", { class: "n", text: "jobs" }), h("th"))),
+            h("tbody", null, r.histogram.map(function (b) {
+              return h("tr", { "data-to": String(b.to) }, h("td", { text: fmtSecs(b.from) }), h("td", { text: fmtSecs(b.to) }),
+                h("td", { class: "n", text: fmtNum(b.count) }),
+                h("td", { style: "width:50%" }, h("div", { style: "background:var(--accent);height:10px;width:" + (100 * b.count / top).toFixed(1) + "%" })));
+            }))));
+      }
+      var input = h("input", { type: "date", id: "f-day", value: day });
+      var auto = document.getElementById("auto");
+      var keep = auto ? auto.checked : true;
+      viewEl.replaceChildren(
+        h("h2", null, h("a", { href: "#/", text: "\u2190" }), " " + w + (known ? "" : " (unknown worker?)")),
+        tabs,
+        h("form", { class: "bar", onsubmit: function (e) { e.preventDefault(); location.hash = link(w, "timing", { day: input.value }); } },
+          h("label", { text: "UTC day" }), input, h("button", { type: "submit", text: "show" }),
+          h("label", null, h("input", { type: "checkbox", id: "auto", checked: keep }), " refresh every second")),
+        part("wait", "Wait: from due to the start of its call"), part("run", "Run: one perform call"));
     });
   }
 

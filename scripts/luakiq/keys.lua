@@ -30,6 +30,11 @@ function M.units(ns, queue) return ns .. ":{" .. queue .. "}:units" end
 -- jobs = {{id, cost, label}...}}) and a counter raised by each registration.
 function M.calls(ns, queue) return ns .. ":{" .. queue .. "}:calls" end
 function M.calls_version(ns, queue) return ns .. ":{" .. queue .. "}:calls_version" end
+-- timing: a queue's wait and run times of one UTC day (luakiq.timing).
+function M.timing(ns, queue, day)
+  local k = ns .. ":{" .. queue .. "}:timing:" .. day
+  return k, k .. ":h"
+end
 -- HASH queue -> "1" for paused queues (a key of its own slot: pause.lua).
 function M.paused(ns) return ns .. ":paused" end
 

@@ -21,6 +21,7 @@ local middleware = require "luakiq.middleware"
 local queue = require "luakiq.queue"
 local runtime = require "luakiq.runtime"
 local wait = require "luakiq.wait"
+local timing = require "luakiq.timing"
 local failure = require "luakiq.failure"
 local flow = require "luakiq.flow"
 local retry = require "luakiq.retry"
@@ -58,6 +59,7 @@ local function setup(boot)
     releases = {},   -- queue -> shard prefixes whose calls' units go back with the next Redis call
     wake_at = nil,   -- mono: the earliest end of a handler's wait (units, a window's opening)
     win = {},        -- worker name -> {closed =, recheck = wall time} (windows)
+    timing = timing.new(), -- wait and run times not written yet (luakiq.timing)
     -- the per-batch debug line is built only when it is printed (its fields
     -- cost more than a blank job's whole batch otherwise)
     debug = boot.log_level == "debug",
@@ -67,6 +69,7 @@ local function setup(boot)
     local handler = {
       worker = h.worker, shard = h.shard, def = w, index = i,
       prefix = keys.prefix(cfg.namespace, w.queue_name, h.shard),
+      timing = t.timing,
       perform = middleware.chain(cfg.middlewares, function(worker, batch, call) return worker.perform(batch, call) end),
     }
     t.handlers[i] = handler
@@ -79,7 +82,9 @@ end
 -- each, limit 0), and the handlers they are for.
 -- Pending unit releases (concurrency) ride after the acks, one
 -- units_release.lua call per queue: their replies come after the acks'.
-local function pending_acks(t, except)
+-- The thread's timing observations (luakiq.timing) ride last, at most once a
+-- second (force: now, when there are any).
+local function pending_acks(t, except, force)
   local cmds, hs = {}, {}
   for h in pairs(t.pending) do
     if h ~= except then
@@ -89,6 +94,8 @@ local function pending_acks(t, except)
   end
   for q, members in pairs(t.releases) do cmds[#cmds + 1] = flow.release_cmd(t, q, members) end
   t.releases = {}
+  local tcmds = timing.cmds(t.timing, t.cfg.namespace, force)
+  if tcmds then for _, c in ipairs(tcmds) do cmds[#cmds + 1] = c end end
   return cmds, hs
 end
 
@@ -115,9 +122,10 @@ end
 
 -- Sends the pending acks (if any) alone; used before sleeping and at stop.
 local function flush(t)
-  if not next(t.pending) and not next(t.releases) then return end
-  local cmds, hs = pending_acks(t)
+  if not next(t.pending) and not next(t.releases) and not t.timing.any then return end
+  local cmds, hs = pending_acks(t, nil, true)
   local r = t.conn:pipeline(cmds)
+  timing.check(cmds, r)
   t.pending = {}
   for i, h in ipairs(hs) do took(t, h, r[i]) end
 end
@@ -277,6 +285,7 @@ end
 -- stopped because its lease may have run out: h.lease_until, core.fence).
 local function run_call(h, w, batch, record, njobs, call)
   local co = coroutine.create(h.perform)
+  local m0 = core.mono()
   local started, deadline = core.call_begin(w.timeout, record, h.lease_until)
   wait.current = co
   local ok, a, req = coroutine.resume(co, w, batch, call)
@@ -302,6 +311,7 @@ local function run_call(h, w, batch, record, njobs, call)
   wait.current = nil
   local expired, lease_until, fenced = core.call_end(njobs)
   h.lease_until = lease_until
+  if h.timing then timing.observe(h.timing, w.queue_name, "r", core.mono() - m0, core.now()) end
   if ok then return true end
   local err = a
   local tb = type(err) == "string" and debug.traceback(co, err) or debug.traceback(co, tostring(err))
@@ -448,6 +458,7 @@ local function process(t, h)
   if h.def.throttle then cmds[#cmds + 1] = flow.read_cmd(t, h) end
   local sent = core.mono()
   local replies = t.conn:pipeline(cmds)
+  timing.check(cmds, replies)
   -- fetch.lua leased the shard for lease_ttl from no earlier than now: the
   -- calls of this fetch hold it until then, or as the renewals extend it
   h.lease_until = sent + t.cfg.lease_ttl
@@ -492,7 +503,13 @@ local function process(t, h)
       slice = todo
     end
     local ok, performed, err, tb = true, slice, nil, nil
-    if #slice > 0 then ok, performed, err, tb = perform(t, h, slice, done) end
+    if #slice > 0 then
+      -- the wait: from due to the start of the job's call (a job a fetch put
+      -- back unperformed is counted when it runs, once)
+      local now, qn = core.now(), h.def.queue_name
+      for i = 1, #slice do timing.observe(t.timing, qn, "w", now - slice[i].perform_in, now) end
+      ok, performed, err, tb = perform(t, h, slice, done)
+    end
     if ok == nil then return false, nil end
     -- the throttle held every job of this call: they go back at the end of
     -- the fetch, and its next calls are asked about

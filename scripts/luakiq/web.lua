@@ -154,6 +154,11 @@ local function ids_of(body, allow_all)
   return ids
 end
 
+-- A Prometheus label value, escaped.
+local function label_value(v)
+  return (v:gsub('[\\"\n]', { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }))
+end
+
 local function num(x)
   if x == math.floor(x) and math.abs(x) < 2 ^ 53 then return string.format("%.0f", x) end
   return string.format("%.6f", x)
@@ -337,7 +342,7 @@ local function api(ctx)
       for _, s in ipairs(samples) do
         local labels = ""
         if s[1] then
-          labels = "{" .. s[1] .. '="' .. s[2]:gsub('[\\"\n]', { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }) .. '"}'
+          labels = "{" .. s[1] .. '="' .. label_value(s[2]) .. '"}'
         end
         out[#out + 1] = name .. labels .. " " .. num(s[3])
       end
@@ -360,6 +365,34 @@ local function api(ctx)
       metric("luakiq_failed_total", "counter", "Job failures (all hosts).", per("failed"))
       metric("luakiq_expired_total", "counter", "Payloads that expired before they ran (moved to the morgue).",
         per("expired"))
+      -- today's wait and run times (UTC day: the counters start again at 00:00)
+      local timing = require "luakiq.timing"
+      local okt, err = pcall(function()
+        local lines = { wait = {}, run = {} }
+        for _, w in ipairs(cfg.workers) do
+          local rep, label = timing.read(c.conn(), cfg, w.name), 'worker="' .. label_value(w.name) .. '"'
+          for _, kind in ipairs { "wait", "run" } do
+            local name, r, l = "luakiq_job_" .. kind .. "_seconds", rep[kind], lines[kind]
+            for _, b in ipairs(timing.prom_buckets(r)) do
+              l[#l + 1] = ('%s_bucket{%s,le="%.10g"} %s'):format(name, label, b[1], num(b[2]))
+            end
+            l[#l + 1] = ('%s_bucket{%s,le="+Inf"} %s'):format(name, label, num(r.count))
+            l[#l + 1] = ("%s_sum{%s} %s"):format(name, label, num(r.sum))
+            l[#l + 1] = ("%s_count{%s} %s"):format(name, label, num(r.count))
+          end
+        end
+        return lines
+      end)
+      if okt then
+        for _, kind in ipairs { "wait", "run" } do
+          local name = "luakiq_job_" .. kind .. "_seconds"
+          out[#out + 1] = "# HELP " .. name .. " " .. (kind == "wait" and
+            "Seconds from when a job was due to when a host fetched it, today (UTC; all hosts)." or
+            "Seconds one perform call ran, today (UTC; all hosts).")
+          out[#out + 1] = "# TYPE " .. name .. " histogram"
+          for _, l in ipairs(err[kind]) do out[#out + 1] = l end
+        end
+      else log.warn("metrics: timing: " .. tostring(err):match("^[^\n]*")) end
     else
       log.warn("metrics: " .. tostring(by):match("^[^\n]*"))
     end
@@ -478,6 +511,12 @@ function M.handler(cfg, opts)
       if n == 5 and parts[2] == "v1" and parts[3] == "workers" and (parts[5] == "pause" or parts[5] == "resume") then
         return only("POST", function()
           return reply(200, require("luakiq.admin").pause(c.conn(), cfg, parts[4], parts[5] == "pause"))
+        end)
+      end
+      if n == 5 and parts[2] == "v1" and parts[3] == "workers" and parts[5] == "timing" then
+        return only("GET", function()
+          local day = q.day ~= "" and q.day or nil
+          return reply(200, require("luakiq.timing").read(c.conn(), cfg, parts[4], day))
         end)
       end
       if n == 5 and parts[2] == "web" and parts[3] == "workers" and parts[5] == "jobs" then
