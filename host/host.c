@@ -17,7 +17,11 @@
  * seconds later cannot be stopped (JIT-compiled code, a foreign call). Then
  * the host stops the other threads gracefully and leaves the loop without
  * waiting for the stuck one; core.host_run's caller fails the stuck call's
- * jobs and replaces the process (docs/architecture.md, "Timeouts"). */
+ * jobs and replaces the process (docs/architecture.md, "Timeouts").
+ *
+ * systemd (notify.c, with NOTIFY_SOCKET set): READY=1 once every worker thread
+ * has started, WATCHDOG=1 from a timer on this loop, STOPPING=1 as soon as a
+ * stop that ends the process is asked for. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,7 @@
 #include <event2/thread.h>
 #include "host.h"
 #include "log.h"
+#include "notify.h"
 #include "runner.h"
 #include "store.h"
 #include "web.h"
@@ -40,6 +45,7 @@ static struct {
     struct host_route *routes;
     int nroutes;
     int ints, terms;
+    int ready;                    /* every worker thread has started */
     struct event *watch_ev;
     struct event *renew_ev;
     store *renew_store;           /* main thread's own connection, for renewals */
@@ -159,6 +165,8 @@ static void host_on_signal(evutil_socket_t sig, short what, void *arg) {
     if (!runner_stopping()) {
         log_fmt(LOG_INFO, "%s: stopping; running batches finish first", sig == SIGTERM ? "TERM" : "INT");
         runner_request_stop();
+        notify_stopping(sig == SIGTERM ? "TERM: stopping; running batches finish first"
+                                       : "INT: stopping; running batches finish first");
     }
 }
 
@@ -170,13 +178,48 @@ static void host_thread_done(void *arg) {
 
 #define HOST_GRACE 1.0
 
+/* Whether every worker thread has started: loaded its VM and workers and
+ * logged "thread started". A thread reports its Lua memory with each state
+ * it sets, the first one just after that line, so a non-zero lua_bytes is
+ * that first report. */
+static int host_threads_up(void) {
+    for (int i = 0; i < runner_count(); i++) {
+        struct runner_stat st;
+        runner_stats(i, &st);
+        if (st.lua_bytes == 0) return 0;
+    }
+    return runner_count() > 0;
+}
+
+/* READY=1 once every worker thread has started (watch timer). */
+static void host_notify_ready(void) {
+    if (host.ready || !host_threads_up()) return;
+    host.ready = 1;
+    char status[64];
+    snprintf(status, sizeof status, "running %d worker threads", runner_count());
+    notify_ready(status);
+}
+
+/* STOPPING=1 for every stop that ends the process. Not for a stuck call's
+ * replacement: it re-executes the binary in place (same pid; the new image
+ * sends READY=1 again), and after a STOPPING=1 systemd would take it for a
+ * process late to exit and kill it at TimeoutStopSec. A replacement ends the
+ * process after all when a signal or a fatal error came too. */
+static void host_notify_stopping(void) {
+    if (runner_stuck() && !runner_fatal() && !host_signalled()) return;
+    notify_stopping(runner_fatal() ? "stopping: fatal error" : "stopping");
+}
+
 /* Timer, every 100 ms: call deadlines (see the design note above). */
 static void host_on_watch(evutil_socket_t fd, short what, void *arg) {
     (void)fd; (void)what; (void)arg;
     int newly, stuck = runner_watch(runner_monotonic(), HOST_GRACE, &newly);
+    if (runner_stopping()) host_notify_stopping();
+    else host_notify_ready();
     if (!stuck) return;
     if (newly && !runner_stopping()) {
         log_fmt(LOG_ERROR, "replacing the process: the other threads finish and ack first");
+        notify_status("replacing the process: a call could not be stopped at its timeout");
         runner_request_stop();
     }
     if (runner_finished() >= runner_count()) event_base_loopbreak(host.base);
@@ -262,6 +305,7 @@ int host_run(const struct host_plan *plan) {
         host.renew_ev = event_new(host.base, -1, EV_PERSIST, host_on_renew, NULL);
         event_add(host.renew_ev, &tv);
     }
+    notify_open(host.base);
     struct timeval watch_tv = {0, 100000};
     host.watch_ev = event_new(host.base, -1, EV_PERSIST, host_on_watch, NULL);
     event_add(host.watch_ev, &watch_tv);
@@ -275,6 +319,8 @@ int host_run(const struct host_plan *plan) {
     }
     if (runner_count() > 0) event_base_dispatch(host.base);
 
+    host_notify_stopping();
+    notify_close();
     code = runner_exit_code();
     runner_join_all();
     web_free(web);
