@@ -68,8 +68,12 @@ return [==[<!doctype html>
 <script>
 "use strict";
 (function () {
-  var HISTORY = 300;               // chart samples: 5 minutes at one per second
-  var samples = [];                // {t, processed, failed} totals as polled
+  // The chart: jobs per minute from GET /api/v1/history (all hosts, kept
+  // 7 days in Redis), over the range picked (the last hour on load).
+  var RANGES = { "1h": { minutes: 60, step: 1, label: "last hour" },
+                 "24h": { minutes: 1440, step: 10, label: "last 24 hours" },
+                 "7d": { minutes: 10080, step: 60, label: "last 7 days" } };
+  var range = "1h", history = null, historyAt = 0;
   var last = null;                 // last /api/web/dashboard answer
   var pending = false;
   var viewEl = document.getElementById("view");
@@ -206,8 +210,7 @@ return [==[<!doctype html>
     getJSON("/api/web/dashboard").then(function (d) {
       pending = false;
       last = d;
-      samples.push({ t: d.host.now, processed: d.total.processed, failed: d.total.failed });
-      if (samples.length > HISTORY + 1) samples.shift();
+      if (Date.now() - historyAt > 10000) loadHistory();
       statusEl.textContent = "updated " + new Date().toLocaleTimeString();
       statusEl.className = "status";
       document.getElementById("signout").style.display = d.host.auth ? "" : "none";
@@ -249,11 +252,16 @@ return [==[<!doctype html>
         card("Lag", fmtLag(t.lag), "total-lag"), card("Busy", fmtNum(t.busy), "total-busy"),
         card("Enqueued", fmtNum(t.enqueued), "total-enqueued"), card("Fresh", fmtNum(t.fresh), "total-fresh"),
         card("Retries", fmtNum(t.retries), "total-retries"), card("Dead", fmtNum(t.dead), "total-dead")),
-      h("h2", { text: "Jobs per second" }),
-      h("div", { class: "chart" }, canvas,
+      h("h2", { text: "Jobs per minute" }),
+      h("div", { class: "chart" },
+        h("div", { class: "tabs", id: "ranges" }, Object.keys(RANGES).map(function (k) {
+          return h("a", { href: "#/", id: "range-" + k, class: k === range ? "on" : null, text: RANGES[k].label,
+                          onclick: function (e) { e.preventDefault(); pickRange(k); } });
+        })),
+        canvas,
         h("div", { class: "legend" },
-          h("span", null, h("i", { style: "background:#1f9d55" }), "processed/s"),
-          h("span", null, h("i", { style: "background:#d64545" }), "failed/s"),
+          h("span", null, h("i", { style: "background:#1f9d55" }), "processed/min"),
+          h("span", null, h("i", { style: "background:#d64545" }), "failed/min"),
           h("span", { class: "muted", id: "chart-note" }))),
       h("h2", { text: "Workers" }),
       h("table", { id: "workers" },
@@ -294,45 +302,61 @@ return [==[<!doctype html>
     drawChart(canvas);
   }
 
-  // Per-second rates from consecutive samples, drawn as two lines. The x axis
-  // spans the samples gathered so far (at least one minute, at most five).
+  function loadHistory() {
+    historyAt = Date.now();
+    var r = RANGES[range];
+    getJSON("/api/v1/history?minutes=" + r.minutes + "&step=" + r.step).then(function (hd) {
+      history = hd;
+      var c = document.getElementById("chart");
+      if (c) drawChart(c);
+    }).catch(function () { historyAt = 0; });
+  }
+  function pickRange(r) {
+    range = r;
+    history = null;
+    loadHistory();
+    if (route().page === "dashboard") renderDashboard();
+  }
+
+  // Jobs per minute (a point's sum over its step, divided by the minutes in
+  // it), processed and failed, as two lines over the picked range.
   function drawChart(canvas) {
     var ctx = canvas.getContext("2d");
     var W = canvas.width, H = canvas.height, left = 40, top = 8, bottom = 18;
     ctx.clearRect(0, 0, W, H);
-    var pts = [];
-    for (var i = 1; i < samples.length; i++) {
-      var a = samples[i - 1], b = samples[i], dt = b.t - a.t;
-      if (dt <= 0) continue;
-      pts.push({ t: b.t, p: Math.max(0, (b.processed - a.processed) / dt), f: Math.max(0, (b.failed - a.failed) / dt) });
+    var r = RANGES[range], pts = [];
+    if (history) {
+      var per = history.step / 60;
+      history.total.processed.forEach(function (p, i) {
+        pts.push({ t: history.from + i * history.step, p: p / per, f: history.total.failed[i] / per });
+      });
     }
     var max = 1;
     pts.forEach(function (x) { max = Math.max(max, x.p, x.f); });
-    var now = pts.length ? pts[pts.length - 1].t : 0;
-    var span = Math.max(60, pts.length ? now - pts[0].t : 0);
-    var plotH = H - top - bottom;
-    function X(t) { return left + (W - left) * (1 - (now - t) / span); }
+    var plotH = H - top - bottom, n = Math.max(pts.length - 1, 1);
+    function X(i) { return left + (W - left) * i / n; }
     ctx.strokeStyle = "#e2e5eb"; ctx.fillStyle = "#6b7385"; ctx.font = "11px system-ui, sans-serif";
     for (var g = 0; g <= 4; g++) {
       var y = top + plotH * g / 4;
       ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(W, y); ctx.stroke();
       ctx.fillText((max * (4 - g) / 4).toFixed(max < 4 ? 1 : 0), 2, y + 4);
     }
-    ctx.fillText("-" + Math.round(span) + " s", left, H - 4);
+    ctx.fillText("-" + r.label.replace("last ", ""), left, H - 4);
     ctx.fillText("now", W - 24, H - 4);
     function line(field, color) {
       ctx.strokeStyle = color; ctx.lineWidth = 2; ctx.beginPath();
       pts.forEach(function (x, j) {
         var py = top + plotH * (1 - x[field] / max);
-        if (j === 0) ctx.moveTo(X(x.t), py); else ctx.lineTo(X(x.t), py);
+        if (j === 0) ctx.moveTo(X(j), py); else ctx.lineTo(X(j), py);
       });
       ctx.stroke(); ctx.lineWidth = 1;
     }
     line("p", "#1f9d55"); line("f", "#d64545");
-    var cur = pts.length ? pts[pts.length - 1] : { p: 0, f: 0 };
+    var sum = { p: 0, f: 0 };
+    pts.forEach(function (x) { sum.p += x.p * (history.step / 60); sum.f += x.f * (history.step / 60); });
     var note = document.getElementById("chart-note");
-    if (note) note.textContent = "now " + cur.p.toFixed(1) + " processed/s, " + cur.f.toFixed(1) +
-      " failed/s \u00b7 since this page opened, up to 5 min";
+    if (note) note.textContent = history ? fmtNum(sum.p) + " processed, " + fmtNum(sum.f) + " failed in the " + r.label +
+      " (all hosts)" : "loading...";
   }
 
   // --- job lists -----------------------------------------------------------------

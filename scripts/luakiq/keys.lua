@@ -35,6 +35,8 @@ function M.timing(ns, queue, day)
   local k = ns .. ":{" .. queue .. "}:timing:" .. day
   return k, k .. ":h"
 end
+-- history: a queue's jobs processed and failed per minute of one UTC day.
+function M.history(ns, queue, day) return ns .. ":{" .. queue .. "}:history:" .. day end
 -- HASH queue -> "1" for paused queues (a key of its own slot: pause.lua).
 function M.paused(ns) return ns .. ":paused" end
 

@@ -311,7 +311,11 @@ local function run_call(h, w, batch, record, njobs, call)
   wait.current = nil
   local expired, lease_until, fenced = core.call_end(njobs)
   h.lease_until = lease_until
-  if h.timing then timing.observe(h.timing, w.queue_name, "r", core.mono() - m0, core.now()) end
+  if h.timing then
+    local now = core.now()
+    timing.observe(h.timing, w.queue_name, "r", core.mono() - m0, now)
+    if ok or not fenced then timing.count(h.timing, w.queue_name, ok and "p" or "f", njobs, now) end
+  end
   if ok then return true end
   local err = a
   local tb = type(err) == "string" and debug.traceback(co, err) or debug.traceback(co, tostring(err))

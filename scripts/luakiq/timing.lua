@@ -21,7 +21,7 @@ local keys = require "luakiq.keys"
 
 local M = {}
 
-M.STATS_DAYS, M.HIST_DAYS = 30, 7
+M.STATS_DAYS, M.HIST_DAYS, M.HISTORY_DAYS = 30, 7, 7
 M.FLUSH = 1 -- seconds between a thread's writes
 M.KINDS = { w = "wait", r = "run" }
 
@@ -77,7 +77,7 @@ end
 -- A thread's accumulator: per queue, per day, the sums and bucket counts not
 -- written yet.
 function M.new()
-  return { pending = {}, flushed = core.mono(), day = nil, day_end = -math.huge, any = false }
+  return { pending = {}, history = {}, flushed = core.mono(), day = nil, day_end = -math.huge, any = false }
 end
 
 local FIELDS = { w = {}, r = {} } -- kind -> upper bound -> its field name
@@ -108,11 +108,47 @@ function M.observe(acc, queue, kind, x, now)
   acc.any = true
 end
 
--- The timing.lua calls for what acc holds (and empties it): when force, or
--- at least M.FLUSH seconds after the last ones. ns: the namespace.
+-- History: n jobs of the worker whose queue is queue processed (kind "p")
+-- or failed ("f") by one call that ended at wall time now, counted in its
+-- UTC minute.
+function M.count(acc, queue, kind, n, now)
+  if n <= 0 then return end
+  local minute = math.floor(now / 60)
+  local per = acc.history[queue]
+  if not per then per = {} acc.history[queue] = per end
+  local f = kind .. ":" .. minute
+  per[f] = (per[f] or 0) + n
+  acc.any = true
+end
+
+-- The history.lua calls for acc's counts, one per queue and UTC day.
+local function history_cmds(acc, ns, cmds)
+  for queue, per in pairs(acc.history) do
+    local by_day = {}
+    for f, n in pairs(per) do
+      local kind, minute = f:match("^(%a):(%d+)$")
+      local day = M.day(tonumber(minute) * 60)
+      local c = by_day[day]
+      if not c then
+        local start = M.day_start(day)
+        c = { script = "history", numkeys = 1, keys.history(ns, queue, day), start + (M.HISTORY_DAYS + 1) * 86400 }
+        by_day[day] = c
+        cmds[#cmds + 1] = c
+      end
+      c[#c + 1] = kind .. ":" .. (tonumber(minute) % 1440)
+      c[#c + 1] = n
+    end
+  end
+  acc.history = {}
+end
+
+-- The timing.lua and history.lua calls for what acc holds (and empties it):
+-- when force, or at least M.FLUSH seconds after the last ones. ns: the
+-- namespace.
 function M.cmds(acc, ns, force)
   if not acc.any or (not force and core.mono() - acc.flushed < M.FLUSH) then return nil end
   local cmds = {}
+  history_cmds(acc, ns, cmds)
   for queue, per in pairs(acc.pending) do
     for day, d in pairs(per) do
       local start = M.day_start(day)
@@ -144,7 +180,7 @@ local warned = -math.huge
 function M.check(cmds, replies)
   for i, c in ipairs(cmds) do
     local r = replies[i]
-    if c.script == "timing" and type(r) == "table" and r.err and core.mono() - warned >= 60 then
+    if (c.script == "timing" or c.script == "history") and type(r) == "table" and r.err and core.mono() - warned >= 60 then
       warned = core.mono()
       require("luakiq.log").warn("timing not recorded: " .. tostring(r.err):match("^[^\n]*"))
     end
@@ -191,6 +227,57 @@ function M.read(conn, cfg, worker, day)
   end
   local s, h = map(r[1]), map(r[2])
   return { worker = w.name, day = day, wait = report("w", s, h), run = report("r", s, h) }
+end
+
+-- Jobs processed and failed per minute, per worker and in total, over the
+-- last `minutes` minutes (the current one, partial, last), summed `step`
+-- minutes per point: {from = unix time of the first minute, step = seconds
+-- per point, by_worker = {NAME = {processed = {...}, failed = {...}}},
+-- total = {...}}. minutes and step may be strings (a query's); raises an
+-- input error for minutes outside 1..7 days or a step outside 1..1440.
+function M.history(conn, cfg, minutes, step, now)
+  local errors = require "luakiq.errors"
+  local max = M.HISTORY_DAYS * 1440
+  local function int(v, what, hi)
+    local x = tonumber(v)
+    if not x or x ~= math.floor(x) or x < 1 or x > hi then
+      errors.input(what .. " must be an integer from 1 to " .. hi .. ", got '" .. tostring(v) .. "'")
+    end
+    return x
+  end
+  minutes, step = int(minutes, "minutes", max), int(step, "step", 1440)
+  local last = math.floor((now or core.now()) / 60)
+  local first = last - minutes + 1
+  local npoints = math.ceil(minutes / step)
+  -- the days the range touches, oldest first
+  local days, cmds, index = {}, {}, {}
+  for d = math.floor(first / 1440), math.floor(last / 1440) do days[#days + 1] = d end
+  for _, w in ipairs(cfg.workers) do
+    for _, d in ipairs(days) do
+      cmds[#cmds + 1] = { "HGETALL", keys.history(cfg.namespace, w.queue_name, M.day(d * 86400)) }
+      index[#cmds] = { w.name, d }
+    end
+  end
+  local replies = #cmds > 0 and conn:pipeline(cmds) or {}
+  local function zeros() local z = json.array() for i = 1, npoints do z[i] = 0 end return z end
+  local by, total = {}, { processed = zeros(), failed = zeros() }
+  for _, w in ipairs(cfg.workers) do by[w.name] = { processed = zeros(), failed = zeros() } end
+  for i, r in ipairs(replies) do
+    if type(r) == "table" and r.err then error("history: " .. r.err, 0) end
+    local name, d = index[i][1], index[i][2]
+    for j = 1, #r, 2 do
+      local kind, m = r[j]:match("^([pf]):(%d+)$")
+      local minute = m and d * 1440 + tonumber(m)
+      if minute and minute >= first and minute <= last then
+        local point = math.floor((minute - first) / step) + 1
+        local field = kind == "p" and "processed" or "failed"
+        local n = tonumber(r[j + 1]) or 0
+        by[name][field][point] = by[name][field][point] + n
+        total[field][point] = total[field][point] + n
+      end
+    end
+  end
+  return { from = first * 60, step = step * 60, by_worker = by, total = total }
 end
 
 -- Cumulative counts at the Prometheus bounds, from a report's histogram.

@@ -501,6 +501,11 @@ function M.handler(cfg, opts)
       return only("POST", A.logout, true)
     elseif parts[1] == "api" then
       if n == 3 and parts[2] == "v1" and parts[3] == "stats" then return only("GET", A.stats) end
+      if n == 3 and parts[2] == "v1" and parts[3] == "history" then
+        return only("GET", function()
+          return reply(200, require("luakiq.timing").history(c.conn(), cfg, q.minutes or 60, q.step or 1))
+        end)
+      end
       if n == 3 and parts[2] == "web" and parts[3] == "dashboard" then return only("GET", A.dashboard) end
       if n == 5 and parts[2] == "v1" and parts[3] == "workers" and parts[5] == "jobs" then
         return only("POST", A.enqueue, false, parts[4])

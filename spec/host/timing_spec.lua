@@ -139,4 +139,60 @@ describe("timing", function()
       assert.truthy(said2:find("timing: all checks passed", 1, true), said2)
     end
   end)
+
+  it("history: jobs processed and failed per minute, by API and on the dashboard's chart", function()
+    -- a worker of its own: payload "fail" fails for good (max_retry_count 0)
+    host.write(dir .. "/workers/H.lua", [[
+return {
+  shards_count = 1, batch_size = 1, max_retry_count = 0,
+  perform = function(batch)
+    for _, payloads in pairs(batch) do if payloads[1] == "fail" then error("no") end end
+  end,
+}]])
+    local at = NOON + 30 -- 12:00:30 of DAY
+    local env = env_at(at)
+    host.enqueue(dir, "H", { { id = "1", payload = "ok" }, { id = "2", payload = "ok" }, { id = "3", payload = "ok" },
+                             { id = "4", payload = "fail" }, { id = "5", payload = "fail" } }, env)
+    local port = core.free_port()
+    proc = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port, env)
+    local base = "http://127.0.0.1:" .. port
+    local v = host.eventually(function()
+      local okr, st, _, hv = pcall(web.request, base, "GET", "/api/v1/history?minutes=5")
+      if not okr or st ~= 200 then return nil end
+      local sum = 0
+      for _, n in ipairs(hv.by_worker.H.processed) do sum = sum + n end
+      for _, n in ipairs(hv.by_worker.H.failed) do sum = sum + n end
+      return sum == 5 and hv
+    end, 15, "5 jobs in the history")
+    -- 5 points of a minute each, the last the current minute
+    assert.are.equal(60, v.step)
+    assert.are.equal(5, #v.total.processed)
+    local minute = math.floor((at + 0) / 60) * 60
+    assert.is_true(v.from == minute - 4 * 60 or v.from == minute - 3 * 60, "from " .. v.from) -- (a minute may pass)
+    local p, f = 0, 0
+    for i = 1, 5 do p, f = p + v.by_worker.H.processed[i], f + v.by_worker.H.failed[i] end
+    assert.are.same({ 3, 2 }, { p, f })
+    assert.are.same(v.by_worker.H, v.total) -- T did nothing
+    assert.are.same({ 0, 0, 0, 0, 0 }, v.by_worker.T.processed)
+    -- steps sum minutes: the last 7 days in hours
+    local _, _, week = web.request(base, "GET", "/api/v1/history?minutes=10080&step=60")
+    assert.are.equal(168, #week.total.processed)
+    assert.are.equal(3600, week.step)
+    local wp = 0
+    for _, n in ipairs(week.total.processed) do wp = wp + n end
+    assert.are.equal(3, wp)
+    -- kept 7 days (the key expires 8 days after its day began)
+    assert.are.equal(timing.day_start(DAY) + 8 * 86400, srv.conn:call("EXPIRETIME", "luakiq:{H}:history:" .. DAY))
+    -- bad parameters
+    for _, bad in ipairs { "minutes=0", "minutes=10081", "minutes=x", "step=0", "step=1441", "minutes=1.5" } do
+      local st, text = web.request(base, "GET", "/api/v1/history?" .. bad)
+      assert.are.equal(400, st, bad .. ": " .. text)
+    end
+    if host.sh("test -x /usr/bin/chromium && command -v node >/dev/null && test -d tools/web-test/node_modules") then
+      local pr = io.popen("cd tools/web-test && node history.test.js " .. q(base) .. " 3 2 2>&1")
+      local said = pr:read("*a")
+      pr:close()
+      assert.truthy(said:find("history: all checks passed", 1, true), said)
+    end
+  end)
 end)

@@ -64,6 +64,30 @@ describe("a thread's accumulator", function()
   end)
 end)
 
+describe("history counts", function()
+  it("go to the UTC minute and day their call ended in", function()
+    local acc = timing.new()
+    local midnight = timing.day_start("2030-03-11")
+    timing.count(acc, "Q", "p", 3, midnight - 61)  -- 23:58:59
+    timing.count(acc, "Q", "p", 2, midnight - 1)   -- 23:59:59
+    timing.count(acc, "Q", "f", 1, midnight - 0.5)
+    timing.count(acc, "Q", "p", 4, midnight + 60)  -- 00:01:00 next day
+    timing.count(acc, "Q", "f", 0, midnight + 60)  -- nothing
+    local cmds = timing.cmds(acc, "ns", true)
+    local by = {}
+    for _, c in ipairs(cmds) do
+      assert.are.equal("history", c.script)
+      local fields = {}
+      for i = 3, #c, 2 do fields[c[i]] = c[i + 1] end
+      by[c[1]] = { expire = c[2], fields = fields }
+    end
+    assert.are.same({ ["p:1438"] = 3, ["p:1439"] = 2, ["f:1439"] = 1 }, by["ns:{Q}:history:2030-03-10"].fields)
+    assert.are.same({ ["p:1"] = 4 }, by["ns:{Q}:history:2030-03-11"].fields)
+    assert.are.equal(midnight + 8 * 86400, by["ns:{Q}:history:2030-03-11"].expire)
+    assert.is_nil(timing.cmds(acc, "ns", true))
+  end)
+end)
+
 describe("Prometheus buckets", function()
   it("are cumulative sums of the stored buckets at the fixed bounds", function()
     local rep = { count = 4, histogram = {
