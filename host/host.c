@@ -48,6 +48,7 @@ static struct {
     int ready;                    /* every worker thread has started */
     struct event *watch_ev;
     struct event *renew_ev;
+    struct event *tick_ev;        /* plan->tick (the hosts heartbeat) */
     store *renew_store;           /* main thread's own connection, for renewals */
 } host;
 
@@ -242,6 +243,12 @@ void host_catch_signals(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+/* Timer, every plan->tick_ms: the plan's periodic main-thread work. */
+static void host_on_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what; (void)arg;
+    host.plan->tick(host.plan->tick_ud);
+}
+
 int host_signalled(void) { return host.terms + host.ints > 0 || host_early_sig != 0; }
 
 static void host_on_done(evutil_socket_t fd, short what, void *arg) {
@@ -309,6 +316,14 @@ int host_run(const struct host_plan *plan) {
     struct timeval watch_tv = {0, 100000};
     host.watch_ev = event_new(host.base, -1, EV_PERSIST, host_on_watch, NULL);
     event_add(host.watch_ev, &watch_tv);
+    if (plan->tick && plan->tick_ms > 0) {
+        struct timeval tv = {plan->tick_ms / 1000, (plan->tick_ms % 1000) * 1000};
+        host.tick_ev = event_new(host.base, -1, EV_PERSIST, host_on_tick, NULL);
+        event_add(host.tick_ev, &tv);
+        /* and once at the start: a host shows up at once, not a tick later */
+        struct timeval now_tv = {0, 0};
+        event_base_once(host.base, -1, EV_TIMEOUT, host_on_tick, NULL, &now_tv);
+    }
     if (runner_stopping()) {
         /* a TERM or INT came before the loop (host_catch_signals) */
         log_fmt(LOG_INFO, "%s before the start: stopping; nothing was taken",
@@ -328,6 +343,7 @@ int host_run(const struct host_plan *plan) {
     for (int i = 0; i < 3; i++) event_free(sev[i]);
     event_free(host.done_ev);
     if (host.renew_ev) event_free(host.renew_ev);
+    if (host.tick_ev) event_free(host.tick_ev);
     event_free(host.watch_ev);
     store_close(host.renew_store);
     event_base_free(host.base);

@@ -20,6 +20,9 @@ struct host_plan {
     size_t web_max_body;          /* request bodies over this get 413 */
     web_handler web_handle;       /* called on the main thread for every request */
     void *web_ud;
+    void (*tick)(void *ud);       /* called on the main thread every tick_ms (NULL: never) */
+    void *tick_ud;
+    long tick_ms;                 /* also once right after the threads start */
 };
 
 /* Runs the worker threads until they stop (TERM/INT, fatal error, or all of

@@ -82,8 +82,30 @@ static int hostlua_web_handle(void *ud, const struct web_request *req, struct we
     return rc;
 }
 
+/* The periodic Lua function of the plan (tick = {fn = f, ms = n}): called on
+ * the main thread by host.c's timer, like the web handler (the main VM is
+ * parked in core.host_run). An error is logged, at most once a minute. */
+struct hostlua_tick { lua_State *L; int ref; double logged; };
+
+static void hostlua_tick(void *ud) {
+    struct hostlua_tick *t = ud;
+    lua_State *L = t->L;
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref);
+    if (vm_pcall(L, 0, 0) != 0) {
+        double now = runner_monotonic();
+        if (now - t->logged >= 60) {
+            const char *msg = lua_tostring(L, -1);
+            log_fmt(LOG_WARN, "tick: %s", msg ? msg : "(error object is not a string)");
+            t->logged = now;
+        }
+    }
+    lua_settop(L, top);
+}
+
 /* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread},
- *               dump_path = p, web = {addr = "ADDR:PORT", handler = fn(req), max_body = n}}
+ *               dump_path = p, web = {addr = "ADDR:PORT", handler = fn(req), max_body = n},
+ *               tick = {fn = f, ms = n}}
  *   -> exit code, stuck, signalled. Main thread only; blocks until the host
  * stops. stuck: {record = (core.call_begin's), parked = bool} of the calls
  * that could not be stopped at their timeout, whose threads still run, and
@@ -159,9 +181,27 @@ static int hostlua_run(lua_State *L) {
             plan.web_addr = NULL;
         }
     }
+    lua_pop(L, 1);
+    struct hostlua_tick tick = {L, LUA_NOREF, -1e9};
+    lua_getfield(L, 1, "tick");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "ms");
+        plan.tick_ms = (long)lua_tonumber(L, -1);
+        lua_pop(L, 1);
+        lua_getfield(L, -1, "fn");
+        if (lua_isfunction(L, -1) && plan.tick_ms > 0) {
+            tick.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+            plan.tick = hostlua_tick;
+            plan.tick_ud = &tick;
+        } else {
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
     if (ok) core_install_timeouts();
     int code = ok ? host_run(&plan) : 2;
     if (web.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, web.ref);
+    if (tick.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, tick.ref);
     free(boots); free(prefixes); free(threads);
     if (!ok) return luaL_error(L, "host_run: boots must be strings");
     char **stuck;

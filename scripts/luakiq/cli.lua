@@ -25,6 +25,7 @@ usage: luakiq COMMAND ...
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
   schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
+  hosts DIR                            the running hosts: threads, shards, calls (JSON lines)
   timing DIR WORKER [--day YYYY-MM-DD] wait and run times of one UTC day: count, mean, std, histogram (JSON)
   admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...
                                        bulk actions on queued jobs
@@ -77,6 +78,11 @@ nowhere: exit 1.]],
 perform-now: every queued job becomes due now; kill-failed: queued jobs that
 failed at least once go to the morgue; delete-failed: they are deleted;
 delete: the given queued ids are deleted. Prints what was done as JSON.]],
+  hosts = [[usage: luakiq hosts DIR [--redis URL]
+Prints one JSON line per running host (every host that beat within 10 s):
+{"hostname","pid","version","started","web","token","seen","threads":[{"thread","jobs",
+"shards":[{"worker","shard"}...],"calls":[{"worker","shard","running","timeout","waiting"}...]}...]}.
+A host beats every 2 s; one that stops leaves at once (docs/operations.md, "Hosts").]],
   timing = [[usage: luakiq timing DIR WORKER [--day YYYY-MM-DD] [--redis URL]
 Prints one JSON object for WORKER and one UTC day (default today):
 {"day","worker","wait":{...},"run":{...}}, each {"count","mean","std","sum",
@@ -268,6 +274,14 @@ function commands.schedules(argv)
   return 0
 end
 
+function commands.hosts(argv)
+  local pos, opt = parse(argv, 2, { redis = true })
+  if not pos[1] or pos[2] then usage("usage: luakiq hosts DIR") end
+  local cfg, conn = open(pos[1], opt, true)
+  for _, h in ipairs(require("luakiq.hosts").list(conn, cfg.namespace)) do print_json(h) end
+  return 0
+end
+
 function commands.timing(argv)
   local pos, opt = parse(argv, 2, { redis = true, day = true })
   local dir, worker = pos[1], pos[2]
@@ -390,6 +404,15 @@ function commands.run(argv)
   end
   log.info(string.format("luakiq %s starting: %d threads, %d workers, Redis %s, pid %d",
     require("luakiq").version, #groups, #cfg.workers, runtime.redact(cfg.redis), core.getpid()))
+  -- The heartbeat (luakiq.hosts): from the main loop's timer, on a
+  -- connection of its own with a short timeout (the loop waits while it does).
+  local hosts, started, beat_conn = require "luakiq.hosts", core.now(), nil
+  local function beat(leave)
+    if beat_conn and beat_conn:broken() and not beat_conn:reconnect() then beat_conn:close() beat_conn = nil end
+    if not beat_conn then beat_conn = assert(core.connect(cfg.redis, 1)) end
+    if leave then return hosts.leave(beat_conn, cfg.namespace, token) end
+    hosts.beat(beat_conn, cfg.namespace, token, hosts.info(groups, started, cfg.web))
+  end
   local code, stuck, signalled = core.host_run {
     boots = boots, routes = routes, redis = cfg.redis,
     wake_channel = keys.wake_channel(cfg.namespace),
@@ -399,7 +422,14 @@ function commands.run(argv)
       addr = cfg.web, max_body = require("luakiq.web").MAX_BODY,
       handler = require("luakiq.web").handler(cfg, { token = web_token, threads = #groups }),
     } or nil,
+    tick = { ms = hosts.BEAT * 1000, fn = function()
+      local ok, e = pcall(beat)
+      if not ok then error("hosts heartbeat: " .. tostring(e), 0) end -- logged at most once a minute
+    end },
   }
+  local okl, lerr = pcall(beat, true) -- gone from the hosts list at once
+  if not okl then log.warn("could not leave the hosts list (" .. tostring(lerr) .. "); it drops this host in " ..
+    hosts.TIMEOUT .. " s") end
   if #stuck > 0 then return replace(cfg, argv, token, stuck, signalled, code) end
   local fatal = core.fatal_message()
   if fatal then

@@ -281,6 +281,22 @@ return [==[<!doctype html>
             h("td", { text: c.waiting ? "waiting (I/O)" : "on CPU" }),
             h("td", { class: "n", text: c.running.toFixed(1) + " s" }), h("td", { class: "n", text: fmtNum(c.timeout) + " s" }));
         }))),
+      h("h2", { text: "Hosts" }),
+      h("table", { id: "hosts" },
+        h("thead", null, h("tr", null, ["Host", "Version", "Started", "Threads: shards \u00b7 calls running"]
+          .map(function (x) { return h("th", { text: x }); }))),
+        h("tbody", null, (d.hosts || []).map(function (o) {
+          return h("tr", { "data-host": o.hostname + ":" + o.pid },
+            h("td", { text: o.hostname + ":" + o.pid + (o.web ? " (web " + o.web + ")" : "") }),
+            h("td", { text: o.version }), h("td", { text: fmtTime(o.started) }),
+            h("td", null, o.threads.map(function (t) {
+              var shards = t.shards.map(function (x) { return x.worker + x.shard; }).join(", ");
+              var calls = t.calls.map(function (c) {
+                return c.worker + c.shard + " " + c.running.toFixed(1) + " s" + (c.waiting ? " (I/O)" : "");
+              }).join(", ");
+              return h("div", { "data-thread": t.thread, text: t.thread + ": " + shards + (calls ? " \u00b7 " + calls : "") });
+            })));
+        }))),
       h("div", { id: "schedules-box" }, (d.schedules || []).length === 0 ? null : [
         h("h2", { text: "Recurring jobs" }),
         h("table", { id: "schedules" },

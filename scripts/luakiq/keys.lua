@@ -37,6 +37,9 @@ function M.timing(ns, queue, day)
 end
 -- history: a queue's jobs processed and failed per minute of one UTC day.
 function M.history(ns, queue, day) return ns .. ":{" .. queue .. "}:history:" .. day end
+-- the running hosts: ZSET token -> last beat (ms, Redis's clock), HASH
+-- token -> JSON (luakiq.hosts); one slot for both.
+function M.hosts(ns) return ns .. ":{hosts}:beats", ns .. ":{hosts}:info" end
 -- HASH queue -> "1" for paused queues (a key of its own slot: pause.lua).
 function M.paused(ns) return ns .. ":paused" end
 

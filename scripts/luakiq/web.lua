@@ -248,6 +248,7 @@ local function api(ctx)
     return reply(200, {
       queues = queues, total = total, redis_info = redis_info(conn), calls = calls,
       schedules = json.array(admin.schedules(conn, cfg, core.now())),
+      hosts = require("luakiq.hosts").list(conn, cfg.namespace),
       host = { version = require("luakiq").version, pid = core.getpid(), threads = ctx.threads,
                rss = core.rss(), now = core.now(), auth = ctx.token ~= nil },
     })
@@ -501,6 +502,11 @@ function M.handler(cfg, opts)
       return only("POST", A.logout, true)
     elseif parts[1] == "api" then
       if n == 3 and parts[2] == "v1" and parts[3] == "stats" then return only("GET", A.stats) end
+      if n == 3 and parts[2] == "v1" and parts[3] == "hosts" then
+        return only("GET", function()
+          return reply(200, { hosts = require("luakiq.hosts").list(c.conn(), cfg.namespace) })
+        end)
+      end
       if n == 3 and parts[2] == "v1" and parts[3] == "history" then
         return only("GET", function()
           return reply(200, require("luakiq.timing").history(c.conn(), cfg, q.minutes or 60, q.step or 1))

@@ -131,13 +131,8 @@ describe("timing", function()
     os.remove(f .. ".out")
     assert.is_true(ok, "promtool check metrics: " .. tostring(said))
     -- the dashboard's Timing tab, in headless Chromium
-    if host.sh("test -x /usr/bin/chromium && command -v node >/dev/null && test -d tools/web-test/node_modules") then
-      local expect = json.encode { wait = { count = 5, rows = { 120, 14400 } }, run = { count = 5, rows = { 0.1, 0.5, 2 } } }
-      local p = io.popen("cd tools/web-test && node timing.test.js " .. q(base) .. " T " .. DAY .. " " .. q(expect) .. " 2>&1")
-      local said2 = p:read("*a")
-      p:close()
-      assert.truthy(said2:find("timing: all checks passed", 1, true), said2)
-    end
+    web.browser_test("timing", base, "T", DAY,
+      json.encode { wait = { count = 5, rows = { 120, 14400 } }, run = { count = 5, rows = { 0.1, 0.5, 2 } } })
   end)
 
   it("history: jobs processed and failed per minute, by API and on the dashboard's chart", function()
@@ -188,11 +183,6 @@ return {
       local st, text = web.request(base, "GET", "/api/v1/history?" .. bad)
       assert.are.equal(400, st, bad .. ": " .. text)
     end
-    if host.sh("test -x /usr/bin/chromium && command -v node >/dev/null && test -d tools/web-test/node_modules") then
-      local pr = io.popen("cd tools/web-test && node history.test.js " .. q(base) .. " 3 2 2>&1")
-      local said = pr:read("*a")
-      pr:close()
-      assert.truthy(said:find("history: all checks passed", 1, true), said)
-    end
+    web.browser_test("history", base, 3, 2)
   end)
 end)

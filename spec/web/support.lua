@@ -105,6 +105,21 @@ function M.start(dir, env, extra)
   error("no free port for the web listener", 0)
 end
 
+-- Runs tools/web-test/NAME.test.js ARGS... in headless Chromium and asserts
+-- it passed ("NAME: all checks passed"). Does nothing where Chromium, node or
+-- playwright-core are missing (tools/install-deps.sh --test installs them;
+-- spec/web/dashboard_spec.lua reports them as pending).
+function M.browser_test(name, ...)
+  if not host.sh("test -x /usr/bin/chromium && command -v node >/dev/null && " ..
+                 "test -d tools/web-test/node_modules/playwright-core") then return end
+  local args = {}
+  for i, a in ipairs { ... } do args[i] = q(tostring(a)) end
+  local p = io.popen("cd tools/web-test && node " .. name .. ".test.js " .. table.concat(args, " ") .. " 2>&1")
+  local said = p:read("*a")
+  p:close()
+  assert(said:find(name .. ": all checks passed", 1, true), said)
+end
+
 -- JSON lines -> array of decoded values.
 -- Stops a host started by M.start (TERM, then KILL after 10 s) and removes
 -- its script directory.
