@@ -388,6 +388,8 @@ function commands.run(argv)
   if not conn then connect_failed(cerr) end
   local ok, rerr = runtime.register(conn, cfg)
   if not ok then usage(rerr) end
+  local evicts = runtime.eviction_warning(runtime.maxmemory_policy(conn))
+  if evicts then log.warn(evicts) end
   if cfg.on_server_init then cfg.on_server_init() end
   -- the lease token: HOST:PID:RANDOM (a job in flight names its host by it)
   local token = core.hostname() .. ":" .. core.getpid() .. ":" .. core.token()

@@ -54,6 +54,7 @@ return [==[<!doctype html>
   #toast { position:fixed; right:16px; bottom:16px; padding:8px 12px; border-radius:6px; background:#1d2330; color:#fff; display:none; max-width:50ch; }
   .muted { color:var(--muted); }
   tr.late td { background:#fff1d6; color:#8a5a00; font-weight:600; }
+  p.warning { background:#fff1d6; color:#8a5a00; border:1px solid #e8c77a; border-radius:6px; padding:8px 10px; font-weight:600; }
 </style>
 </head>
 <body>
@@ -247,6 +248,8 @@ return [==[<!doctype html>
     });
     var canvas = h("canvas", { id: "chart", width: 1200, height: 180 });
     viewEl.replaceChildren(
+      h("div", { id: "eviction-box" },
+        r.eviction_warning ? h("p", { class: "warning", id: "eviction-warning", text: r.eviction_warning }) : null),
       h("div", { class: "cards", id: "totals" },
         card("Processed", fmtNum(t.processed), "total-processed"), card("Failed", fmtNum(t.failed), "total-failed"),
         card("Lag", fmtLag(t.lag), "total-lag"), card("Busy", fmtNum(t.busy), "total-busy"),

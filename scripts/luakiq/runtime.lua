@@ -60,6 +60,22 @@ function M.connect(cfg, retry_for)
   end
 end
 
+-- One line when Redis may evict keys (maxmemory-policy other than
+-- noeviction): full, it would delete keys, jobs among them, without an error.
+-- nil when it will not (or INFO does not say).
+function M.eviction_warning(policy)
+  if policy and policy ~= "" and policy ~= "noeviction" then
+    return "Redis maxmemory-policy is " .. policy .. ": once Redis is full it deletes keys, jobs among them, " ..
+      "without an error; set maxmemory-policy noeviction (docs/operations.md, 'Redis memory')"
+  end
+end
+
+-- Redis's maxmemory-policy from INFO memory, or nil.
+function M.maxmemory_policy(conn)
+  local ok, text = pcall(conn.call, conn, "INFO", "memory")
+  return ok and type(text) == "string" and text:match("maxmemory_policy:([%w%-]+)") or nil
+end
+
 -- Records each worker's shards_count in the queue registry; refuses a worker
 -- whose count differs from the stored one (its ids would land in other shards).
 function M.register(conn, cfg)

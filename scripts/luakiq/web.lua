@@ -217,6 +217,8 @@ local function api(ctx)
       connected_clients = tonumber(info.connected_clients),
       used_memory_human = info.used_memory_human,
       used_memory_peak_human = info.used_memory_peak_human,
+      maxmemory_policy = info.maxmemory_policy,
+      eviction_warning = require("luakiq.runtime").eviction_warning(info.maxmemory_policy),
     }
   end
 

@@ -156,6 +156,34 @@ describe("Redis unreachable at start-up", function()
   end)
 end)
 
+describe("Redis that may evict keys", function()
+  it("a maxmemory-policy other than noeviction: one warning line at start, and on the dashboard", function()
+    local web = require "web.support"
+    for _, policy in ipairs { "allkeys-lru", "noeviction" } do
+      srv.conn:call("CONFIG", "SET", "maxmemory-policy", policy)
+      local dir = S.dir("threads_per_node = 1")
+      local p, base = web.start(dir, "REDIS_URL=" .. srv.url)
+      local ok, err = pcall(function()
+        local _, _, v = web.request(base, "GET", "/api/web/dashboard")
+        assert.are.equal(policy, v.redis_info.maxmemory_policy)
+        local _, n = p:log():gsub("maxmemory%-policy is ", "")
+        if policy == "noeviction" then
+          assert.are.equal(0, n, p:log())
+          assert.is_nil(v.redis_info.eviction_warning)
+        else
+          assert.are.equal(1, n, p:log())
+          assert.truthy(p:log():match("warn [^\n]*Redis maxmemory%-policy is allkeys%-lru: once Redis is full it " ..
+            "deletes keys, jobs among them, without an error; set maxmemory%-policy noeviction"), p:log())
+          assert.truthy(v.redis_info.eviction_warning:find("allkeys-lru", 1, true))
+        end
+        web.browser_test("eviction", base, policy)
+      end)
+      web.stop(p, dir)
+      assert(ok, err)
+    end
+  end)
+end)
+
 describe("a lost fetch reply (fetch.lua, by batch id)", function()
   it("redelivers the batch in flight instead of fetching more, and acks only by its id", function()
     local dir = S.dir("", { shards = 1 })
