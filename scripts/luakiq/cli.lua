@@ -87,7 +87,7 @@ A host beats every 2 s; one that stops leaves at once (docs/operations.md, "Host
 Prints one JSON object for WORKER and one UTC day (default today):
 {"day","worker","wait":{...},"run":{...}}, each {"count","mean","std","sum",
 "histogram":[{"from","to","count"},...]} in seconds. wait: from when a job was
-due to when a host fetched it; run: one perform call. Kept 30 days, the
+due to the start of its call; run: one perform call. Kept 30 days, the
 histograms 7 (docs/operations.md, "Timing").]],
   lua = [[usage: luakiq lua FILE [ARG...]
 Runs FILE in the host's Lua runtime (LuaJIT, the luakiq modules); `arg` holds the arguments.]],
@@ -266,20 +266,21 @@ function commands.jobs(argv)
   return 0
 end
 
-function commands.schedules(argv)
+-- `luakiq NAME DIR`: prints list(cfg, conn) as JSON lines.
+local function lines_command(argv, list)
   local pos, opt = parse(argv, 2, { redis = true })
-  if not pos[1] or pos[2] then usage("usage: luakiq schedules DIR") end
+  if not pos[1] or pos[2] then usage("usage: luakiq " .. argv[1] .. " DIR") end
   local cfg, conn = open(pos[1], opt, true)
-  for _, s in ipairs(require("luakiq.admin").schedules(conn, cfg, core.now())) do print_json(s) end
+  for _, v in ipairs(list(cfg, conn)) do print_json(v) end
   return 0
 end
 
+function commands.schedules(argv)
+  return lines_command(argv, function(cfg, conn) return require("luakiq.admin").schedules(conn, cfg, core.now()) end)
+end
+
 function commands.hosts(argv)
-  local pos, opt = parse(argv, 2, { redis = true })
-  if not pos[1] or pos[2] then usage("usage: luakiq hosts DIR") end
-  local cfg, conn = open(pos[1], opt, true)
-  for _, h in ipairs(require("luakiq.hosts").list(conn, cfg.namespace)) do print_json(h) end
-  return 0
+  return lines_command(argv, function(cfg, conn) return require("luakiq.hosts").list(conn, cfg.namespace) end)
 end
 
 function commands.timing(argv)
@@ -407,13 +408,11 @@ function commands.run(argv)
   log.info(string.format("luakiq %s starting: %d threads, %d workers, Redis %s, pid %d",
     require("luakiq").version, #groups, #cfg.workers, runtime.redact(cfg.redis), core.getpid()))
   -- The heartbeat (luakiq.hosts): from the main loop's timer, on a
-  -- connection of its own with a short timeout (the loop waits while it does).
-  local hosts, started, beat_conn = require "luakiq.hosts", core.now(), nil
+  -- connection of its own with a 1 s timeout (the loop waits while it does).
+  local hosts, started, beat_conn = require "luakiq.hosts", core.now(), runtime.lazy_conn(cfg.redis, 1)
   local function beat(leave)
-    if beat_conn and beat_conn:broken() and not beat_conn:reconnect() then beat_conn:close() beat_conn = nil end
-    if not beat_conn then beat_conn = assert(core.connect(cfg.redis, 1)) end
-    if leave then return hosts.leave(beat_conn, cfg.namespace, token) end
-    hosts.beat(beat_conn, cfg.namespace, token, hosts.info(groups, started, cfg.web))
+    if leave then return hosts.leave(beat_conn(), cfg.namespace, token) end
+    hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web))
   end
   local code, stuck, signalled = core.host_run {
     boots = boots, routes = routes, redis = cfg.redis,

@@ -83,7 +83,8 @@ end
 -- Pending unit releases (concurrency) ride after the acks, one
 -- units_release.lua call per queue: their replies come after the acks'.
 -- The thread's timing observations (luakiq.timing) ride last, at most once a
--- second (force: now, when there are any).
+-- second (force: now, when there are any); the third result is the index of
+-- the first of them (nil: none).
 local function pending_acks(t, except, force)
   local cmds, hs = {}, {}
   for h in pairs(t.pending) do
@@ -94,9 +95,12 @@ local function pending_acks(t, except, force)
   end
   for q, members in pairs(t.releases) do cmds[#cmds + 1] = flow.release_cmd(t, q, members) end
   t.releases = {}
-  local tcmds = timing.cmds(t.timing, t.cfg.namespace, force)
-  if tcmds then for _, c in ipairs(tcmds) do cmds[#cmds + 1] = c end end
-  return cmds, hs
+  local tcmds, tfrom = timing.cmds(t.timing, t.cfg.namespace, force), nil
+  if tcmds then
+    tfrom = #cmds + 1
+    for _, c in ipairs(tcmds) do cmds[#cmds + 1] = c end
+  end
+  return cmds, hs, tfrom
 end
 
 -- Takes in h's fetch.lua reply: h.batch (the id of its batch in flight) and
@@ -123,9 +127,9 @@ end
 -- Sends the pending acks (if any) alone; used before sleeping and at stop.
 local function flush(t)
   if not next(t.pending) and not next(t.releases) and not t.timing.any then return end
-  local cmds, hs = pending_acks(t, nil, true)
+  local cmds, hs, tfrom = pending_acks(t, nil, true)
   local r = t.conn:pipeline(cmds)
-  timing.check(cmds, r)
+  timing.check(cmds, r, tfrom)
   t.pending = {}
   for i, h in ipairs(hs) do took(t, h, r[i]) end
 end
@@ -455,14 +459,14 @@ end
 -- unacked (what a kill -9 would rerun).
 local function process(t, h)
   local ack_same = t.pending[h] ~= nil
-  local cmds, acked = pending_acks(t, h)
+  local cmds, acked, tfrom = pending_acks(t, h)
   cmds[#cmds + 1] = queue.fetch_cmd(h, t, h.def.fetch_size, ack_same)
   local nfetch = #cmds
   -- a throttled worker's snapshot of the running calls, in the same round trip
   if h.def.throttle then cmds[#cmds + 1] = flow.read_cmd(t, h) end
   local sent = core.mono()
   local replies = t.conn:pipeline(cmds)
-  timing.check(cmds, replies)
+  timing.check(cmds, replies, tfrom)
   -- fetch.lua leased the shard for lease_ttl from no earlier than now: the
   -- calls of this fetch hold it until then, or as the renewals extend it
   h.lease_until = sent + t.cfg.lease_ttl

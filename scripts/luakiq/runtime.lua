@@ -60,6 +60,24 @@ function M.connect(cfg, retry_for)
   end
 end
 
+-- A connection made on first use and re-made after an I/O error, for the main
+-- thread's own work (the web API, the hosts heartbeat): while it waits, the
+-- main loop waits too, hence a short timeout. Returns get() (the connection,
+-- or raises why there is none) and broken() (the last one met an I/O error).
+function M.lazy_conn(url, timeout)
+  local conn
+  local function get()
+    if conn and conn:broken() and not conn:reconnect() then conn:close() conn = nil end
+    if not conn then
+      local err
+      conn, err = core.connect(url, timeout)
+      if not conn then error(err, 0) end
+    end
+    return conn
+  end
+  return get, function() return conn ~= nil and conn:broken() end
+end
+
 -- One line when Redis may evict keys (maxmemory-policy other than
 -- noeviction): full, it would delete keys, jobs among them, without an error.
 -- nil when it will not (or INFO does not say).

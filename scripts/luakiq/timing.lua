@@ -176,10 +176,12 @@ end
 -- Logs (at most once a minute) a timing.lua call of cmds that failed in
 -- replies (the pipeline's answers to cmds): timing never stops a job, but a
 -- failure must not go unseen.
+-- from: the index of the first of them in cmds (nil: none was sent).
 local warned = -math.huge
-function M.check(cmds, replies)
-  for i, c in ipairs(cmds) do
-    local r = replies[i]
+function M.check(cmds, replies, from)
+  if not from then return end
+  for i = from, #cmds do
+    local c, r = cmds[i], replies[i]
     if (c.script == "timing" or c.script == "history") and type(r) == "table" and r.err and core.mono() - warned >= 60 then
       warned = core.mono()
       require("luakiq.log").warn("timing not recorded: " .. tostring(r.err):match("^[^\n]*"))
@@ -216,17 +218,30 @@ end
 -- {worker, day, wait = {count, mean, std, sum, histogram = {{from, to,
 -- count}...}}, run = {...}}. Raises an input error for a bad day.
 function M.read(conn, cfg, worker, day)
+  return M.read_all(conn, cfg, { worker }, day)[1]
+end
+
+-- The reports of several workers (names) for one day, in one round trip.
+function M.read_all(conn, cfg, names, day)
   local errors = require "luakiq.errors"
-  local w = require("luakiq.admin").worker_of(cfg, worker)
   day = day or M.day(core.now())
   if not M.day_start(day) then errors.input("day must be YYYY-MM-DD, got '" .. tostring(day) .. "'") end
-  local ks, kh = keys.timing(cfg.namespace, w.queue_name, day)
-  local r = conn:pipeline { { "HGETALL", ks }, { "HGETALL", kh } }
+  local ws, cmds = {}, {}
+  for i, name in ipairs(names) do
+    ws[i] = require("luakiq.admin").worker_of(cfg, name)
+    local ks, kh = keys.timing(cfg.namespace, ws[i].queue_name, day)
+    cmds[2 * i - 1], cmds[2 * i] = { "HGETALL", ks }, { "HGETALL", kh }
+  end
+  local r = #cmds > 0 and conn:pipeline(cmds) or {}
   for _, x in ipairs(r) do
     if type(x) == "table" and x.err then error("timing: " .. x.err, 0) end
   end
-  local s, h = map(r[1]), map(r[2])
-  return { worker = w.name, day = day, wait = report("w", s, h), run = report("r", s, h) }
+  local out = {}
+  for i, w in ipairs(ws) do
+    local s, h = map(r[2 * i - 1]), map(r[2 * i])
+    out[i] = { worker = w.name, day = day, wait = report("w", s, h), run = report("r", s, h) }
+  end
+  return out
 end
 
 -- Jobs processed and failed per minute, per worker and in total, over the

@@ -12,6 +12,7 @@ local core = require "luakiq.core"
 local errors = require "luakiq.errors"
 local json = require "luakiq.json"
 local log = require "luakiq.log"
+local runtime = require "luakiq.runtime"
 
 local M = {}
 
@@ -210,7 +211,7 @@ local function api(ctx)
     local info = {}
     for k, v in text:gmatch("([%w_]+):([^\r\n]*)") do info[k] = v end
     return {
-      url = require("luakiq.runtime").redact(cfg.redis),
+      url = runtime.redact(cfg.redis),
       version = info.redis_version,
       uptime_in_seconds = tonumber(info.uptime_in_seconds),
       uptime_in_days = tonumber(info.uptime_in_days),
@@ -218,7 +219,7 @@ local function api(ctx)
       used_memory_human = info.used_memory_human,
       used_memory_peak_human = info.used_memory_peak_human,
       maxmemory_policy = info.maxmemory_policy,
-      eviction_warning = require("luakiq.runtime").eviction_warning(info.maxmemory_policy),
+      eviction_warning = runtime.eviction_warning(info.maxmemory_policy),
     }
   end
 
@@ -371,9 +372,10 @@ local function api(ctx)
       -- today's wait and run times (UTC day: the counters start again at 00:00)
       local timing = require "luakiq.timing"
       local okt, err = pcall(function()
-        local lines = { wait = {}, run = {} }
-        for _, w in ipairs(cfg.workers) do
-          local rep, label = timing.read(c.conn(), cfg, w.name), 'worker="' .. label_value(w.name) .. '"'
+        local lines, names = { wait = {}, run = {} }, {}
+        for i, w in ipairs(cfg.workers) do names[i] = w.name end
+        for i, rep in ipairs(timing.read_all(c.conn(), cfg, names)) do
+          local label = 'worker="' .. label_value(names[i]) .. '"'
           for _, kind in ipairs { "wait", "run" } do
             local name, r, l = "luakiq_job_" .. kind .. "_seconds", rep[kind], lines[kind]
             for _, b in ipairs(timing.prom_buckets(r)) do
@@ -390,7 +392,7 @@ local function api(ctx)
         for _, kind in ipairs { "wait", "run" } do
           local name = "luakiq_job_" .. kind .. "_seconds"
           out[#out + 1] = "# HELP " .. name .. " " .. (kind == "wait" and
-            "Seconds from when a job was due to when a host fetched it, today (UTC; all hosts)." or
+            "Seconds from when a job was due to the start of its call, today (UTC; all hosts)." or
             "Seconds one perform call ran, today (UTC; all hosts).")
           out[#out + 1] = "# TYPE " .. name .. " histogram"
           for _, l in ipairs(err[kind]) do out[#out + 1] = l end
@@ -440,21 +442,10 @@ function M.handler(cfg, opts)
   opts = opts or {}
   local ctx = { cfg = cfg, token = opts.token, threads = opts.threads }
   local A = api(ctx)
-  local conn
   local c = {}
-  -- This VM's own connection for the web, made on first use and re-made after
-  -- an I/O error. A short timeout: while it waits, the main loop waits too.
-  function c.conn()
-    if conn and conn:broken() then
-      if not conn:reconnect() then conn:close() conn = nil end
-    end
-    if not conn then
-      local err
-      conn, err = core.connect(cfg.redis, math.min(cfg.redis_timeout or 10, 5))
-      if not conn then error(err, 0) end
-    end
-    return conn
-  end
+  -- This VM's own connection for the web (runtime.lazy_conn).
+  local conn_broken
+  c.conn, conn_broken = runtime.lazy_conn(cfg.redis, math.min(cfg.redis_timeout or 10, 5))
 
   local function route(req)
     local method = req.method == "HEAD" and "GET" or req.method
@@ -558,7 +549,7 @@ function M.handler(cfg, opts)
     -- A read that met a dead connection (Redis restarted, a Sentinel
     -- failover) is tried once more on a new one; a write is not (it may
     -- have run).
-    if not ok and not MUTATING[req.method] and conn and conn:broken() then
+    if not ok and not MUTATING[req.method] and conn_broken() then
       tb = nil
       ok, status, ctype, body, cookie = xpcall(route, trace, req)
     end
