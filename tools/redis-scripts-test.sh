@@ -363,6 +363,9 @@ check "jobs by perform_in desc, range" "1|$B1" "$(ev jobs "$P" queue perform_in 
 check "jobs by retry_count asc, failed only" "2|$B1|$C1" "$(ev jobs "$P" queue retry_count asc 0 +inf 0 10)"
 check "jobs by retry_count desc" "3|$C1|$B1|$A1" "$(ev jobs "$P" queue retry_count desc -inf +inf 0 10)"
 check "jobs limit 0" "0" "$(ev jobs "$P" queue id asc - + 0 0)"
+check "jobs keys only, by perform_in desc from offset 1" "2|b|20|c|10" "$(ev jobs "$P" queue perform_in desc -inf +inf 1 5 keys)"
+check "jobs keys only, by id, exclusive range" "2|b||c|" "$(ev jobs "$P" queue id asc '(a' + 0 5 keys)"
+check "jobs by id desc, exclusive max, offset 1" "1|$A1" "$(ev jobs "$P" queue id desc - '(c' 1 5)"
 # By retry_count the fresh jobs (-1, not in the retries index) come from the id
 # index, retried ids skipped: pages across the fresh/retried boundary.
 R="$NS:{Q:7}:"

@@ -118,39 +118,100 @@ end
 
 local sort_field = { id = "id", perform_in = "perform_in", retry_count = "retry_count", updated_at = "updated_at" }
 
--- Listing across shards: what "queue"|"morgue", order, dir "asc"|"desc",
--- min/max in Redis range syntax, limit (<= 1000), offset. Each shard returns
--- up to offset+limit records; they are merged and the page cut out.
-function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offset)
-  local w = worker_of(cfg, worker_name)
-  limit = math.min(limit or 100, PAGE)
-  offset = offset or 0
-  local field = sort_field[order] or errors.input("unknown order '" .. tostring(order) .. "'")
+-- A listing's cursor: where each shard's part of it stands (how many of the
+-- shard's jobs in the range came before), plus the position in the whole
+-- listing and what it lists, so a cursor of another listing is refused.
+-- Text: "what:order:dir:pos:o1,o2,..." (one count per shard).
+local function cursor_text(what, order, dir, pos, offs)
+  return ("%s:%s:%s:%d:%s"):format(what, order, dir, pos, table.concat(offs, ","))
+end
+
+local function cursor_parse(text, what, order, dir, shards)
+  local w, o, d, pos, list = tostring(text):match("^(%a+):([%a_]+):(%a+):(%d+):([%d,]*)$")
+  if not w then errors.input("bad cursor '" .. tostring(text) .. "'") end
+  if w ~= what or o ~= order or d ~= dir then
+    errors.input("the cursor is for " .. w .. " by " .. o .. " " .. d .. ", not " .. what .. " by " .. order .. " " .. dir)
+  end
+  local offs = {}
+  for n in list:gmatch("%d+") do offs[#offs + 1] = tonumber(n) end
+  if #offs ~= shards then errors.input("the cursor is for " .. #offs .. " shards, the worker has " .. shards) end
+  return tonumber(pos), offs
+end
+
+-- Every shard's next part of the listing from its offset offs[s], merged in
+-- the listing's order: { {rec, shard}, ... }. keys: sort keys only (no
+-- records: {id, key}), for walking to an offset.
+local function shard_pages(conn, cfg, prefs, what, order, dir, min, max, offs, limit, keys_only)
+  local field = sort_field[order]
   local cmds = {}
-  for i, p in ipairs(prefixes(cfg, w)) do
-    cmds[i] = { script = "jobs", p, what, order, dir, min, max, 0, offset + limit }
+  for s, p in ipairs(prefs) do
+    cmds[s] = { script = "jobs", p, what, order, dir, min, max, offs[s], limit, keys_only and "keys" or nil }
   end
   local all = {}
-  for _, r in ipairs(conn:pipeline(cmds)) do
+  for s, r in ipairs(conn:pipeline(cmds)) do
     -- a bad range or order is the caller's mistake (exit 2 / HTTP 400), not a failure
     if type(r) == "table" and r.err and (r.err:match("min or max") or r.err:match("luakiq jobs:")) then
       local why = r.err:gsub("^ERR ", ""):gsub("^luakiq jobs: ", ""):gsub(" script: %x+, on @user_script:%d+%.$", "")
       errors.input("bad listing request: " .. why:match("^[^\n]*"))
     end
     check(r, "jobs")
-    for _, rec in ipairs(load_records(cfg, r, what, 2)) do all[#all + 1] = rec end
+    if keys_only then
+      for i = 2, #r, 2 do
+        local rec = { id = r[i] }
+        if field ~= "id" then rec[field] = tonumber(r[i + 1]) end
+        all[#all + 1] = { rec, s }
+      end
+    else
+      for _, rec in ipairs(load_records(cfg, r, what, 2)) do all[#all + 1] = { rec, s } end
+    end
   end
   table.sort(all, function(a, b)
-    local x, y = a[field], b[field]
-    if x == y then x, y = a.id, b.id end
+    local x, y = a[1][field], b[1][field]
+    if x == y then x, y = a[1].id, b[1].id end
     if dir == "desc" then return x > y end
     return x < y
   end)
-  local page = {}
-  for i = offset + 1, math.min(#all, offset + limit) do page[#page + 1] = all[i] end
-  return page
+  return all
 end
 
+-- Listing across shards: what "queue"|"morgue", order, dir "asc"|"desc",
+-- min/max in Redis range syntax, limit (<= 1000), and where to start: a
+-- cursor (from an earlier page) or an offset. Each shard is asked for limit
+-- records from its own offset (O(log n + limit) per shard, jobs.lua), so a
+-- page costs O(shards x limit) whatever its depth. An offset without a cursor
+-- is walked to in steps of PAGE sort keys: every script call stays bounded
+-- (Redis never busy for long), the walk itself is linear in the offset.
+-- Returns the page and next(n): the cursor that continues after its first n
+-- records (the HTTP API asks for one more than it shows).
+function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offset, cursor)
+  local w = worker_of(cfg, worker_name)
+  limit = math.min(limit or 100, PAGE + 1) -- + 1: callers ask one more to see if there are more
+  if not sort_field[order] then errors.input("unknown order '" .. tostring(order) .. "'") end
+  local prefs = prefixes(cfg, w)
+  local pos, offs = 0, {}
+  if cursor then
+    pos, offs = cursor_parse(cursor, what, order, dir, #prefs)
+  else
+    for s = 1, #prefs do offs[s] = 0 end
+    local left = offset or 0
+    while left > 0 do
+      local step = math.min(left, PAGE)
+      local all = shard_pages(conn, cfg, prefs, what, order, dir, min, max, offs, step, true)
+      for i = 1, math.min(step, #all) do offs[all[i][2]] = offs[all[i][2]] + 1 end
+      pos, left = pos + math.min(step, #all), left - step
+      if #all < step then break end
+    end
+  end
+  local all = shard_pages(conn, cfg, prefs, what, order, dir, min, max, offs, limit, false)
+  local page = {}
+  for i = 1, math.min(#all, limit) do page[i] = all[i][1] end
+  local function next_cursor(n)
+    local o = { unpack(offs) }
+    for i = 1, math.min(n or #page, #page) do o[all[i][2]] = o[all[i][2]] + 1 end
+    return cursor_text(what, order, dir, pos + math.min(n or #page, #page), o)
+  end
+  return page, next_cursor, pos
+end
 -- Jobs in flight, over every shard. With now (the listings of `luakiq jobs
 -- DIR WORKER busy` and the HTTP API), each record also has fetched_at (when
 -- fetch.lua took its batch) and running (whole seconds since then, >= 0);

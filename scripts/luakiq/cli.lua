@@ -20,7 +20,7 @@ usage: luakiq COMMAND ...
   plan DIR [--threads N]               which thread processes which shards
   morgue DIR WORKER list|requeue|delete [ID...] [--all]
                                        the dead jobs of a worker
-  jobs DIR WORKER queue|morgue|busy [--order F] [--desc] [--min X] [--max X] [--limit N] [--offset N]
+  jobs DIR WORKER queue|morgue|busy [--order F] [--desc] [--min X] [--max X] [--limit N] [--offset N] [--cursor C]
                                        list jobs as JSON lines
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
@@ -56,8 +56,10 @@ Prints the splitter's result, one line per thread: "t0: A0, B0, B3, D1".]],
 list prints JSON lines {"id","updated_at","payloads":[[payload,score],...],"error"};
 requeue and delete act on the given ids, or on every dead job with --all.]],
   jobs = [[usage: luakiq jobs DIR WORKER queue|morgue|busy [--order id|perform_in|retry_count|updated_at] [--desc]
-                   [--min X] [--max X] [--limit N] [--offset N] [--redis URL]
-Lists jobs as JSON lines. Ranges use Redis syntax: ids "-", "+", "[x", "(x"; numbers "-inf", "+inf", "(n".]],
+                   [--min X] [--max X] [--limit N] [--offset N] [--cursor C] [--redis URL]
+Lists jobs as JSON lines (--limit 1 to 1000, default 100). Ranges use Redis syntax: ids "-", "+", "[x", "(x";
+numbers "-inf", "+inf", "(n". When there are more, stderr says which --cursor gives the next page: a page
+from a cursor costs the same at any depth, a large --offset is walked to.]],
   schedules = [[usage: luakiq schedules DIR [--redis URL]
 Prints one JSON line per schedule of config.lua:
 {"every"|"cron","id","last","name","next","timezone","worker"}; last: the last
@@ -228,11 +230,11 @@ function commands.morgue(argv)
         end
       end
     else
-      local offset = 0
+      local cursor
       repeat
-        local page = admin.list(conn, cfg, worker, "morgue", "id", "asc", "-", "+", 1000, offset)
+        local page, after = admin.list(conn, cfg, worker, "morgue", "id", "asc", "-", "+", 1000, 0, cursor)
         for _, rec in ipairs(page) do print_json(rec) end
-        offset = offset + #page
+        cursor = after()
       until #page < 1000
     end
     return 0
@@ -247,7 +249,7 @@ end
 
 function commands.jobs(argv)
   local pos, opt = parse(argv, 2, { redis = true, order = true, desc = false, min = true, max = true,
-                                    limit = true, offset = true })
+                                    limit = true, offset = true, cursor = true })
   local dir, worker, what = pos[1], pos[2], pos[3]
   if what ~= "queue" and what ~= "morgue" and what ~= "busy" then usage("say queue, morgue or busy") end
   local cfg, conn = open(dir, opt, true)
@@ -258,9 +260,16 @@ function commands.jobs(argv)
   else
     local order = opt.order or (what == "queue" and "perform_in" or "updated_at")
     local lex = order == "id"
-    list = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or "asc",
+    local limit = tonumber(opt.limit or 100)
+    if not limit or limit ~= math.floor(limit) or limit < 1 or limit > 1000 then usage("--limit must be 1 to 1000") end
+    local after
+    list, after = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or "asc",
       opt.min or (lex and "-" or "-inf"), opt.max or (lex and "+" or "+inf"),
-      tonumber(opt.limit) or 100, tonumber(opt.offset) or 0)
+      limit + 1, tonumber(opt.offset) or 0, opt.cursor)
+    if #list > limit then
+      list[#list] = nil
+      io.stderr:write("luakiq: more: the next page is --cursor " .. after(limit) .. "\n")
+    end
   end
   for _, rec in ipairs(list) do print_json(rec) end
   return 0

@@ -395,6 +395,7 @@ return [==[<!doctype html>
       var order = q.order || ORDERS[page][0], dir = q.dir || "asc";
       params.order = order; params.dir = dir; params.min = q.min || ""; params.max = q.max || "";
       params.offset = q.offset || "0";
+      if (q.cursor) params.cursor = q.cursor; // "next" follows the API's cursor: the same cost at any depth
       var sel = h("select", { id: "f-order" }, ORDERS[page].map(function (o) { return h("option", { value: o, selected: o === order, text: o }); }));
       var dsel = h("select", { id: "f-dir" }, ["asc", "desc"].map(function (o) { return h("option", { value: o, selected: o === dir, text: o === "asc" ? "ascending" : "descending" }); }));
       var min = h("input", { id: "f-min", size: 14, value: q.min || "", placeholder: "min" });
@@ -451,11 +452,11 @@ return [==[<!doctype html>
       var head = page === "morgue" ? ["id", "updated at", "payloads", "error", ""] : ["id", "perform in", "retries", "payloads", "error", ""];
       var off = Number(res.offset) || 0;
       var pager = page === "busy" ? null : h("div", { class: "bar" },
-        h("button", { text: "\u2190 previous", disabled: off === 0, onclick: function () {
-          location.hash = link(w, page, Object.assign({}, q, { offset: Math.max(0, off - res.limit) })); } }),
-        h("span", { class: "muted", text: res.jobs.length ? (off + 1) + "\u2013" + (off + res.jobs.length) : "none" }),
-        h("button", { text: "next \u2192", disabled: !res.more, onclick: function () {
-          location.hash = link(w, page, Object.assign({}, q, { offset: off + res.limit })); } }));
+        h("button", { id: "prev-page", text: "\u2190 previous", disabled: off === 0, onclick: function () {
+          location.hash = link(w, page, Object.assign({}, q, { cursor: "", offset: Math.max(0, off - res.limit) })); } }),
+        h("span", { class: "muted", id: "page-range", text: res.jobs.length ? (off + 1) + "\u2013" + (off + res.jobs.length) : "none" }),
+        h("button", { id: "next-page", text: "next \u2192", disabled: !res.more, onclick: function () {
+          location.hash = link(w, page, Object.assign({}, q, { offset: "", cursor: res.next })); } }));
       var auto = document.getElementById("auto");
       var keep = auto ? auto.checked : true;
       viewEl.replaceChildren(

@@ -260,7 +260,7 @@ local function api(ctx)
   function A.jobs(c, _, q, worker)
     admin.worker_of(cfg, worker)
     local what = q.what or "queue"
-    local list, offset, limit, more
+    local list, offset, limit, more, nxt
     if what == "busy" then
       list = admin.busy(c.conn(), cfg, worker, core.now())
       table.sort(list, function(a, b) return a.id < b.id end)
@@ -277,13 +277,16 @@ local function api(ctx)
       local max = bound(q.max, lex, lex and "+" or "+inf")
       offset = int_param(q, "offset", 0, 0, 1e9)
       limit = int_param(q, "limit", PAGE, 1, MAX_PAGE)
-      list = admin.list(c.conn(), cfg, worker, what, order, dir, min, max, limit + 1, offset)
+      local cursor = q.cursor ~= "" and q.cursor or nil
+      local after
+      list, after, offset = admin.list(c.conn(), cfg, worker, what, order, dir, min, max, limit + 1, offset, cursor)
       more = #list > limit
       if more then list[#list] = nil end
+      if more then nxt = after(limit) end
     else
       errors.input("what must be queue, morgue or busy")
     end
-    return reply(200, { jobs = json.array(list), offset = offset, limit = limit, more = more })
+    return reply(200, { jobs = json.array(list), offset = offset, limit = limit, more = more, next = nxt })
   end
 
   function A.job(c, _, _, worker, id)

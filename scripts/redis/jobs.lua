@@ -7,10 +7,16 @@
 --         scores otherwise ("-inf", "+inf", "1.5", "(1.5"); min <= max for
 --         both directions (swapped here for ZREV*)
 --     [6] offset, [7] limit
+--     [8] optional "keys": instead of records, id and sort key pairs (the
+--         order's value: perform_in, retry_count or updated_at; "" by id),
+--         for a caller that only walks to an offset
 -- Returns {n, records...} (strings), records flattened:
 --   queue:  id, perform_in, retry_count, error or "", npayloads, payload, score, ...
 --   morgue: id, updated_at, error or "", npayloads, payload, score, ...
 -- Payloads in ascending score order. Jobs in flight are not listed (busy.lua).
+-- Cost: O(log n + limit) for one sorted set, whatever the offset (ranks from
+-- counts, page_by_rank); O(offset + limit) where several keys are merged
+-- (by perform_in with priorities) or the id index is walked (below).
 -- By retry_count: ordered by (retry_count, id). The retries index holds only
 -- retry_count >= 0, so the fresh jobs (-1) come from the id index, skipping
 -- retried ids; with no retried job queued that is a rank lookup, otherwise a
@@ -21,6 +27,7 @@ local P = KEYS[1]
 local K = shard_keys(P)
 local what, order, dir, min, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local offset, limit = tonumber(ARGV[6]), tonumber(ARGV[7])
+local keys_only = ARGV[8] == "keys"
 local sources = {
   queue = { id = "ids", perform_in = "queue", retry_count = "retries" },
   morgue = { id = "morgue_ids", updated_at = "morgue" },
@@ -94,6 +101,34 @@ local function by_retry_count()
   return first
 end
 
+-- One page of a single sorted set by rank: where the range starts (elements
+-- before min, or after max for desc) and how many it holds are two counts,
+-- O(log n) each, so the page costs O(log n + limit) whatever the offset
+-- (ZRANGEBYSCORE's LIMIT walks offset elements).
+local function page_by_rank(key, lex)
+  local count = lex and "ZLEXCOUNT" or "ZCOUNT"
+  local first, last = lex and "-" or "-inf", lex and "+" or "+inf"
+  local function outside(b, before) -- elements strictly before (or after) bound b
+    if b == (before and first or last) then return 0 end
+    local c = b:sub(1, 1)
+    local open -- the complement of b's inclusiveness
+    if lex then
+      if c ~= "[" and c ~= "(" then return redis.call("ZLEXCOUNT", key, b, b) end -- refused by Redis
+      open = (c == "[" and "(" or "[") .. b:sub(2)
+    else
+      open = c == "(" and b:sub(2) or "(" .. b
+    end
+    if before then return redis.call(count, key, first, open) end
+    return redis.call(count, key, open, last)
+  end
+  local inside = redis.call(count, key, min, max)
+  if offset >= inside then return {} end
+  local skip = outside(dir == "asc" and min or max, dir == "asc") + offset
+  local stop = skip + math.min(limit, inside - offset) - 1
+  if dir == "desc" then return redis.call("ZRANGE", key, skip, stop, "REV") end
+  return redis.call("ZRANGE", key, skip, stop)
+end
+
 local ids
 if what == "queue" and order == "retry_count" then
   ids = by_retry_count()
@@ -122,7 +157,7 @@ else
     ids = {}
     for i = offset + 1, math.min(#all, offset + limit) do ids[#ids + 1] = all[i][1] end
   else
-    ids = redis.call(cmd, K[src], lo, hi, "LIMIT", offset, limit)
+    ids = page_by_rank(K[src], order == "id")
   end
 end
 local out, n = { "0" }, 0
@@ -131,7 +166,13 @@ if what == "morgue" then zset, errs, payloads_of = K.morgue, K.morgue_errors, mo
 for _, id in ipairs(ids) do
   local first
   if what == "queue" then first = queued_at(P, K, id) else first = redis.call("ZSCORE", zset, id) end
-  if first then
+  if first and keys_only then
+    n = n + 1
+    out[#out + 1] = id
+    if order == "retry_count" then out[#out + 1] = redis.call("ZSCORE", K.retries, id) or "-1"
+    elseif order == "id" then out[#out + 1] = ""
+    else out[#out + 1] = first end
+  elseif first then
     n = n + 1
     out[#out + 1] = id
     out[#out + 1] = first

@@ -95,6 +95,18 @@ describe("the dashboard in headless Chromium", function()
     assert.is_nil(v.by_worker.Parked.paused)
   end)
 
+  it("pages a long queue: next by the API's cursor, previous by offset", function()
+    local jobs = {}
+    for i = 1, 230 do jobs[i] = { id = ("aa%03d"):format(i), perform_in = core.now() + 86400 } end
+    local st = web.request(base, "POST", "/api/v1/workers/Parked/jobs", { body = json.encode(jobs) })
+    assert.are.equal(200, st)
+    web.browser_test("paging", base, "Parked", "aa", 230)
+    local ids = {}
+    for i = 1, 230 do ids[i] = jobs[i].id end
+    st = web.request(base, "POST", "/api/web/workers/Parked/queue/delete", { body = json.encode { ids = ids } })
+    assert.are.equal(200, st)
+  end)
+
   it("signs in with the token (an HttpOnly cookie) and out again", function()
     local token = "tok-" .. core.token()
     local token_proc, token_base = web.start(dir, "REDIS_URL=" .. srv.url .. " LUAKIQ_WEB_TOKEN=" .. token)
