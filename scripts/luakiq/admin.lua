@@ -138,16 +138,27 @@ local function cursor_parse(text, what, order, dir, shards)
   return tonumber(pos), offs
 end
 
--- Every shard's next part of the listing from its offset offs[s], merged in
--- the listing's order: { {rec, shard}, ... }. keys: sort keys only (no
--- records: {id, key}), for walking to an offset.
-local function shard_pages(conn, cfg, prefs, what, order, dir, min, max, offs, limit, keys_only)
+-- The listing's order on records: (sort field, id), ascending or descending.
+local function order_less(order, dir)
+  local field = sort_field[order]
+  return function(a, b)
+    local x, y = a[field], b[field]
+    if x == y then x, y = a.id, b.id end
+    if dir == "desc" then return x > y end
+    return x < y
+  end
+end
+
+-- Every shard's next part of the listing from its offset offs[s]: per[s] =
+-- its records in the listing's order. keys: sort keys only ({id, field}, no
+-- payloads), for walking to an offset.
+local function shard_parts(conn, cfg, prefs, what, order, dir, min, max, offs, limit, keys_only)
   local field = sort_field[order]
   local cmds = {}
   for s, p in ipairs(prefs) do
     cmds[s] = { script = "jobs", p, what, order, dir, min, max, offs[s], limit, keys_only and "keys" or nil }
   end
-  local all = {}
+  local per = {}
   for s, r in ipairs(conn:pipeline(cmds)) do
     -- a bad range or order is the caller's mistake (exit 2 / HTTP 400), not a failure
     if type(r) == "table" and r.err and (r.err:match("min or max") or r.err:match("luakiq jobs:")) then
@@ -155,23 +166,66 @@ local function shard_pages(conn, cfg, prefs, what, order, dir, min, max, offs, l
       errors.input("bad listing request: " .. why:match("^[^\n]*"))
     end
     check(r, "jobs")
+    local list = {}
     if keys_only then
       for i = 2, #r, 2 do
         local rec = { id = r[i] }
         if field ~= "id" then rec[field] = tonumber(r[i + 1]) end
-        all[#all + 1] = { rec, s }
+        list[#list + 1] = rec
       end
     else
-      for _, rec in ipairs(load_records(cfg, r, what, 2)) do all[#all + 1] = { rec, s } end
+      list = load_records(cfg, r, what, 2)
+    end
+    per[s] = list
+  end
+  return per
+end
+
+-- The first records of every shard's part, merged: { {rec, shard}, ... }.
+local function merged(per, less, counts)
+  local all = {}
+  for s, list in ipairs(per) do
+    for i = 1, counts and counts[s] or #list do all[#all + 1] = { list[i], s } end
+  end
+  table.sort(all, function(a, b) return less(a[1], b[1]) end)
+  return all
+end
+
+-- Moves offs (each shard's offset) `left` records further along the
+-- listing, in steps of PAGE sort keys per shard (no script call does more).
+-- A step needs no sort: every record up to the lowest last key of the shards
+-- that filled their part (T) is certainly before anything not yet read, so
+-- each shard moves past its records <= T, until the records <= T outnumber
+-- what is left; only those are then merged. Returns how far it got.
+local function walk(conn, cfg, prefs, what, order, dir, min, max, offs, left)
+  local less, moved = order_less(order, dir), 0
+  while left > 0 do
+    local per = shard_parts(conn, cfg, prefs, what, order, dir, min, max, offs, PAGE, true)
+    local T
+    for _, list in ipairs(per) do
+      local last = list[PAGE]
+      if last and (not T or less(last, T)) then T = last end
+    end
+    local counts, total = {}, 0
+    for s, list in ipairs(per) do
+      local c = #list
+      if T then
+        c = 0
+        while c < #list and not less(T, list[c + 1]) do c = c + 1 end
+      end
+      counts[s], total = c, total + c
+    end
+    if total <= left then
+      for s = 1, #prefs do offs[s] = offs[s] + counts[s] end
+      moved, left = moved + total, left - total
+      if not T then break end -- every shard's part was read whole: the listing ends here
+    else
+      local all = merged(per, less, counts)
+      for i = 1, left do offs[all[i][2]] = offs[all[i][2]] + 1 end
+      moved, left = moved + left, 0
     end
   end
-  table.sort(all, function(a, b)
-    local x, y = a[1][field], b[1][field]
-    if x == y then x, y = a[1].id, b[1].id end
-    if dir == "desc" then return x > y end
-    return x < y
-  end)
-  return all
+  return moved
 end
 
 -- Listing across shards: what "queue"|"morgue", order, dir "asc"|"desc",
@@ -193,16 +247,9 @@ function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offse
     pos, offs = cursor_parse(cursor, what, order, dir, #prefs)
   else
     for s = 1, #prefs do offs[s] = 0 end
-    local left = offset or 0
-    while left > 0 do
-      local step = math.min(left, PAGE)
-      local all = shard_pages(conn, cfg, prefs, what, order, dir, min, max, offs, step, true)
-      for i = 1, math.min(step, #all) do offs[all[i][2]] = offs[all[i][2]] + 1 end
-      pos, left = pos + math.min(step, #all), left - step
-      if #all < step then break end
-    end
+    pos = walk(conn, cfg, prefs, what, order, dir, min, max, offs, offset or 0)
   end
-  local all = shard_pages(conn, cfg, prefs, what, order, dir, min, max, offs, limit, false)
+  local all = merged(shard_parts(conn, cfg, prefs, what, order, dir, min, max, offs, limit, false), order_less(order, dir))
   local page = {}
   for i = 1, math.min(#all, limit) do page[i] = all[i][1] end
   local function next_cursor(n)

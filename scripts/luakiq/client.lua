@@ -174,7 +174,7 @@ local function push_now(conn, cfg, worker, jobs)
   -- The defaults as strings, formatted once here rather than per job in C
   -- (the same %.17g digits; push.lua normalizes every number anyway).
   local now_s = string.format("%.17g", now)
-  local cmds = {}
+  local cmds, sizes = {}, {}
   for _, s in ipairs(order) do
     local list, prefix = by_shard[s], keys.prefix(cfg.namespace, worker.queue_name, s)
     for from = 1, #list, CHUNK do
@@ -203,11 +203,23 @@ local function push_now(conn, cfg, worker, jobs)
         end
       end
       cmds[#cmds + 1] = cmd
+      sizes[#cmds] = math.min(CHUNK, #list - from + 1)
     end
   end
+  -- Each push.lua call is atomic (a Redis out of memory refuses a script at
+  -- its first write, before it changed anything), so the jobs stored are
+  -- exactly those of the calls that succeeded: say how many.
   local replies = conn:pipeline(cmds)
-  for _, r in ipairs(replies) do
-    if type(r) == "table" and r.err then error("redis: push failed: " .. r.err, 0) end
+  local stored, failed = 0, nil
+  for i, r in ipairs(replies) do
+    if type(r) == "table" and r.err then
+      failed = failed or r.err:gsub(" script: %x+, on @user_script:%d+%.$", "")
+    else
+      stored = stored + sizes[i]
+    end
+  end
+  if failed then
+    error(("redis: push failed: %s (%d of the %d jobs were stored)"):format(failed, stored, n), 0)
   end
   return n
 end

@@ -112,8 +112,11 @@ function M.lines(connect, cfg, worker_name, f, tty)
     if not ok then
       -- the same kind of error (exit code), with where the file stopped
       local kind, why = errors.describe(err)
-      local msg = ("lines %d-%d: %s; %d jobs enqueued before them (lines 1-%d)")
-        :format(first, last, why:match("^[^\n]*"), sent, first - 1)
+      why = why:match("^[^\n]*")
+      local msg = ("lines %d-%d: %s; %s"):format(first, last, why, first == 1 and "nothing enqueued before them" or
+        ("%d jobs enqueued before them (lines 1-%d)"):format(sent, first - 1))
+      local some = tonumber(why:match("%((%d+) of the %d+ jobs were stored%)$"))
+      if some and some > 0 then msg = msg .. (", %d in all"):format(sent + some) end
       if kind == "runtime" or kind == "missing" then error(msg, 0) end
       errors[kind](msg)
     end

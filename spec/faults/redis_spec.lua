@@ -1,6 +1,7 @@
 -- Redis faults: a restart in the middle of a run (appendonly: data survives,
 -- scripts are flushed), Redis away at start-up, a lost fetch reply.
 -- docs/guarantees.md names these tests.
+local json = require "luakiq.json"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
 local keys = require "luakiq.keys"
@@ -153,6 +154,51 @@ describe("Redis unreachable at start-up", function()
     srv:up()
     assert.are.equal(1, rc)
     assert.is_true(one_line(err), err)
+  end)
+end)
+
+describe("Redis out of memory during an enqueue", function()
+  -- Each push.lua call is atomic under OOM (refused at its first write), so
+  -- the error can say exactly how many jobs are stored: Redis must agree.
+  local function queued(dir)
+    local rc, out = host.exec("stats " .. host.quote(dir), nil, "REDIS_URL=" .. srv.url)
+    assert.are.equal(0, rc)
+    return json.decode(out).by_worker.Rec.length
+  end
+  local function fill(n, from)
+    local lines, pad = {}, string.rep("x", 1000)
+    for i = 1, n do lines[i] = ('{"id":"m%d","payload":"%s"}'):format(from + i, pad) end
+    return table.concat(lines, "\n") .. "\n"
+  end
+
+  it("says how many jobs were stored, and Redis holds exactly those", function()
+    local dir = S.dir("")
+    local env = "REDIS_URL=" .. srv.url
+    srv.conn:call("FLUSHALL")
+    local used = tonumber(srv.conn:call("INFO", "memory"):match("used_memory:(%d+)"))
+    srv.conn:call("CONFIG", "SET", "maxmemory", tostring(used + 5 * 1024 * 1024))
+    local ok, err = pcall(function()
+      -- JSON lines, streamed in chunks of 2,000: fails in a later chunk
+      local rc, _, e = host.exec("enqueue " .. host.quote(dir) .. " Rec", fill(6000, 0), env)
+      assert.are.equal(1, rc, e)
+      assert.is_true(one_line(e), e)
+      local before = e:find("; nothing enqueued before them", 1, true) and 0 or
+        tonumber(e:match("; (%d+) jobs enqueued before them"))
+      local some = tonumber(e:match("%((%d+) of the %d+ jobs were stored%)"))
+      assert.truthy(e:find("OOM", 1, true), e)
+      assert.is_true(before and some and before > 0, e) -- a chunk went whole, a later one failed
+      local n = queued(dir)
+      assert.are.equal(before + some, n, e)
+      if some > 0 then assert.truthy(e:find(", " .. n .. " in all", 1, true), e) end
+      -- one JSON array: the same count in the one push's error
+      local rc2, _, e2 = host.exec("enqueue " .. host.quote(dir) .. " Rec",
+        "[" .. fill(3000, 10000):gsub("\n(.)", ",%1"):gsub("\n$", "") .. "]", env)
+      assert.are.equal(1, rc2, e2)
+      local some2 = tonumber(e2:match("%((%d+) of the 3000 jobs were stored%)"))
+      assert.are.equal(n + some2, queued(dir), e2)
+    end)
+    srv.conn:call("CONFIG", "SET", "maxmemory", "0")
+    assert(ok, err)
   end)
 end)
 
