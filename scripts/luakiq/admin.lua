@@ -83,6 +83,17 @@ function M.stats(conn, cfg)
   return out
 end
 
+-- Whether v nests deeper than `left` levels: such a payload is shown as its
+-- stored text, as no JSON answer could hold it.
+local function too_deep(v, left)
+  if type(v) ~= "table" then return false end
+  if left == 0 then return true end
+  for _, x in pairs(v) do
+    if too_deep(x, left - 1) then return true end
+  end
+  return false
+end
+
 -- Decodes one flat jobs.lua/busy.lua record list into tables.
 -- kind "queue": id, perform_in, retry_count, error, n, payload, score...
 -- kind "morgue": id, updated_at, error, n, payload, score...
@@ -108,6 +119,7 @@ local function load_records(cfg, r, kind, start)
     rec.payloads = {}
     for k = 1, np do
       local ok, v = pcall(cfg.load_payload, r[i])
+      if ok and too_deep(v, client.MAX_PAYLOAD_DEPTH) then ok = false end -- (written by another client)
       rec.payloads[k] = { ok and v or r[i], tonumber(r[i + 1]) }
       i = i + 2
     end

@@ -160,7 +160,7 @@ local function open(dir, opt, need_redis)
   return cfg, connect(cfg, 0)
 end
 
-local function print_json(v) io.stdout:write(json.encode(v), "\n") end
+local function print_json(v) io.stdout:write(json.clean(json.encode(v)), "\n") end
 
 -- The splitter's groups for cfg: arrays of {worker=, shard=}.
 local function plan(cfg)

@@ -7,6 +7,8 @@ local keys = require "luakiq.keys"
 local errors = require "luakiq.errors"
 local middleware = require "luakiq.middleware"
 local windows = require "luakiq.windows"
+local json = require "luakiq.json"
+local utf8_valid = json.utf8_valid
 
 local M = {}
 
@@ -18,17 +20,42 @@ local ALLOWED = "id, payload, score, perform_in, retry_count, expires_at, priori
 local function finite(x) return type(x) == "number" and x == x and x ~= math.huge and x ~= -math.huge end
 
 -- A user-given string (id, field, worker name) inside an error message: one
--- line (control characters as \xNN) and at most 100 bytes.
+-- line (control characters, and bytes that are not UTF-8, as \xNN) and at
+-- most 100 bytes.
 local function esc(s)
   s = tostring(s)
   if #s > 100 then s = s:sub(1, 100) .. "..." end
-  return (s:gsub("%c", function(c) return string.format("\\x%02x", c:byte()) end))
+  local bad = utf8_valid(s) and "%c" or "[%c\128-\255]" -- bytes that are not text too
+  return (s:gsub(bad, function(c) return string.format("\\x%02x", c:byte()) end))
+end
+
+
+-- How deep a payload may nest: listings wrap a payload a few levels deep in
+-- their JSON answers, which refuse more than 1000 levels (luakiq.json).
+M.MAX_PAYLOAD_DEPTH = 256
+
+-- Raises unless every surface can show the payload v: strings (values and
+-- keys) valid UTF-8, nesting at most MAX_PAYLOAD_DEPTH. Returns nothing.
+local function showable(v, where, id, depth)
+  local t = type(v)
+  if t == "string" then
+    if not utf8_valid(v) then errors.input(where .. " (id " .. esc(id) .. "): payload: a string is not valid UTF-8") end
+  elseif t == "table" then
+    if depth >= M.MAX_PAYLOAD_DEPTH then
+      errors.input(("%s (id %s): payload nests deeper than %d levels"):format(where, esc(id), M.MAX_PAYLOAD_DEPTH))
+    end
+    for k, x in pairs(v) do
+      if type(k) == "string" then showable(k, where, id, depth) end
+      showable(x, where, id, depth + 1)
+    end
+  end
 end
 
 -- Returns the id as a string, or raises an input error.
 function M.id_string(id, where)
   if type(id) == "string" then
     if id == "" then errors.input(where .. ": id must not be empty") end
+    if not utf8_valid(id) then errors.input(where .. ": id must be valid UTF-8 (got " .. esc(id) .. ")") end
     return id
   elseif type(id) == "number" and finite(id) and id == math.floor(id) then
     return string.format("%.0f", id)
@@ -97,6 +124,7 @@ local function prepare(cfg, worker, job, i, now, due, memo)
   end
   local payload = job.payload
   if payload == nil then payload = "" end
+  if type(payload) ~= "string" or payload:find("[\128-\255]") then showable(payload, where, id, 0) end
   local ok, bytes = pcall(cfg.dump_payload, payload)
   if not ok then errors.input(where .. " (id " .. esc(id) .. "): cannot dump payload: " .. esc(tostring(bytes):match("^[^\n]*"))) end
   if type(bytes) ~= "string" then errors.input(where .. " (id " .. esc(id) .. "): dump_payload must return a string") end

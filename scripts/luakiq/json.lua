@@ -36,6 +36,62 @@ M.null = cjson_module.null
 -- Tables with this metatable always encode as arrays, `[]` when empty.
 M.array_mt = { __name = "luakiq.json.array" }
 
+-- Whether s is valid UTF-8 (RFC 3629: no overlongs, surrogates or code
+-- points above U+10FFFF). ASCII, the usual case, is one find.
+function M.utf8_valid(s)
+  if not s:find("[\128-\255]") then return true end
+  local i, n = 1, #s
+  while i <= n do
+    local c = s:byte(i)
+    if c < 0x80 then
+      i = i + 1
+    else
+      local len, lo, hi = 0, 0x80, 0xBF
+      if c >= 0xC2 and c <= 0xDF then len = 2
+      elseif c >= 0xE0 and c <= 0xEF then
+        len = 3
+        if c == 0xE0 then lo = 0xA0 elseif c == 0xED then hi = 0x9F end
+      elseif c >= 0xF0 and c <= 0xF4 then
+        len = 4
+        if c == 0xF0 then lo = 0x90 elseif c == 0xF4 then hi = 0x8F end
+      else
+        return false
+      end
+      if i + len - 1 > n then return false end
+      local c2 = s:byte(i + 1)
+      if c2 < lo or c2 > hi then return false end
+      for k = i + 2, i + len - 1 do
+        local ck = s:byte(k)
+        if ck < 0x80 or ck > 0xBF then return false end
+      end
+      i = i + len
+    end
+  end
+  return true
+end
+
+-- text with every byte that is not part of valid UTF-8 written as the JSON
+-- escape \u00XX: an answer (API, CLI lines) stays JSON whatever bytes
+-- another writer left in Redis. Only strings can hold such bytes, as JSON's
+-- structure is ASCII. Valid text is returned as it is (one find if ASCII).
+function M.clean(text)
+  if M.utf8_valid(text) then return text end
+  local out, i, n = {}, 1, #text
+  while i <= n do
+    local c = text:byte(i)
+    local len = c < 0x80 and 1 or c >= 0xF0 and 4 or c >= 0xE0 and 3 or c >= 0xC2 and 2 or 0
+    local piece = len > 0 and text:sub(i, i + len - 1)
+    if piece and (len == 1 or (#piece == len and M.utf8_valid(piece))) then
+      out[#out + 1] = piece
+      i = i + len
+    else
+      out[#out + 1] = ("\\u%04x"):format(c)
+      i = i + 1
+    end
+  end
+  return table.concat(out)
+end
+
 -- Marks t (default: a new table) as an array; returns it.
 function M.array(t)
   return setmetatable(t or {}, M.array_mt)

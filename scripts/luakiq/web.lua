@@ -107,8 +107,10 @@ local function parse_query(q)
   return out
 end
 
+-- (json.clean: bytes that are not UTF-8, left in Redis by another writer,
+-- are shown escaped, so the answer is always JSON)
 local function reply(status, value)
-  return status, "application/json", json.encode(value)
+  return status, "application/json", json.clean(json.encode(value))
 end
 
 local function fail(status, msg) return reply(status, { error = msg }) end

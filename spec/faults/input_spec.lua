@@ -38,6 +38,10 @@ describe("luakiq enqueue rejects, with exit 2, one line and nothing enqueued", f
     { "a null id", '{"id":null}', "id" },
     { "a line that is not an object", '[1,2]', "" },
     { "a retry_count below -1", '{"id":1,"retry_count":-2}', "retry_count" },
+    { "an id that is not UTF-8", '{"id":"ab\xff\xfe"}', "line 2: id must be valid UTF-8 (got ab\\xff\\xfe)" },
+    { "an id with a lone surrogate (lua-cjson refuses it)", '{"id":"a\\ud800"}', "invalid unicode escape" },
+    { "a payload string that is not UTF-8", '{"id":1,"payload":{"k":"\xc3("}}', "line 2 (id 1): payload: a string is not valid UTF-8" },
+    { "a payload key that is not UTF-8", '{"id":1,"payload":{"\xe2\x82":1}}', "payload: a string is not valid UTF-8" },
   }
   for _, c in ipairs(bad) do
     it(c[1], function()
@@ -62,6 +66,47 @@ describe("luakiq enqueue rejects, with exit 2, one line and nothing enqueued", f
       ('{"id":1,"payload":"%s"}'):format(("x"):rep(1048576)), env())
     assert.are.equal(2, rc)
     assert.truthy(err:find("over max_payload_bytes (1048576)", 1, true), err)
+  end)
+end)
+
+describe("only what every surface can show", function()
+  local function nested(n) return ("["):rep(n) .. ("]"):rep(n) end
+
+  it("takes a payload nested 256 deep and lists it; refuses 257 (one line, exit 2)", function()
+    local dir = host.scriptdir { ["workers/A.lua"] = "return { shards_count = 1, perform = function() end }" }
+    local rc, _, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":"deep","payload":' .. nested(256) .. '}', env())
+    assert.are.equal(0, rc, err)
+    local rc2, out = host.exec("jobs " .. q(dir) .. " A queue --order id", nil, env())
+    assert.are.equal(0, rc2)
+    assert.are.equal("deep", json.decode(out).id)
+    local rc3, _, err3 = host.exec("enqueue " .. q(dir) .. " A", '{"id":"deeper","payload":' .. nested(257) .. '}', env())
+    assert.are.equal(2, rc3)
+    assert.is_true(one_line(err3), err3)
+    assert.truthy(err3:find("line 1 (id deeper): payload nests deeper than 256 levels", 1, true), err3)
+    assert.are.equal(1, length(dir, "A"))
+  end)
+
+  it("shows what another writer left in Redis: bytes that are not UTF-8 escaped, a too deep payload as its text", function()
+    local dir = host.scriptdir { ["workers/A.lua"] = "return { shards_count = 1, perform = function() end }" }
+    srv.conn:call("FLUSHALL")
+    local P = keys.prefix("luakiq", "A", 0)
+    -- push.lua as any client may call it (docs/redis.md): id, perform_in, retry_count, score, payload
+    srv.conn:script("push", P, "", "0", "bad\xff", "2000000000", "-1", "1", '"p\xfe"',
+      "deep", "2000000001", "-1", "1", nested(997))
+    local rc, out, err = host.exec("jobs " .. q(dir) .. " A queue --order id", nil, env())
+    assert.are.equal(0, rc, err)
+    local lines = {}
+    for line in out:gmatch("[^\n]+") do lines[#lines + 1] = json.decode(line) end -- JSON, every line
+    assert.are.equal("bad\u{ff}", lines[1].id)
+    assert.are.equal("p\u{fe}", lines[1].payloads[1][1])
+    assert.are.equal(nested(997), lines[2].payloads[1][1])
+    local web = require "web.support"
+    local proc, base = web.start(dir, env())
+    local st, body, v = web.request(base, "GET", "/api/web/workers/A/jobs?what=queue&order=id")
+    web.stop(proc)
+    assert.are.equal(200, st, body)
+    assert.are.equal(2, #v.jobs)
+    assert.are.equal(nested(997), v.jobs[2].payloads[1][1])
   end)
 end)
 

@@ -162,3 +162,21 @@ describe("luakiq.json.decode", function()
     assert.same({ 1 }, (json.decode_safe("[1]")))
   end)
 end)
+
+describe("json.utf8_valid and json.clean", function()
+  it("tell valid UTF-8 (RFC 3629) from the rest", function()
+    for _, ok in ipairs { "", "abc", "h\u{e9}", "\u{20ac}", "\u{10ffff}", "\u{1f600}x" } do
+      assert.is_true(json.utf8_valid(ok), ok)
+    end
+    for _, bad in ipairs { "\xff", "a\xc3", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                           "\xe2\x82", "\x80", "\xf8\x88\x80\x80\x80" } do
+      assert.is_false(json.utf8_valid(bad), bad)
+    end
+  end)
+  it("escape the bytes that are not UTF-8 as \\u00XX and keep the rest", function()
+    assert.are.equal("abc", json.clean("abc"))
+    assert.are.equal('"a\\u00ffb\u{e9}"', json.clean(json.encode("a\xffb\u{e9}")))
+    assert.are.equal("a\u{ff}b\u{e9}", json.decode(json.clean(json.encode("a\xffb\u{e9}"))))
+    assert.are.equal('\\u00e2\\u0082x', json.clean("\xe2\x82x"))
+  end)
+end)
