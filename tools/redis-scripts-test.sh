@@ -309,6 +309,29 @@ check "perform_now nothing left" "0|0" "$(ev perform_now "$P" "$CH" 50 2)"
 check "perform_now sets now, never 0" "10|50|50|50" \
   "$(r ZSCORE "${P}queue" n1)|$(r ZSCORE "${P}queue" n2)|$(r ZSCORE "${P}queue" n3)|$(r ZSCORE "${P}queue" n4)"
 check "perform_now publishes when something changed" "$((pub0 + 2))" "$(publishes)"
+ev push "$P" "" 50 i1 90 -1 1 x i2 95 -1 1 x i3 40 -1 1 x >/dev/null
+r ZADD "${P}queue:7" 99 i4 >/dev/null; r HSET "${P}prio" i4 7 >/dev/null; r ZADD "${P}levels" 7 7 >/dev/null
+check "perform_now by id: future ones only, any level" "2|0" "$(ev perform_now "$P" "$CH" 50 1 i1 i3 i4 nope)"
+check "perform_now by id: i1, i4 now; i2, i3 as they were" "50|95|40|50" \
+  "$(r ZSCORE "${P}queue" i1)|$(r ZSCORE "${P}queue" i2)|$(r ZSCORE "${P}queue" i3)|$(r ZSCORE "${P}queue:7" i4)"
+
+# ---------------------------------------------------------------- failures
+r FLUSHALL >/dev/null
+r HSET "${P}errors" q1 "order 7 not found" q2 "order 12 not found" q3 "timeout after 3.2 s talking to 10.0.0.7:5432" >/dev/null
+r HSET "${P}morgue:errors" d1 "order 99 not found" d2 "disk full" >/dev/null
+check "failures groups a shard's queued errors" \
+  "0|2|order <n> not found|2|1|q1|timeout after <n> s talking to <ip>|1|1|q3" \
+  "$(ev failures "$P" queued 0 500 "" 1 | sed 's/|q2|/|q1|/')"
+check "failures groups the dead ones" "0|2|order <n> not found|1|0|disk full|1|0" "$(ev failures "$P" dead 0 500 "" 0)"
+check "failures with a group: its ids" "0|d1" "$(ev failures "$P" dead 0 500 "order <n> not found" 0)"
+match "failures refuses a bad where" "where must be queued or dead" "$(ev failures "$P" busy 0 500 "" 0)"
+match "failures refuses a bad cursor" "cursor must be an integer" "$(ev failures "$P" dead x 500 "" 0)"
+match "failures refuses count 0" "count must be 1..10000" "$(ev failures "$P" dead 0 0 "" 0)"
+r HSET "${P}errors" $(for i in $(seq 1 1000); do echo "x$i" "job-$i-failed"; done) >/dev/null
+first=$(ev failures "$P" queued 0 50 "job-<n>-failed" 0)
+match "failures on a big hash: one bounded step, then a cursor" "^[1-9][0-9]*\|x" "$first"
+check "failures: a step returns about COUNT entries, not the 1000" "yes" \
+  "$([ "$(echo "$first" | tr '|' '\n' | wc -l)" -lt 200 ] && echo yes || echo "no: $first")"
 
 # ---------------------------------------------------------------- kill / delete failed
 r FLUSHALL >/dev/null

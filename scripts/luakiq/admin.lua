@@ -445,11 +445,12 @@ function M.delete_queued(conn, cfg, worker_name, ids)
   end) }
 end
 
-function M.perform_all_now(conn, cfg, worker_name)
+-- ids nil: every queued job not yet due; else only those ids.
+function M.perform_all_now(conn, cfg, worker_name, ids)
   local w, now = worker_of(cfg, worker_name), core.now()
   local ch = keys.wake_channel(cfg.namespace)
-  return { changed = per_shard(conn, cfg, w, nil, function(p)
-    return { script = "perform_now", p, ch, now, PAGE }
+  return { changed = per_shard(conn, cfg, w, ids, function(p, list)
+    return with_ids({ script = "perform_now", p, ch, now, PAGE }, list)
   end) }
 end
 

@@ -29,6 +29,9 @@ usage: luakiq COMMAND ...
   timing DIR WORKER [--day YYYY-MM-DD] wait and run times of one UTC day: count, mean, std, histogram (JSON)
   admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...
                                        bulk actions on queued jobs
+  failures DIR [jobs|requeue|delete GROUP] [--worker W]
+                                       failed jobs grouped by error (JSON lines); a group's jobs;
+                                       requeue or delete a whole group
   lua FILE [ARG...]                    run a Lua file inside the host runtime
 
 REDIS_URL (default redis://127.0.0.1:6379/0) or --redis selects Redis.
@@ -91,6 +94,15 @@ Prints one JSON object for WORKER and one UTC day (default today):
 "histogram":[{"from","to","count"},...]} in seconds. wait: from when a job was
 due to the start of its call; run: one perform call. Kept 30 days, the
 histograms 7 (docs/operations.md, "Timing").]],
+  failures = [[usage: luakiq failures DIR [jobs|requeue|delete GROUP] [--worker W] [--redis URL]
+Without an action: one JSON line per group of failed jobs (queued for a retry, or
+dead) whose errors read the same once numbers, ids and addresses are masked,
+most jobs first: {"count","dead","error","queued","workers":{NAME:{"count","dead",
+"ids","queued"}}}. GROUP is such an "error" text, as printed.
+jobs GROUP: one JSON line per job of the group, {"id","state":"queued"|"dead","worker"}.
+requeue GROUP: dead jobs back to the queue, queued ones due now: {"due_now","requeued"}.
+delete GROUP: every job of the group deleted: {"deleted"}.
+--worker W: only W's jobs (docs/operations.md, "Failures").]],
   lua = [[usage: luakiq lua FILE [ARG...]
 Runs FILE in the host's Lua runtime (LuaJIT, the luakiq modules); `arg` holds the arguments.]],
 }
@@ -337,6 +349,31 @@ function commands.admin(argv)
     if #ids == 0 then usage("delete needs ids") end
     print_json(admin.delete_queued(conn, cfg, worker, ids))
   else usage("unknown admin action '" .. tostring(action) .. "'") end
+  return 0
+end
+
+-- `luakiq failures DIR [jobs|requeue|delete GROUP] [--worker W]`.
+function commands.failures(argv)
+  local pos, opt = parse(argv, 2, { redis = true, worker = true })
+  local dir, action, group = pos[1], pos[2], pos[3]
+  if action and not (action == "jobs" or action == "requeue" or action == "delete") then
+    usage("unknown failures action '" .. action .. "': say jobs, requeue or delete GROUP")
+  end
+  if (action and not group) or pos[4] then usage("usage: luakiq failures DIR [jobs|requeue|delete GROUP] [--worker W]") end
+  local cfg, conn = open(dir, opt, true)
+  local failures = require "luakiq.failures"
+  if not action then
+    for _, g in ipairs(failures.list(conn, cfg, opt.worker)) do print_json(g) end
+  elseif action == "jobs" then
+    local cursor
+    repeat
+      local page = failures.jobs(conn, cfg, opt.worker, group, cursor, 1000)
+      for _, j in ipairs(page.jobs) do print_json(j) end
+      cursor = page.next
+    until not cursor
+  else
+    print_json(failures.act(conn, cfg, opt.worker, group, action))
+  end
   return 0
 end
 

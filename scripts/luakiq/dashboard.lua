@@ -60,6 +60,7 @@ return [==[<!doctype html>
 <body>
 <header>
   <a href="#/">luakiq</a>
+  <a href="#/failures" id="nav-failures">Failures</a>
   <span id="hostinfo" class="muted"></span>
   <span id="status" class="status">connecting...</span>
   <button id="signout" type="button" style="display:none">Sign out</button>
@@ -182,7 +183,8 @@ return [==[<!doctype html>
     }).catch(function (e) { toast(e.message, true); });
   }
 
-  // --- routing: #/, #/w/NAME/queue|busy|morgue?order=..&dir=..&min=..&max=..&offset=.., #/w/NAME/timing?day=.. --
+  // --- routing: #/, #/w/NAME/queue|busy|morgue?order=..&dir=..&min=..&max=..&offset=.., #/w/NAME/timing?day=..,
+  // #/failures, #/failures/jobs?error=..&worker=..&cursor=.. --
   function route() {
     var hash = location.hash.replace(/^#/, "") || "/";
     var qs = {}, qi = hash.indexOf("?");
@@ -196,6 +198,8 @@ return [==[<!doctype html>
     }
     var m = hash.match(/^\/w\/([^\/]+)\/(queue|busy|morgue|timing)$/);
     if (m) return { page: m[2], worker: decodeURIComponent(m[1]), q: qs };
+    if (hash === "/failures") return { page: "failures", q: qs };
+    if (hash === "/failures/jobs") return { page: "failure-jobs", q: qs };
     return { page: "dashboard", q: qs };
   }
   function link(worker, page, q) {
@@ -266,7 +270,7 @@ return [==[<!doctype html>
           h("span", null, h("i", { style: "background:#1f9d55" }), "processed/min"),
           h("span", null, h("i", { style: "background:#d64545" }), "failed/min"),
           h("span", { class: "muted", id: "chart-note" }))),
-      h("h2", { text: "Workers" }),
+      h("h2", null, "Workers ", h("a", { href: "#/failures", id: "failures-link", class: "muted", text: "(failures by error)" })),
       h("table", { id: "workers" },
         h("thead", null, h("tr", null, ["Worker", "Processed", "Failed", "Lag", "Busy", "Enqueued", "Fresh", "Retries", "Dead"]
           .map(function (x, i) { return h("th", { class: i ? "n" : null, text: x }); }))),
@@ -505,6 +509,81 @@ return [==[<!doctype html>
     });
   }
 
+  // --- failures grouped by error (GET /api/v1/failures; docs/operations.md, "Failures") ---
+  // Each group: its count per worker, a link to its jobs, and Requeue all /
+  // Delete all (behind confirm()). A walk over every shard: refreshed on
+  // demand, not every second.
+  function failuresLink(q) {
+    var parts = [];
+    for (var k in q) if (q[k] !== "" && q[k] != null) parts.push(enc(k) + "=" + enc(q[k]));
+    return "#/failures/jobs?" + parts.join("&");
+  }
+  function groupAction(question, what, body) {
+    if (!window.confirm(question)) return;
+    post("/api/v1/failures/" + what, body).then(function (res) {
+      var parts = [];
+      for (var k in res) parts.push(k.replace("_", " ") + " " + res[k]);
+      toast("failures: " + parts.join(", "));
+      render(true);
+    }).catch(function (e) { toast(e.message, true); });
+  }
+  function failuresHead(title) {
+    return [h("h2", null, h("a", { href: "#/", text: "\u2190" }), " " + title),
+            h("div", { class: "bar" }, h("button", { id: "refresh", text: "refresh", onclick: function () { render(true); } }),
+              h("span", { class: "muted", text: "jobs waiting for a retry and dead jobs, grouped by their error " +
+                "with numbers, ids and addresses masked (in-flight jobs are not counted)" }))];
+  }
+  function renderFailures() {
+    return getJSON("/api/v1/failures").then(function (res) {
+      var rows = res.failures.map(function (g) {
+        var names = Object.keys(g.workers).sort();
+        return h("tr", { "data-group": g.error },
+          h("td", null, h("pre", { class: "err", text: g.error })),
+          h("td", { class: "n", "data-field": "count" }, h("a", { href: failuresLink({ error: g.error }), text: fmtNum(g.count) })),
+          h("td", { class: "n", "data-field": "queued", text: fmtNum(g.queued) }),
+          h("td", { class: "n", "data-field": "dead", text: fmtNum(g.dead) }),
+          h("td", null, names.map(function (w) {
+            var pw = g.workers[w];
+            return h("div", { "data-worker": w },
+              h("a", { href: failuresLink({ error: g.error, worker: w }), text: w + ": " + fmtNum(pw.count) }),
+              h("span", { class: "muted", text: " (" + pw.queued + " waiting, " + pw.dead + " dead)" }));
+          })),
+          h("td", null,
+            h("button", { class: "act", "data-action": "requeue", text: "requeue all", onclick: function () {
+              groupAction("Requeue all " + g.count + " jobs of \u201c" + g.error + "\u201d? (dead ones go back to the queue, " +
+                "waiting ones become due now)", "requeue", { error: g.error }); } }), " ",
+            h("button", { class: "danger", "data-action": "delete", text: "delete all", onclick: function () {
+              groupAction("Delete all " + g.count + " jobs of \u201c" + g.error + "\u201d for good?", "delete", { error: g.error }); } })));
+      });
+      viewEl.replaceChildren.apply(viewEl, failuresHead("Failures").concat([
+        h("table", { id: "failures" },
+          h("thead", null, h("tr", null, ["Error", "Jobs", "Waiting", "Dead", "Per worker", ""]
+            .map(function (x, i) { return h("th", { class: i && i < 4 ? "n" : null, text: x }); }))),
+          h("tbody", null, rows.length ? rows : h("tr", null, h("td", { colspan: 6, class: "muted", text: "no failed jobs" }))))]));
+    });
+  }
+  function renderFailureJobs(q) {
+    var qs = "error=" + enc(q.error || "") + (q.worker ? "&worker=" + enc(q.worker) : "") + (q.cursor ? "&cursor=" + enc(q.cursor) : "");
+    return getJSON("/api/v1/failures/jobs?" + qs).then(function (res) {
+      var rows = res.jobs.map(function (j) {
+        var page = j.state === "dead" ? "morgue" : "queue";
+        return h("tr", { "data-id": j.id, "data-worker": j.worker },
+          h("td", { text: j.worker }),
+          h("td", null, h("a", { href: link(j.worker, page, { order: "id", min: j.id, max: j.id }), text: j.id })),
+          h("td", { text: j.state === "dead" ? "dead" : "waiting for a retry" }));
+      });
+      viewEl.replaceChildren.apply(viewEl, failuresHead((q.worker ? q.worker + ": " : "") + "jobs of a failure group").concat([
+        h("pre", { class: "err", id: "group", text: q.error || "" }),
+        h("p", null, h("a", { href: "#/failures", text: "all groups" })),
+        h("table", { id: "group-jobs" },
+          h("thead", null, h("tr", null, ["Worker", "Id", "State"].map(function (x) { return h("th", { text: x }); }))),
+          h("tbody", null, rows.length ? rows : h("tr", null, h("td", { colspan: 3, class: "muted", text: "no jobs" })))),
+        h("div", { class: "bar" },
+          h("button", { id: "next", text: "next \u2192", disabled: !res.next, onclick: function () {
+            location.hash = failuresLink({ error: q.error, worker: q.worker, cursor: res.next }); } }))]));
+    });
+  }
+
   var rendering = false;
   function render(force) {
     if (locked) return;
@@ -514,8 +593,10 @@ return [==[<!doctype html>
     // Do not replace the form while someone types in it.
     var a = document.activeElement;
     if (!force && a && (a.tagName === "INPUT" && a.type !== "checkbox" || a.tagName === "SELECT")) return;
+    var failures = r.page === "failures" || r.page === "failure-jobs";
+    if (failures && !force) return; // a walk over every shard: on demand only
     rendering = true;
-    renderJobs(r).catch(function (e) {
+    (r.page === "failures" ? renderFailures() : r.page === "failure-jobs" ? renderFailureJobs(r.q) : renderJobs(r)).catch(function (e) {
       if (locked) return; // the sign-in form replaced the view
       viewEl.replaceChildren(h("p", { class: "err", text: e.message }), h("a", { href: "#/", text: "back to the dashboard" }));
     }).then(function () { rendering = false; });

@@ -312,6 +312,27 @@ local function api(ctx)
     ["queue/resume"] = function(conn, _, w) return admin.pause(conn, cfg, w, false) end,
   }
 
+  -- Failure groups (luakiq.failures; docs/operations.md, "Failures").
+  -- ?worker=W narrows every one of them to W (unknown: 404).
+  function A.failures(c, _, q)
+    return reply(200, { failures = json.array(require("luakiq.failures").list(c.conn(), cfg, q.worker)) })
+  end
+
+  function A.failure_jobs(c, _, q)
+    local page = require("luakiq.failures").jobs(c.conn(), cfg, q.worker, q.error, q.cursor,
+      int_param(q, "limit", PAGE, 1, MAX_PAGE))
+    page.jobs = json.array(page.jobs)
+    return reply(200, page)
+  end
+
+  -- POST {"error": GROUP, "worker"?: W}: requeue or delete the whole group.
+  function A.failure_action(c, req, _, action)
+    local v = body_json(req.body, '{"error": GROUP}')
+    if type(v) ~= "table" then errors.input('the request body must be {"error": GROUP}') end
+    if v.worker ~= nil and type(v.worker) ~= "string" then errors.input("worker must be a string") end
+    return reply(200, require("luakiq.failures").act(c.conn(), cfg, v.worker, v.error, action))
+  end
+
   -- Signing in: {"token": T} (JSON) or token=T (a form) -> the session cookie.
   -- Without a token configured there is nothing to sign in to.
   function A.login(_, req)
@@ -511,6 +532,11 @@ function M.handler(cfg, opts)
         end)
       end
       if n == 3 and parts[2] == "web" and parts[3] == "dashboard" then return only("GET", A.dashboard) end
+      if n == 3 and parts[2] == "v1" and parts[3] == "failures" then return only("GET", A.failures) end
+      if n == 4 and parts[2] == "v1" and parts[3] == "failures" then
+        if parts[4] == "jobs" then return only("GET", A.failure_jobs) end
+        if parts[4] == "requeue" or parts[4] == "delete" then return only("POST", A.failure_action, false, parts[4]) end
+      end
       if n == 5 and parts[2] == "v1" and parts[3] == "workers" and parts[5] == "jobs" then
         return only("POST", A.enqueue, false, parts[4])
       end

@@ -469,6 +469,8 @@ describe("security", function()
         { "POST", "/api/web/workers/Parked/queue/delete", '{"ids":["nope"]}' },
         { "POST", "/api/v1/workers/Parked/pause", "" }, { "POST", "/api/v1/workers/Parked/resume", "" },
         { "POST", "/api/web/workers/Parked/queue/pause", "" }, { "POST", "/api/web/workers/Parked/queue/resume", "" },
+        { "GET", "/api/v1/failures" }, { "GET", "/api/v1/failures/jobs?error=x" },
+        { "POST", "/api/v1/failures/requeue", '{"error":"x"}' }, { "POST", "/api/v1/failures/delete", '{"error":"x"}' },
       }
       local wrong = { {}, { "Authorization: Bearer wrong" }, { "Authorization: Bearer s3creT" },
                       { "Authorization: Basic czNjcmV0" }, { "Authorization: Bearer s3cret2" },
