@@ -6,9 +6,11 @@
  * Threads: main thread only. While host_run blocks, the main VM is parked
  * inside core.host_run on this same thread, so the web handler may call into
  * it (through vm_pcall); every string of the plan stays anchored in the
- * argument table for as long as host_run runs. The worker threads' body is
- * handed in (hostlua_register), so this file knows nothing of how a worker VM
- * is made. */
+ * argument table for as long as host_run runs. The plan's tick and reload
+ * (SIGHUP) functions re-enter the main VM the same way. The worker threads'
+ * body, and the check that loads a script directory in a VM of its own
+ * (core.load_check, for a reload), are handed in (hostlua_register), so this
+ * file knows nothing of how a worker VM is made. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

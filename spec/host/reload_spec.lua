@@ -89,7 +89,8 @@ describe("luakiq run: kill -HUP reloads the script directory", function()
   end
 
   it("switches every thread to the new perform under load: each job runs once, with one version, in order per id", function()
-    start()
+    local port = core.free_port()
+    start(" --web 127.0.0.1:" .. port)
     local ROUNDS, IDS = 40, 50
     local hup_at
     for c = 1, ROUNDS do
@@ -128,6 +129,14 @@ describe("luakiq run: kill -HUP reloads the script directory", function()
     assert.are.equal(2, count(log, "thread reloaded: "), log)
     assert.are.equal(1, count(log, "HUP: the script directory loaded"), log)
     assert.are.equal(0, count(log, " error "), log)
+    -- the web API (the main VM) answers as before
+    local function get(path)
+      local _, body = host.sh_out("curl -s -S --max-time 10 http://127.0.0.1:" .. port .. path)
+      return body
+    end
+    local body = get("/api/v1/stats")
+    assert.are.equal(0, json.decode(body).by_worker.W.length, body)
+    assert.truthy(get("/metrics"):find("luakiq_", 1, true))
     -- the process stops as ever
     assert.is_true(proc:signal("TERM"))
     assert.are.equal(0, proc:wait(10), proc:log())
