@@ -211,12 +211,12 @@ describe("luakiq run: kill -HUP reloads the script directory", function()
     assert.is_true(proc:alive())
   end)
 
-  it("never dies of a HUP: before the start and while stopping it is ignored with a line", function()
-    -- the main VM takes 1 s to load W (its threads do not wait)
+  it("never dies of a HUP: before the start, while threads start and while stopping it is ignored with a line", function()
+    -- the main VM and each worker thread take 1 s to load W
     host.write(dir .. "/workers/W.lua", [[
 local core = require "luakiq.core"
 local luakiq = require "luakiq"
-if not core.thread_index() then core.sleep(1) end
+core.sleep(1)
 return { shards_count = 2, perform = function(batch)
   for id in pairs(batch) do
     if id == "slow" then luakiq.sleep(1) end
@@ -226,8 +226,11 @@ end }]])
     proc = host.spawn("run " .. q(dir), env())
     core.sleep(0.3)
     assert.is_true(proc:signal("HUP"))
+    host.eventually(function() return proc:log():find(" starting: ", 1, true) end, 10, "the start")
+    assert.is_true(proc:signal("HUP"))
     host.eventually(function() return count(proc:log(), "thread started") == 2 end, 10, "threads started")
     assert.truthy(proc:log():find("HUP: ignored: it came before the start", 1, true), proc:log())
+    assert.truthy(proc:log():find("HUP: ignored: the worker threads are still starting", 1, true), proc:log())
     host.enqueue(dir, "W", { { id = "slow", payload = 1 } }, env())
     core.sleep(0.3) -- the call runs
     assert.is_true(proc:signal("TERM"), proc:log())
