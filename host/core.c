@@ -260,6 +260,15 @@ static int core_now(lua_State *L) {
 }
 
 static int core_stopping(lua_State *L) { lua_pushboolean(L, runner_stopping()); return 1; }
+/* core.reload_wanted(): whether the calling worker thread should switch to
+ * newly loaded code at its next point between calls (SIGHUP; false on the
+ * main thread). One atomic read: the runner asks it before every step. */
+static int core_reload_wanted(lua_State *L) {
+    struct runner *r = runner_self();
+    lua_pushboolean(L, r && runner_reload_wanted(r));
+    return 1;
+}
+
 static int core_request_stop(lua_State *L) { (void)L; runner_request_stop(); return 0; }
 
 /* core.wait(timeout_s) -> {prefix...}, all  (worker threads only) */
@@ -435,6 +444,7 @@ static const luaL_Reg core_funcs[] = {
     {"mono", core_mono},               {"raise_timeout", core_raise_timeout_l},
     {"deadline", core_deadline},       {"count_timeout", core_count_timeout},
     {"timeouts", core_timeouts},       {"isatty", core_isatty},
+    {"reload_wanted", core_reload_wanted},
     {NULL, NULL}};
 
 /* Fills the luakiq.core table on top of the stack. core.states = {name = n}

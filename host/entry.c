@@ -4,9 +4,19 @@
  * luakiq.cli.main; everything user-facing is Lua from there on. `luakiq run`
  * comes back into C through core.host_run (hostlua.c), which starts one worker
  * thread per group; each runs entry_thread, which makes that thread's own VM
- * and runs luakiq.runner.main(boot). Each VM is created, used and closed by
- * its own thread. `luakiq.core` is assembled here from the files that each
- * own one area of it. */
+ * and runs luakiq.runner.open(boot) then luakiq.runner.run(). Each VM is
+ * created, used and closed by its own thread. `luakiq.core` is assembled here
+ * from the files that each own one area of it.
+ *
+ * Reload (SIGHUP, docs/architecture.md "Reload"): the main thread checks DIR
+ * in a VM of its own (entry_check, closed at once), then asks every thread to
+ * switch. luakiq.runner.run returns "reload" at a point where its thread has
+ * no call in flight and nothing unacked; the thread then builds a fresh VM
+ * with the new code (runner.open: DIR, its own Redis connection, the
+ * scheduler) next to the old one, and only when that succeeded closes the
+ * old VM; otherwise it runs on in the old VM, whose state run() kept. So a
+ * thread never runs two VMs' code at once and never loses a batch. */
+#include <string.h>
 #include <stdio.h>
 #include <lua.h>
 #include <lauxlib.h>
@@ -22,7 +32,8 @@
 #include "vm.h"
 
 static int entry_thread(const char *boot);
-static const struct hostlua_entry entry_worker = {entry_thread};
+static char *entry_check(const char *arg, char *err, size_t len);
+static const struct hostlua_entry entry_worker = {entry_thread, entry_check};
 
 int entry_open_core(lua_State *L) {
     lua_newtable(L);                           /* [core] */
@@ -67,27 +78,109 @@ int entry_main(int argc, char **argv) {
     return code;
 }
 
-static int entry_push_boot(lua_State *L, void *ud) {
+struct entry_open { const char *boot; int reload; };
+
+static int entry_push_open(lua_State *L, void *ud) {
+    const struct entry_open *o = ud;
+    lua_pushstring(L, o->boot);
+    lua_pushboolean(L, o->reload);
+    return 2;
+}
+
+static int entry_push_none(lua_State *L, void *ud) {
+    (void)L; (void)ud;
+    return 0;
+}
+
+static int entry_push_string(lua_State *L, void *ud) {
     lua_pushstring(L, ud);
     return 1;
 }
 
-/* A worker thread's body (runner.c runs it on the new thread). A Lua error
- * that escapes luakiq.runner.main is a host bug or a start-up failure: it
- * stops the whole process (runner_set_fatal). */
-static int entry_thread(const char *boot) {
+/* The error on top of L's stack, first line only, into err. */
+static void entry_error(lua_State *L, char *err, size_t len) {
+    const char *msg = lua_tostring(L, -1);
+    if (!msg) msg = "(error object is not a string)";
+    snprintf(err, len, "%.*s", (int)strcspn(msg, "\n"), msg);
+}
+
+/* Worker thread: a fresh VM with the thread's runner opened in it
+ * (luakiq.runner.open: loads DIR, connects, builds the scheduler). NULL on
+ * failure, with the error's first line in err. */
+static lua_State *entry_thread_vm(const char *boot, int reload, char *err, size_t len) {
     lua_State *L = vm_new(entry_open_core);
-    if (!L) { runner_set_fatal("cannot create a Lua state"); return 1; }
+    if (!L) { snprintf(err, len, "cannot create a Lua state"); return NULL; }
+    struct entry_open o = {boot, reload};
+    if (vm_call_module(L, "luakiq.runner", "open", entry_push_open, &o) != 0) {
+        entry_error(L, err, len);
+        lua_close(L);
+        return NULL;
+    }
+    lua_settop(L, 0);
+    return L;
+}
+
+/* A worker thread's body (runner.c runs it on the new thread). A Lua error
+ * that escapes luakiq.runner.open at the start or luakiq.runner.run is a host
+ * bug or a start-up failure: it stops the whole process (runner_set_fatal).
+ * run() returning "reload" swaps the VM (see the design note); a fresh VM
+ * that fails to open is logged on one line and the old one runs on. */
+static int entry_thread(const char *boot) {
+    char err[1024];
+    lua_State *L = entry_thread_vm(boot, 0, err, sizeof err);
     int code = 0;
-    if (vm_call_module(L, "luakiq.runner", "main", entry_push_boot, (void *)boot) != 0) {
-        const char *msg = lua_tostring(L, -1);
-        log_fmt(LOG_ERROR, "worker thread failed: %s", msg ? msg : "(error object is not a string)");
-        runner_set_fatal(msg ? msg : "worker thread failed");
-        code = 1;
-    } else if (lua_isnumber(L, -1)) {
-        code = (int)lua_tointeger(L, -1);
+    if (!L) {
+        log_fmt(LOG_ERROR, "worker thread failed: %s", err);
+        runner_set_fatal(err);
+        http_thread_end();
+        return 1;
+    }
+    for (;;) {
+        if (vm_call_module(L, "luakiq.runner", "run", entry_push_none, NULL) != 0) {
+            entry_error(L, err, sizeof err);
+            log_fmt(LOG_ERROR, "worker thread failed: %s", err);
+            runner_set_fatal(err);
+            code = 1;
+            break;
+        }
+        if (lua_type(L, -1) != LUA_TSTRING || strcmp(lua_tostring(L, -1), "reload") != 0) {
+            code = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 0;
+            break;
+        }
+        lua_settop(L, 0);
+        struct runner *r = runner_self();
+        int gen = runner_reload_take(r);
+        lua_State *fresh = entry_thread_vm(boot, 1, err, sizeof err);
+        if (fresh) {
+            lua_close(L); /* its calls are over and acked; its connection closes */
+            L = fresh;
+        } else {
+            log_fmt(LOG_ERROR, "reload: this thread keeps the old code: %s", err);
+        }
+        runner_reload_done(r, gen, fresh != NULL);
     }
     lua_close(L);
     http_thread_end();
     return code;
+}
+
+/* Main thread, on SIGHUP (core.load_check, hostlua.c): loads DIR in a VM of
+ * its own as a worker thread would (luakiq.reload.check(arg)), so that
+ * nothing of the new code enters the main VM, and closes it. Returns the
+ * check's result (a malloc'd string), or NULL with the error's first line in
+ * err (a host bug: the check reports DIR's own errors in its result). */
+static char *entry_check(const char *arg, char *err, size_t len) {
+    lua_State *L = vm_new(entry_open_core);
+    if (!L) { snprintf(err, len, "cannot create a Lua state"); return NULL; }
+    char *out = NULL;
+    if (vm_call_module(L, "luakiq.reload", "check", entry_push_string, (void *)arg) != 0) {
+        entry_error(L, err, len);
+    } else if (lua_type(L, -1) != LUA_TSTRING) {
+        snprintf(err, len, "luakiq.reload.check returned no string");
+    } else {
+        out = strdup(lua_tostring(L, -1));
+        if (!out) snprintf(err, len, "out of memory");
+    }
+    lua_close(L);
+    return out;
 }

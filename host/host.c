@@ -19,9 +19,18 @@
  * waiting for the stuck one; core.host_run's caller fails the stuck call's
  * jobs and replaces the process (docs/architecture.md, "Timeouts").
  *
+ * Reload (HUP): the plan's reload function checks the new code in the main
+ * VM's thread (in a VM of its own, entry.c) and, when it may run, the
+ * threads are asked to switch (runner_request_reload); each does so between
+ * two calls, on its own. The watchdog timer notices when every thread is
+ * done. A HUP before every thread has started, or while stopping, is
+ * ignored with a log line; before host_run it is caught too (never the
+ * default action, which ends the process).
+ *
  * systemd (notify.c, with NOTIFY_SOCKET set): READY=1 once every worker thread
  * has started, WATCHDOG=1 from a timer on this loop, STOPPING=1 as soon as a
- * stop that ends the process is asked for. */
+ * stop that ends the process is asked for, RELOADING=1 when a HUP is taken
+ * and READY=1 again once it is refused or every thread has switched. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +55,7 @@ static struct {
     int nroutes;
     int ints, terms;
     int ready;                    /* every worker thread has started */
+    int reload_gen;               /* the reload the threads are switching to; 0: none */
     struct event *watch_ev;
     struct event *renew_ev;
     struct event *tick_ev;        /* plan->tick (the hosts heartbeat) */
@@ -148,8 +158,46 @@ static void host_on_dump_timer(evutil_socket_t fd, short what, void *arg) {
     host_dump();
 }
 
+/* "running N worker threads": the STATUS of every READY=1. */
+static void host_notify_running(void) {
+    char status[64];
+    snprintf(status, sizeof status, "running %d worker threads", runner_count());
+    notify_ready(status);
+}
+
+static void host_notify_ready(void);
+
+/* HUP: see the design note. The check runs here, on the loop (loading DIR
+ * takes what the start's load took; wake-ups and renewals wait meanwhile). */
+static void host_reload(void) {
+    if (runner_stopping()) { log_fmt(LOG_INFO, "HUP: ignored: the host is stopping"); return; }
+    host_notify_ready(); /* the threads may be up since the last watch tick */
+    if (!host.ready) {
+        log_fmt(LOG_INFO, "HUP: ignored: the worker threads are still starting (each loads DIR as it is now)");
+        return;
+    }
+    if (!host.plan->reload) { log_fmt(LOG_INFO, "HUP: ignored: nothing to reload"); return; }
+    notify_reloading("reloading the script directory");
+    if (!host.plan->reload(host.plan->reload_ud)) {
+        if (!host.reload_gen) host_notify_running(); /* refused: the old code runs, as before */
+        return;
+    }
+    host.reload_gen = runner_request_reload();
+}
+
+/* Watch timer: once every thread has switched (or kept its old code after a
+ * failure, which it logged), one line and READY=1. */
+static void host_notify_reloaded(void) {
+    int switched;
+    if (!host.reload_gen || !runner_reloaded(host.reload_gen, &switched)) return;
+    host.reload_gen = 0;
+    log_fmt(LOG_INFO, "HUP: reload done: %d of %d worker threads run the new code", switched, runner_count());
+    host_notify_running();
+}
+
 static void host_on_signal(evutil_socket_t sig, short what, void *arg) {
     (void)what; (void)arg;
+    if (sig == SIGHUP) { host_reload(); return; }
     if (sig == SIGTTIN) {
         /* step 1: ask every thread for its own traceback */
         runner_request_traces();
@@ -196,9 +244,7 @@ static int host_threads_up(void) {
 static void host_notify_ready(void) {
     if (host.ready || !host_threads_up()) return;
     host.ready = 1;
-    char status[64];
-    snprintf(status, sizeof status, "running %d worker threads", runner_count());
-    notify_ready(status);
+    host_notify_running();
 }
 
 /* STOPPING=1 for every stop that ends the process. Not for a stuck call's
@@ -216,7 +262,7 @@ static void host_on_watch(evutil_socket_t fd, short what, void *arg) {
     (void)fd; (void)what; (void)arg;
     int newly, stuck = runner_watch(runner_monotonic(), HOST_GRACE, &newly);
     if (runner_stopping()) host_notify_stopping();
-    else host_notify_ready();
+    else { host_notify_ready(); host_notify_reloaded(); }
     if (!stuck) return;
     if (newly && !runner_stopping()) {
         log_fmt(LOG_ERROR, "replacing the process: the other threads finish and ack first");
@@ -226,9 +272,11 @@ static void host_on_watch(evutil_socket_t fd, short what, void *arg) {
     if (runner_finished() >= runner_count()) event_base_loopbreak(host.base);
 }
 
-/* Before host_run (see host.h); async-signal context: one atomic store. */
-static volatile sig_atomic_t host_early_sig;
+/* Before host_run (see host.h); async-signal context: one atomic store. A
+ * HUP is only noted (host_run logs that it was ignored). */
+static volatile sig_atomic_t host_early_sig, host_early_hup;
 static void host_on_early_signal(int sig) {
+    if (sig == SIGHUP) { host_early_hup = 1; return; }
     if (sig == SIGINT && host_early_sig) _exit(130);
     host_early_sig = sig;
     runner_note_stop();
@@ -241,6 +289,7 @@ void host_catch_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 /* Timer, every plan->tick_ms: the plan's periodic main-thread work. */
@@ -280,9 +329,12 @@ int host_run(const struct host_plan *plan) {
     host.nroutes = plan->nroutes;
     qsort(host.routes, (size_t)host.nroutes, sizeof *host.routes, host_route_cmp);
 
-    int sigs[] = {SIGTERM, SIGINT, SIGTTIN};
-    struct event *sev[3];
-    for (int i = 0; i < 3; i++) {
+    int sigs[] = {SIGTERM, SIGINT, SIGTTIN, SIGHUP};
+    enum { NSIGS = sizeof sigs / sizeof sigs[0] };
+    struct event *sev[NSIGS];
+    if (host_early_hup) log_fmt(LOG_INFO, "HUP: ignored: it came before the start (each thread loads DIR as it is now)");
+    host_early_hup = 0;
+    for (int i = 0; i < NSIGS; i++) {
         sev[i] = evsignal_new(host.base, sigs[i], host_on_signal, NULL);
         event_add(sev[i], NULL);
     }
@@ -295,7 +347,7 @@ int host_run(const struct host_plan *plan) {
                         err, sizeof err);
         if (!web) {
             log_fmt(LOG_ERROR, "%s", err);
-            for (int i = 0; i < 3; i++) event_free(sev[i]);
+            for (int i = 0; i < NSIGS; i++) event_free(sev[i]);
             event_free(host.done_ev);
             event_base_free(host.base);
             free(host.routes);
@@ -340,7 +392,7 @@ int host_run(const struct host_plan *plan) {
     runner_join_all();
     web_free(web);
     store_sub_free(sub);
-    for (int i = 0; i < 3; i++) event_free(sev[i]);
+    for (int i = 0; i < NSIGS; i++) event_free(sev[i]);
     event_free(host.done_ev);
     if (host.renew_ev) event_free(host.renew_ev);
     if (host.tick_ev) event_free(host.tick_ev);

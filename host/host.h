@@ -23,6 +23,9 @@ struct host_plan {
     void (*tick)(void *ud);       /* called on the main thread every tick_ms (NULL: never) */
     void *tick_ud;
     long tick_ms;                 /* also once right after the threads start */
+    int (*reload)(void *ud);      /* SIGHUP, main thread: 1 when the threads may switch to the
+                                   * new code, 0 when refused (it logged why); NULL: no reload */
+    void *reload_ud;
 };
 
 /* Runs the worker threads until they stop (TERM/INT, fatal error, or all of

@@ -6,9 +6,11 @@
  * Threads: main thread only. While host_run blocks, the main VM is parked
  * inside core.host_run on this same thread, so the web handler may call into
  * it (through vm_pcall); every string of the plan stays anchored in the
- * argument table for as long as host_run runs. The worker threads' body is
- * handed in (hostlua_register), so this file knows nothing of how a worker VM
- * is made. */
+ * argument table for as long as host_run runs. The plan's tick and reload
+ * (SIGHUP) functions re-enter the main VM the same way. The worker threads'
+ * body, and the check that loads a script directory in a VM of its own
+ * (core.load_check, for a reload), are handed in (hostlua_register), so this
+ * file knows nothing of how a worker VM is made. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,9 +105,49 @@ static void hostlua_tick(void *ud) {
     lua_settop(L, top);
 }
 
+/* The plan's reload function (SIGHUP): called on the main thread by host.c
+ * like the tick; it checks the new code and says whether the threads may
+ * switch to it (true) or not (false: it logged the one line saying why). An
+ * error is logged and refuses the reload. */
+struct hostlua_reload { lua_State *L; int ref; };
+
+static int hostlua_reload(void *ud) {
+    struct hostlua_reload *r = ud;
+    lua_State *L = r->L;
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->ref);
+    int ok = 0;
+    if (vm_pcall(L, 0, 1) != 0) {
+        const char *msg = lua_tostring(L, -1);
+        log_fmt(LOG_ERROR, "HUP: reload failed: %.*s; the old code keeps running",
+                msg ? (int)strcspn(msg, "\n") : 40, msg ? msg : "(error object is not a string)");
+    } else {
+        ok = lua_toboolean(L, -1);
+    }
+    lua_settop(L, top);
+    return ok;
+}
+
+/* core.load_check(arg) -> result | nil, err: see hostlua_entry.check. Main
+ * thread (SIGHUP); the C string is copied into L before it is freed. */
+static int hostlua_load_check(lua_State *L) {
+    const char *arg = luaL_checkstring(L, 1);
+    const struct hostlua_entry *entry = lua_touserdata(L, lua_upvalueindex(1));
+    char err[1024];
+    char *out = entry->check(arg, err, sizeof err);
+    if (!out) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushstring(L, out);
+    free(out);
+    return 1;
+}
+
 /* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread},
  *               dump_path = p, web = {addr = "ADDR:PORT", handler = fn(req), max_body = n},
- *               tick = {fn = f, ms = n}}
+ *               tick = {fn = f, ms = n}, reload = fn() -> bool}
  *   -> exit code, stuck, signalled. Main thread only; blocks until the host
  * stops. stuck: {record = (core.call_begin's), parked = bool} of the calls
  * that could not be stopped at their timeout, whose threads still run, and
@@ -198,10 +240,20 @@ static int hostlua_run(lua_State *L) {
         }
     }
     lua_pop(L, 1);
+    struct hostlua_reload reload = {L, LUA_NOREF};
+    lua_getfield(L, 1, "reload");
+    if (lua_isfunction(L, -1)) {
+        reload.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        plan.reload = hostlua_reload;
+        plan.reload_ud = &reload;
+    } else {
+        lua_pop(L, 1);
+    }
     if (ok) core_install_timeouts();
     int code = ok ? host_run(&plan) : 2;
     if (web.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, web.ref);
     if (tick.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, tick.ref);
+    if (reload.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, reload.ref);
     free(boots); free(prefixes); free(threads);
     if (!ok) return luaL_error(L, "host_run: boots must be strings");
     char **stuck;
@@ -238,4 +290,7 @@ void hostlua_register(lua_State *L, const struct hostlua_entry *entry) {
     lua_pushlightuserdata(L, (void *)entry);
     lua_pushcclosure(L, hostlua_run, 1);
     lua_setfield(L, -2, "host_run");
+    lua_pushlightuserdata(L, (void *)entry);
+    lua_pushcclosure(L, hostlua_load_check, 1);
+    lua_setfield(L, -2, "load_check");
 }

@@ -2,14 +2,18 @@
  * loop (host.c) and answers its HTTP requests. */
 #ifndef LUAKIQ_HOSTLUA_H
 #define LUAKIQ_HOSTLUA_H
+#include <stddef.h>
 
 struct lua_State;
 
 /* What a worker thread runs: given its boot string, returns 0, or 1 after a
- * fatal error. Handed in by the caller (entry.c) so that the host and the
- * runner never depend on how a worker VM is made. */
+ * fatal error. check: loads a script directory in a VM of its own on the
+ * calling thread (SIGHUP's check, core.load_check): its result as a malloc'd
+ * string, or NULL and a one-line error. Handed in by the caller (entry.c) so
+ * that the host and the runner never depend on how a worker VM is made. */
 struct hostlua_entry {
     int (*thread_main)(const char *boot);
+    char *(*check)(const char *arg, char *err, size_t len);
 };
 
 /* Adds host_run to the table on top of the stack. entry must outlive every

@@ -2,7 +2,8 @@
  * an AF_UNIX datagram socket, so that luakiq needs no libsystemd.
  *
  * Design: main thread of `luakiq run` only. host.c decides when (READY=1 once
- * every worker thread has started, STOPPING=1 when a stop is asked for); this
+ * every worker thread has started, RELOADING=1 then READY=1 around a reload,
+ * STOPPING=1 when a stop is asked for); this
  * file owns the socket, the address taken from $NOTIFY_SOCKET (a path, or an
  * abstract name written "@name") and the watchdog timer, all in the file-static
  * state below, which no other thread touches (no lock). The watchdog pings

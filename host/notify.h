@@ -1,5 +1,5 @@
 /* notify.h - systemd's readiness protocol (sd_notify) without libsystemd:
- * READY=1, WATCHDOG=1, STOPPING=1 datagrams to $NOTIFY_SOCKET. Main thread
+ * READY=1, WATCHDOG=1, RELOADING=1, STOPPING=1 datagrams to $NOTIFY_SOCKET. Main thread
  * of `luakiq run` only. Every function is a no-op when NOTIFY_SOCKET is unset
  * (or after notify_close); a socket that cannot be reached costs one warning
  * line, never an error. */
@@ -17,8 +17,8 @@ void notify_open(struct event_base *base);
 void notify_ready(const char *status);
 /* The process is going to exit: STOPPING=1 and STATUS=status. Once. */
 void notify_stopping(const char *status);
-/* A reload begins (RELOADING=1, MONOTONIC_USEC): notify_ready sends READY=1
- * again when it ends. Nothing calls it yet: luakiq has no reload. */
+/* A reload begins (RELOADING=1, MONOTONIC_USEC; on SIGHUP): notify_ready
+ * sends READY=1 again when it ends (refused, or every thread switched). */
 void notify_reloading(const char *status);
 /* STATUS=status alone (what `systemctl status` shows). */
 void notify_status(const char *status);

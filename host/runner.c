@@ -12,7 +12,17 @@
  * and out under the lock. The per-thread counters (jobs performed, Lua memory)
  * are relaxed atomics each worker writes and the main thread reads for GET
  * /metrics. The stop flag and the fatal message are process-wide
- * atomics/once-set values. */
+ * atomics/once-set values.
+ *
+ * Reload (SIGHUP): the main thread, once it has checked the new code, bumps
+ * the process-wide generation (runner_request_reload) and wakes every thread.
+ * Each worker thread sees it at its next safe point (runner_reload_wanted:
+ * the generation is above the one it took last), finishes its calls in
+ * flight, acks them, and swaps its VM (entry.c); it takes the generation
+ * before building the new VM (runner_reload_take) and reports the outcome
+ * after (runner_reload_done). Three relaxed atomics per thread, no lock: the
+ * main thread only reads them (runner_reloaded) to tell systemd READY=1 once
+ * every thread is done. */
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
@@ -62,6 +72,9 @@ struct runner {
     int stuck;                    /* main thread only */
     atomic_int want_trace;
     char *trace;
+    atomic_int reload_taken;      /* the last generation this thread acted on */
+    atomic_int reload_done;       /* ... and finished acting on (new VM or not) */
+    atomic_int reload_code;       /* the generation of the code it runs (0: the start's) */
     int shard;
     double since;
 };
@@ -84,6 +97,7 @@ static void runner_parked_free(struct runner_parked *p) {
 static struct runner **runners;
 static int nrunners;
 static atomic_int stopping;
+static atomic_int reload_gen;  /* bumped by every accepted reload (main thread) */
 static _Thread_local struct runner *self;
 static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *fatal_msg;
@@ -140,6 +154,9 @@ int runner_start_all(int n, const char *const *boots, int (*body)(const char *bo
         r->state = RUNNER_STARTING;
         atomic_init(&r->jobs, 0);
         atomic_init(&r->lua_bytes, 0);
+        atomic_init(&r->reload_taken, atomic_load(&reload_gen));
+        atomic_init(&r->reload_done, atomic_load(&reload_gen));
+        atomic_init(&r->reload_code, atomic_load(&reload_gen));
         r->since = runner_now();
         pthread_mutex_init(&r->mu, NULL);
         r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -287,6 +304,40 @@ int runner_wait(struct runner *r, double timeout_s, char ***msgs, int *all) {
     r->wake_all = 0;
     pthread_mutex_unlock(&r->mu);
     return n;
+}
+
+int runner_request_reload(void) {
+    int gen = atomic_fetch_add(&reload_gen, 1) + 1;
+    runner_wake(-1, NULL);
+    return gen;
+}
+
+int runner_reload_wanted(const struct runner *r) {
+    return atomic_load(&reload_gen) > atomic_load(&r->reload_taken);
+}
+
+int runner_reload_take(struct runner *r) {
+    int gen = atomic_load(&reload_gen);
+    atomic_store(&r->reload_taken, gen);
+    return gen;
+}
+
+void runner_reload_done(struct runner *r, int gen, int switched) {
+    if (switched) atomic_store(&r->reload_code, gen);
+    atomic_store(&r->reload_done, gen);
+}
+
+/* Main thread: a thread that has returned counts as done (it runs nothing). */
+int runner_reloaded(int gen, int *switched) {
+    int all = 1, n = 0;
+    for (int i = 0; i < nrunners; i++) {
+        struct runner *r = runners[i];
+        if (atomic_load(&r->finished) || r->stuck) continue;
+        if (atomic_load(&r->reload_done) < gen) all = 0;
+        else if (atomic_load(&r->reload_code) >= gen) n++;
+    }
+    if (switched) *switched = n;
+    return all;
 }
 
 struct runner *runner_self(void) { return self; }

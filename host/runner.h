@@ -27,6 +27,20 @@ int runner_stopping(void);
 /* Sets the stop flag only; async-signal-safe (see host_catch_signals). */
 void runner_note_stop(void);
 
+/* Reload (SIGHUP; see runner.c's design note). runner_request_reload: main
+ * thread, once the new code has been checked: bumps the generation, wakes
+ * every thread and returns the new generation. runner_reload_wanted: worker
+ * thread, whether a generation it has not taken yet is asked for.
+ * runner_reload_take: the worker starts acting on the newest generation
+ * (returned); runner_reload_done: it has, and switched (1) or kept its old
+ * code (0). runner_reloaded: main thread, whether every running thread is
+ * done with generation gen; *switched: how many run its code. */
+int runner_request_reload(void);
+int runner_reload_wanted(const struct runner *r);
+int runner_reload_take(struct runner *r);
+void runner_reload_done(struct runner *r, int gen, int switched);
+int runner_reloaded(int gen, int *switched);
+
 /* Wake-ups. runner_wake: thread i has work (msg = the shard prefix, copied);
  * index -1 wakes every thread. Called on the main thread. */
 void runner_wake(int index, const char *msg);

@@ -174,11 +174,7 @@ end
 
 local function print_json(v) io.stdout:write(json.clean(json.encode(v)), "\n") end
 
--- The splitter's groups for cfg: arrays of {worker=, shard=}.
-local function plan(cfg)
-  local groups = cfg.splitter(runtime.handlers(cfg), cfg.threads_per_node)
-  return runtime.check_groups(cfg, groups) -- usage error on a malformed or duplicated shard
-end
+local plan = runtime.plan
 
 local commands = {}
 
@@ -456,6 +452,9 @@ function commands.run(argv)
   -- The heartbeat (luakiq.hosts): from the main loop's timer, on a
   -- connection of its own with a 1 s timeout (the loop waits while it does).
   local hosts, started, beat_conn = require "luakiq.hosts", core.now(), runtime.lazy_conn(cfg.redis, 1)
+  local reload = require "luakiq.reload"
+  local reload_arg = json.encode { dir = pos[1], overrides = overrides(opt) }
+  local running = json.decode(json.encode(reload.summary(cfg, groups))) -- as the check's, through JSON
   local function beat(leave)
     if leave then return hosts.leave(beat_conn(), cfg.namespace, token) end
     hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web))
@@ -473,6 +472,9 @@ function commands.run(argv)
       local ok, e = pcall(beat)
       if not ok then error("hosts heartbeat: " .. tostring(e), 0) end -- logged at most once a minute
     end },
+    -- SIGHUP: the threads switch to DIR's new code when it loads and keeps
+    -- what this process cannot change in place (luakiq.reload)
+    reload = function() return reload.run(reload_arg, running) end,
   }
   local okl, lerr = pcall(beat, true) -- gone from the hosts list at once
   if not okl then log.warn("could not leave the hosts list (" .. tostring(lerr) .. "); it drops this host in " ..

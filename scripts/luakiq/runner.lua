@@ -495,7 +495,7 @@ local function process(t, h)
   local fetched = core.now()
   local done = (ran or h.def.throttle or h.def.concurrency) and {} or nil
   for first = 1, #jobs, size do
-    if first > 1 and (core.stopping() or core.now() - fetched >= t.cfg.poll_interval) then
+    if first > 1 and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval) then
       queue.settle(t.conn, h, t, done, h.later)
       h.batch, h.done, h.later, h.held = nil, nil, nil, nil
       local head = res.head
@@ -890,27 +890,56 @@ end
 -- `luakiq lua` VM: setup(boot) -> t, process(t, handler) -> ok, head, flush(t).
 M.setup, M.process, M.flush = setup, process, flush
 
--- Entry point of a worker thread (called from C with the boot string).
-function M.main(boot_json)
+-- The thread's runner between open() and the end of run(): {t =, ctx =,
+-- step =, ticker =}. Kept across a run() that returned "reload", so that the
+-- thread runs on in this VM when the new code's VM cannot be opened.
+local current
+
+-- Opens a worker thread's runner in this VM (called from C, host/entry.c,
+-- with the boot string): loads DIR, connects, builds the shard handlers and
+-- the scheduler. reloading: a fresh VM replacing an old one on SIGHUP (only
+-- the log line differs). Raises a one-line error when DIR does not load.
+function M.open(boot_json, reloading)
   -- os.execute in a worker thread: core.execute (host/sys.c) keeps the
   -- host's INT handler (system(3) ignores INT process-wide while it waits)
   -- and ends the command at the running call's timeout.
   os.execute = core.execute
   local boot = json.decode(boot_json)
   core.log_setup { json = boot.log_json, level = boot.log_level }
-  local t = setup(boot)
+  local ok, t = pcall(setup, boot)
+  if not ok then error(select(2, require("luakiq.errors").describe(t)), 0) end
   local ctx = scheduler_ctx(t)
   local step = t.cfg.scheduler(ctx)
   local names = {}
   for i, h in ipairs(t.handlers) do names[i] = h.worker .. h.shard end
-  log.info("thread started: " .. table.concat(names, ", "))
+  log.info((reloading and "thread reloaded: " or "thread started: ") .. table.concat(names, ", "))
   core.set_state(STATE.idle)
-  local backoff = 0.1
   local ticker = core.thread_index() == 0 and #t.cfg.schedules > 0
   if ticker then t.sched, t.tick_every = {}, SCHEDULE_CHECK end
+  current = { t = t, ctx = ctx, step = step, ticker = ticker }
+end
+
+-- The thread's loop (called from C after open). Returns 0 when the thread
+-- stops, or "reload" when a reload is asked for (SIGHUP: core.reload_wanted)
+-- and the thread is at a point between two calls with nothing of its own in
+-- flight: no parked call, every fetch acked (the acks sent, so the new VM
+-- starts clean); its leases stay held under the same token. The caller
+-- swaps the VM, or calls run() again to go on with the old code.
+function M.run()
+  local t, ctx, step, ticker = current.t, current.ctx, current.step, current.ticker
+  local backoff = 0.1
   while not core.stopping() do
-    local ok, err = xpcall(step, traceback)
-    if ok and ticker then ok, err = xpcall(schedules_tick, traceback, t) end
+    local ok, err
+    if not core.reload_wanted() then
+      ok, err = xpcall(step, traceback)
+      if ok and ticker then ok, err = xpcall(schedules_tick, traceback, t) end
+    elseif t.ntasks > 0 then
+      -- no new fetch; the parked calls finish (each bounded by its timeout)
+      ok, err = xpcall(ctx.wait, traceback, 0.05)
+    else
+      ok, err = xpcall(flush, traceback, t)
+      if ok then return "reload" end
+    end
     if ok then
       backoff = 0.1
     elseif err == luakiq.FATAL then

@@ -135,6 +135,14 @@ function M.check_groups(cfg, groups)
   return groups
 end
 
+-- The splitter's groups for cfg (arrays of {worker=, shard=}), checked:
+-- a usage error on a malformed or duplicated shard. `luakiq run` and plan,
+-- and a reload's check (luakiq.reload).
+function M.plan(cfg)
+  local groups = cfg.splitter(M.handlers(cfg), cfg.threads_per_node)
+  return M.check_groups(cfg, groups)
+end
+
 -- The flat handler list, Lowkiq's order: workers in config order, shards 0..n-1.
 function M.handlers(cfg)
   local list = {}

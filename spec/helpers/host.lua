@@ -213,6 +213,13 @@ function M.dir_per_test(files, prepare)
   return box
 end
 
+-- How many times pattern occurs in text (a log's lines of one kind).
+function M.count(text, pattern)
+  local n = 0
+  for _ in text:gmatch(pattern) do n = n + 1 end
+  return n
+end
+
 -- Waits until fn() is truthy (polling), up to timeout seconds.
 function M.eventually(fn, timeout, what)
   local deadline = core.now() + (timeout or 10)

@@ -1,8 +1,8 @@
 -- systemd's notify protocol (docs/operations.md, "systemd"): `luakiq run` with
 -- NOTIFY_SOCKET set sends READY=1 once its worker threads have started,
 -- WATCHDOG=1 every half WATCHDOG_USEC, STOPPING=1 when a stop that ends the
--- process is asked for. The real binary and a real redis-server; systemd's
--- side is a python3 process bound to an AF_UNIX datagram socket (a path or an
+-- process is asked for, RELOADING=1 then READY=1 around a reload (HUP). The
+-- real binary and a real redis-server; systemd's side is a python3 process bound to an AF_UNIX datagram socket (a path or an
 -- abstract name) that writes each datagram it receives, with its arrival time
 -- and the sender's pid (SCM_CREDENTIALS, what NotifyAccess=main checks), as a
 -- JSON line.
@@ -82,11 +82,7 @@ local function with(list, key)
   return found
 end
 
-local function count(text, pattern)
-  local n = 0
-  for _ in text:gmatch(pattern) do n = n + 1 end
-  return n
-end
+local count = host.count
 
 -- The log's warning lines (text format: "TIME warn  [thread] msg").
 local function warnings(log)
@@ -185,6 +181,38 @@ describe("luakiq run under systemd (NOTIFY_SOCKET)", function()
     assert.are.same({}, with(all, "WATCHDOG"))
     assert.are.equal(1, #all, json.encode(all))
     assert.are.same({}, warnings(other:log()))
+  end)
+
+  it("tells RELOADING=1 at a HUP and READY=1 once every thread runs the new code (after the running call)", function()
+    local out, proc, r = start()
+    host.enqueue(dir, "Hold", { { id = "hold" } }, env())
+    host.eventually(function() return #srv.conn:call("LRANGE", "t:start", 0, -1) == 1 end, 10, "hold running")
+    local hup = core.now()
+    proc:signal("HUP")
+    local rl = host.eventually(function() return with(received(out), "RELOADING")[1] end, 5, "RELOADING=1")
+    assert.are.equal(proc.pid, rl.pid)
+    assert.is_true(rl.t > r.t)
+    -- MONOTONIC_USEC (required beside RELOADING=1): CLOCK_MONOTONIC at the HUP
+    local mono = tonumber(rl.fields.MONOTONIC_USEC)
+    assert.is_true(mono ~= nil and math.abs(mono / 1e6 - (core.mono() - (core.now() - hup))) < 1, rl.msg)
+    -- the thread holding the call switches only after it: no READY=1 yet
+    -- (released before the worker's timeout of 1 s)
+    core.sleep(0.3)
+    assert.are.equal(1, #with(received(out), "READY"), json.encode(received(out)))
+    srv.conn:call("SET", "t:release", "1")
+    local again = host.eventually(function() return with(received(out), "READY")[2] end, 10, "READY=1 again")
+    assert.is_true(again.t > rl.t)
+    assert.are.equal("running 2 worker threads", again.fields.STATUS)
+    assert.are.equal(2, count(proc:log(), "thread reloaded"), proc:log())
+    assert.are.same({ "hold" }, srv.conn:call("LRANGE", "t:done", 0, -1))
+    -- a refused reload: RELOADING=1, then READY=1 at once (the old code runs on)
+    host.write(dir .. "/workers/Hold.lua", "return {")
+    proc:signal("HUP")
+    host.eventually(function() return with(received(out), "READY")[3] end, 5, "READY=1 after the refusal")
+    assert.are.equal(2, #with(received(out), "RELOADING"))
+    assert.are.equal(1, count(proc:log(), "HUP: reload failed"), proc:log())
+    assert.is_true(proc:alive())
+    assert.are.same({}, warnings(proc:log()))
   end)
 
   it("tells STOPPING=1 at a TERM, while the running batch finishes, then exits 0", function()
