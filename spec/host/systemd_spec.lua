@@ -82,11 +82,7 @@ local function with(list, key)
   return found
 end
 
-local function count(text, pattern)
-  local n = 0
-  for _ in text:gmatch(pattern) do n = n + 1 end
-  return n
-end
+local count = host.count
 
 -- The log's warning lines (text format: "TIME warn  [thread] msg").
 local function warnings(log)
