@@ -195,18 +195,20 @@ end)
 describe("the main loop under HTTP load", function()
   it("routes wake-ups as fast while heavy listings run", function()
     start("")
-    -- 3000 Parked jobs with 1 KB payloads: a listing page deep into them
-    -- decodes and sorts thousands of records in the web thread's VM
+    -- 5000 Parked jobs with 1 KB payloads: a listing page deep into them
+    -- decodes and sorts thousands of records in the web thread's VM (on
+    -- the main loop, before the web thread, a wake-up waited for it: this
+    -- spec failed there: 1.18 s)
     local c, jobs = cfg(), {}
     local pad = {}
     for i = 1, 40 do pad[i] = { k = i, v = ("x"):rep(16) } end
-    for i = 1, 3000 do jobs[i] = { id = ("p%05d"):format(i), perform_in = core.now() + 86400, payload = pad } end
-    for i = 1, 3000, 500 do
+    for i = 1, 5000 do jobs[i] = { id = ("p%05d"):format(i), perform_in = core.now() + 86400, payload = pad } end
+    for i = 1, 5000, 500 do
       require("luakiq.client").push(srv.conn, c, "Parked", { unpack(jobs, i, i + 499) })
     end
-    local heavy = base .. "/api/web/workers/Parked/jobs?offset=2000&limit=500"
+    local heavy = base .. "/api/web/workers/Parked/jobs?offset=3500&limit=500"
     local t0 = core.now()
-    local st = web.request(base, "GET", "/api/web/workers/Parked/jobs?offset=2000&limit=500")
+    local st = web.request(base, "GET", "/api/web/workers/Parked/jobs?offset=3500&limit=500")
     local one = core.now() - t0
     assert.are.equal(200, st)
 
@@ -231,7 +233,7 @@ describe("the main loop under HTTP load", function()
     for _, l in ipairs(loaders) do l:kill() end
     print(("\n  one heavy listing: %.3f s; wake-up latency (max): quiet %.3f s, under 6 concurrent listings %.3f s")
       :format(one, quiet, loaded))
-    assert.is_true(one > 0.05, "the listing is not heavy: " .. one .. " s")
+    assert.is_true(one > 0.25, "the listing is not heavy: " .. one .. " s")
     assert.is_true(loaded < 0.5, "wake-up latency under load " .. loaded .. " s")
     assert.is_true(stats_ok())
   end)
