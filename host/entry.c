@@ -4,8 +4,9 @@
  * luakiq.cli.main; everything user-facing is Lua from there on. `luakiq run`
  * comes back into C through core.host_run (hostlua.c), which starts one worker
  * thread per group; each runs entry_thread, which makes that thread's own VM
- * and runs luakiq.runner.open(boot) then luakiq.runner.run(). Each VM is
- * created, used and closed by its own thread. `luakiq.core` is assembled here
+ * and runs luakiq.runner.open(boot) then luakiq.runner.run(); the web thread
+ * makes its own VM with entry_vm_open (hostlua.c runs luakiq.web.open in
+ * it). Each VM is created, used and closed by its own thread. `luakiq.core` is assembled here
  * from the files that each own one area of it.
  *
  * Reload (SIGHUP, docs/architecture.md "Reload"): the main thread checks DIR
@@ -33,7 +34,9 @@
 
 static int entry_thread(const char *boot);
 static char *entry_check(const char *arg, char *err, size_t len);
-static const struct hostlua_entry entry_worker = {entry_thread, entry_check};
+static lua_State *entry_vm_open(void);
+static void entry_vm_close(lua_State *L);
+static const struct hostlua_entry entry_worker = {entry_thread, entry_check, entry_vm_open, entry_vm_close};
 
 int entry_open_core(lua_State *L) {
     lua_newtable(L);                           /* [core] */
@@ -76,6 +79,14 @@ int entry_main(int argc, char **argv) {
     lua_close(L);
     http_thread_end(); /* after the VM: closing it ends its transfers */
     return code;
+}
+
+/* The web thread's VM (hostlua.c's web app): made and closed on that thread. */
+static lua_State *entry_vm_open(void) { return vm_new(entry_open_core); }
+
+static void entry_vm_close(lua_State *L) {
+    lua_close(L);
+    http_thread_end();
 }
 
 struct entry_open { const char *boot; int reload; };

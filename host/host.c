@@ -8,9 +8,9 @@
  * host_thread_done from their own thread, which activates an event: libevent
  * is initialised with pthread support for that). Worker threads have every
  * signal blocked (runner_start_all), so handlers only ever run here. With
- * --web, the HTTP server (web.c) is served from this same loop; its handler
- * re-enters the main VM, which is legal because that VM is this thread's and
- * is parked inside core.host_run.
+ * --web, the HTTP server (web.c) runs on a thread of its own with its own VM:
+ * nothing a request does (a listing, a slow client, a flood of connections)
+ * delays this loop's wake-ups, renewals, signals or watchdogs.
  *
  * Timeouts: a watchdog timer (every 100 ms) has runner_watch signal the
  * threads whose call is past its deadline; a call still running HOST_GRACE
@@ -226,6 +226,8 @@ static void host_thread_done(void *arg) {
 }
 
 #define HOST_GRACE 1.0
+#define HOST_FD_RESERVE 32
+#define HOST_FD_PER_THREAD 8
 
 /* Whether every worker thread has started: loaded its VM and workers and
  * logged "thread started". A thread reports its Lua memory with each state
@@ -311,9 +313,9 @@ static void host_on_done(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* The main thread of `luakiq run`, from start to exit code: one libevent
- * loop owns signals, the wake-up subscriber, the timeout watchdog and the HTTP
- * listener, so worker threads never handle a signal or a socket of the
- * host's. Why one loop: every cross-thread event becomes a callback here, in
+ * loop owns signals, the wake-up subscriber and the timeout watchdog, so
+ * worker threads never handle a signal or a socket of the host's (the HTTP
+ * listener has a thread and a loop of its own, web.c). Why one loop: every cross-thread event becomes a callback here, in
  * one thread, with no lock around the plan's Lua state. */
 int host_run(const struct host_plan *plan) {
     char err[512];
@@ -341,10 +343,15 @@ int host_run(const struct host_plan *plan) {
     signal(SIGPIPE, SIG_IGN);
     host.done_ev = event_new(host.base, -1, 0, host_on_done, NULL);
     struct web *web = NULL;
-    if (plan->web_addr && plan->web_addr[0]) {
-        /* Bound before any worker starts: a busy port is a start-up error. */
-        web = web_start(host.base, plan->web_addr, plan->web_max_body, plan->web_handle, plan->web_ud,
-                        err, sizeof err);
+    if (plan->web.addr && plan->web.addr[0]) {
+        /* Bound before any worker starts: a busy port is a start-up error.
+         * Descriptors the web server leaves free: those open now and this
+         * reserve, for what worker threads open later (each its Redis
+         * connection, eventfd, HTTP transfers, child processes' pipes) and
+         * the main thread's reconnects. */
+        struct web_opts wo = plan->web;
+        wo.fd_reserve = HOST_FD_RESERVE + HOST_FD_PER_THREAD * plan->nthreads;
+        web = web_start(&wo, &plan->web_app, err, sizeof err);
         if (!web) {
             log_fmt(LOG_ERROR, "%s", err);
             for (int i = 0; i < NSIGS; i++) event_free(sev[i]);
@@ -389,8 +396,8 @@ int host_run(const struct host_plan *plan) {
     host_notify_stopping();
     notify_close();
     code = runner_exit_code();
+    web_stop(web); /* the dashboard served while threads finished; not after */
     runner_join_all();
-    web_free(web);
     store_sub_free(sub);
     for (int i = 0; i < NSIGS; i++) event_free(sev[i]);
     event_free(host.done_ev);

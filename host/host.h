@@ -16,10 +16,9 @@ struct host_plan {
     const char *dump_path;        /* TTIN dump file */
     const char *lease_token;      /* this host's lease token */
     long lease_ms, renew_ms;      /* lease TTL; how often busy threads' leases are renewed */
-    const char *web_addr;         /* "ADDR:PORT" to serve HTTP on; NULL or "" for none */
-    size_t web_max_body;          /* request bodies over this get 413 */
-    web_handler web_handle;       /* called on the main thread for every request */
-    void *web_ud;
+    struct web_opts web;          /* web.addr: "ADDR:PORT" to serve HTTP on; NULL or "" for none
+                                   * (fd_reserve: host_run sets it) */
+    struct web_app web_app;       /* what answers the requests, on the web thread */
     void (*tick)(void *ud);       /* called on the main thread every tick_ms (NULL: never) */
     void *tick_ud;
     long tick_ms;                 /* also once right after the threads start */

@@ -1,16 +1,20 @@
 /* hostlua.c - the bridge between the main VM and the host's event loop:
  * core.host_run turns the Lua plan (threads' boot strings, routes, Redis,
  * leases, web listener) into a struct host_plan and blocks in host_run; the
- * HTTP handler it installs re-enters the main VM for every request.
+ * web app it hands to web.c makes the web thread's own VM (luakiq.web.open)
+ * and calls its handler for every request.
  *
- * Threads: main thread only. While host_run blocks, the main VM is parked
- * inside core.host_run on this same thread, so the web handler may call into
- * it (through vm_pcall); every string of the plan stays anchored in the
- * argument table for as long as host_run runs. The plan's tick and reload
- * (SIGHUP) functions re-enter the main VM the same way. The worker threads'
- * body, and the check that loads a script directory in a VM of its own
+ * Threads: core.host_run, the tick and the reload (SIGHUP) function run on
+ * the main thread: while host_run blocks, the main VM is parked inside
+ * core.host_run on this same thread, so the tick and the reload may call
+ * into it (through vm_pcall); every string of the plan stays anchored in the
+ * argument table for as long as host_run runs. The web app
+ * (hostlua_web_open, _handle, _close) runs on the web thread only, on a VM
+ * of its own that no other thread ever sees; it reads the plan's boot string
+ * only in open, while web_start keeps the main thread waiting. How a VM is
+ * made, and the check that loads a script directory in a VM of its own
  * (core.load_check, for a reload), are handed in (hostlua_register), so this
- * file knows nothing of how a worker VM is made. */
+ * file knows nothing of it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,15 +27,52 @@
 #include "runner.h"
 #include "vm.h"
 
-/* The HTTP handler: web.c calls it on the main thread for every request, while
- * the main VM is parked inside core.host_run (same thread, so re-entering it is
- * legal). It calls the Lua handler given to host_run with a request table
- * {method, uri, body, auth, origin, host} and expects status, content_type,
- * body back. A Lua error is logged and becomes a 500; the stack is restored
- * either way, so host_run's anchored arguments stay where they are. */
-struct hostlua_web { lua_State *L; int ref; };
+/* The web thread's VM and its handler (luakiq.web.open's). */
+struct hostlua_web { lua_State *L; int ref; const struct hostlua_entry *entry; };
+struct hostlua_webboot { const struct hostlua_entry *entry; const char *boot; };
 
-/* Main thread, once per HTTP request (web.c's callback). */
+static int hostlua_push_boot(lua_State *L, void *ud) {
+    lua_pushstring(L, ud);
+    return 1;
+}
+
+/* Web thread, once (web.c's app.open): a VM of its own, and in it
+ * luakiq.web.open(boot) -> the request handler, kept in the registry. */
+static void *hostlua_web_open(void *arg, char *err, size_t errlen) {
+    const struct hostlua_webboot *b = arg;
+    struct hostlua_web *w = calloc(1, sizeof *w);
+    lua_State *L = w ? b->entry->vm_open() : NULL;
+    if (!L) {
+        free(w);
+        snprintf(err, errlen, "--web: cannot create a Lua state");
+        return NULL;
+    }
+    if (vm_call_module(L, "luakiq.web", "open", hostlua_push_boot, (void *)b->boot) != 0 ||
+        !lua_isfunction(L, -1)) {
+        const char *msg = lua_tostring(L, -1);
+        snprintf(err, errlen, "--web: %s", msg ? msg : "luakiq.web.open returned no handler");
+        b->entry->vm_close(L);
+        free(w);
+        return NULL;
+    }
+    w->L = L;
+    w->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    w->entry = b->entry;
+    return w;
+}
+
+/* Web thread, once, after the last request (web.c's app.close). */
+static void hostlua_web_close(void *ud) {
+    struct hostlua_web *w = ud;
+    w->entry->vm_close(w->L);
+    free(w);
+}
+
+/* The HTTP handler: web.c calls it on the web thread for every request. It
+ * calls the handler luakiq.web.open made with a request table {method, uri,
+ * body, auth, origin, host, cookie, forwarded_proto} and expects status,
+ * content_type, body, set_cookie back. A Lua error is logged and becomes a
+ * 500; the stack is restored either way. */
 static int hostlua_web_handle(void *ud, const struct web_request *req, struct web_response *out) {
     struct hostlua_web *w = ud;
     lua_State *L = w->L;
@@ -145,8 +186,25 @@ static int hostlua_load_check(lua_State *L) {
     return 1;
 }
 
+/* The string or number field k of the table on top of the stack (NULL or
+ * dflt when absent). The string stays anchored in that table. */
+static const char *hostlua_field_str(lua_State *L, const char *k) {
+    lua_getfield(L, -1, k);
+    const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    lua_pop(L, 1);
+    return v;
+}
+
+static double hostlua_field_num(lua_State *L, const char *k, double dflt) {
+    lua_getfield(L, -1, k);
+    double v = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : dflt;
+    lua_pop(L, 1);
+    return v;
+}
+
 /* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread},
- *               dump_path = p, web = {addr = "ADDR:PORT", handler = fn(req), max_body = n},
+ *               dump_path = p, web = {addr = "ADDR:PORT", boot = s (luakiq.web.open's),
+ *                 max_body = n, max_connections = n, header_timeout = s, idle_timeout = s},
  *               tick = {fn = f, ms = n}, reload = fn() -> bool}
  *   -> exit code, stuck, signalled. Main thread only; blocks until the host
  * stops. stuck: {record = (core.call_begin's), parked = bool} of the calls
@@ -204,24 +262,18 @@ static int hostlua_run(lua_State *L) {
     plan.nroutes = k;
     plan.route_prefix = prefixes;
     plan.route_thread = threads;
-    struct hostlua_web web = {L, LUA_NOREF};
-    lua_getfield(L, 1, "web");       /* anchors web.addr while host_run blocks */
+    const struct hostlua_entry *entry = lua_touserdata(L, lua_upvalueindex(1));
+    struct hostlua_webboot webboot = {entry, NULL};
+    lua_getfield(L, 1, "web");       /* anchors web.addr and web.boot while host_run blocks */
     if (lua_istable(L, -1)) {
-        lua_getfield(L, -1, "addr");
-        plan.web_addr = lua_tostring(L, -1);
-        lua_pop(L, 1);
-        lua_getfield(L, -1, "max_body");
-        plan.web_max_body = lua_isnumber(L, -1) ? (size_t)lua_tonumber(L, -1) : 1048576;
-        lua_pop(L, 1);
-        lua_getfield(L, -1, "handler");
-        if (plan.web_addr && lua_isfunction(L, -1)) {
-            web.ref = luaL_ref(L, LUA_REGISTRYINDEX);
-            plan.web_handle = hostlua_web_handle;
-            plan.web_ud = &web;
-        } else {
-            lua_pop(L, 1);
-            plan.web_addr = NULL;
-        }
+        plan.web.addr = hostlua_field_str(L, "addr");
+        webboot.boot = hostlua_field_str(L, "boot");
+        plan.web.max_body = (size_t)hostlua_field_num(L, "max_body", 1048576);
+        plan.web.max_connections = (int)hostlua_field_num(L, "max_connections", 256);
+        plan.web.header_timeout = hostlua_field_num(L, "header_timeout", 10);
+        plan.web.idle_timeout = hostlua_field_num(L, "idle_timeout", 60);
+        if (!webboot.boot) plan.web.addr = NULL;
+        plan.web_app = (struct web_app){hostlua_web_open, hostlua_web_handle, hostlua_web_close, &webboot};
     }
     lua_pop(L, 1);
     struct hostlua_tick tick = {L, LUA_NOREF, -1e9};
@@ -251,7 +303,6 @@ static int hostlua_run(lua_State *L) {
     }
     if (ok) core_install_timeouts();
     int code = ok ? host_run(&plan) : 2;
-    if (web.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, web.ref);
     if (tick.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, tick.ref);
     if (reload.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, reload.ref);
     free(boots); free(prefixes); free(threads);

@@ -2,7 +2,8 @@
  *
  * Threads: any thread may log. One line is formatted into a local buffer and
  * written with a single fputs under a mutex, so lines of different threads never
- * interleave. The thread name lives in thread-local storage. */
+ * interleave. The thread name lives in thread-local storage. A log_limit is
+ * counted under its own mutex, so any thread may share one. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include "log.h"
 
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t log_limit_mu = PTHREAD_MUTEX_INITIALIZER;
 static int log_json = 0;
 static enum log_level log_min = LOG_INFO;
 static _Thread_local char log_thread[32] = "main";
@@ -74,5 +76,34 @@ void log_fmt(enum log_level lvl, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    log_line(lvl, NULL, msg);
+}
+
+/* Counts the event; writes a line only when `every` seconds passed since the
+ * last line of this limit, with the count of events since then (the first
+ * one ever has no count). The check costs a clock read and a mutex. */
+void log_limited(struct log_limit *l, enum log_level lvl, const char *fmt, ...) {
+    if (lvl < log_min) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9, since = 0;
+    unsigned long n = 0;
+    pthread_mutex_lock(&log_limit_mu);
+    l->count++;
+    if (l->last < 0 || now - l->last >= l->every) {
+        n = l->count;
+        since = l->last < 0 ? 0 : now - l->last;
+        l->count = 0;
+        l->last = now;
+    }
+    pthread_mutex_unlock(&log_limit_mu);
+    if (n == 0) return;
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (since > 0 && n > 1 && len >= 0 && (size_t)len < sizeof msg)
+        snprintf(msg + len, sizeof msg - (size_t)len, " (x%lu in the last %.0f s)", n, since);
     log_line(lvl, NULL, msg);
 }

@@ -1,35 +1,121 @@
-/* web.c - the HTTP listener of `luakiq run --web ADDR:PORT`.
+/* web.c - the HTTP server of `luakiq run --web ADDR:PORT`.
  *
- * Design: one evhttp server on the main thread's event_base (host.c's), next
- * to the signal handlers, the wake-up subscriber and the lease renewal timer.
- * Worker threads never see a request: they keep running jobs while the main
- * thread answers. Every request is handed, whole, to one handler (vm.c's
- * vm_web_handle, which calls luakiq.web in the main VM with the main VM's own
- * Redis connection) and its answer is sent back unchanged; routing, auth and
- * JSON are Lua policy, this file only moves bytes and enforces the limits that
- * must hold before any Lua runs (body size, header size, idle timeout).
+ * Design: one thread of its own (the web thread) with its own event_base,
+ * one evhttp server and its own Lua VM (made by the app: hostlua.c, with
+ * luakiq.web and its own Redis connection). The main loop (signals, wake-up
+ * routing, lease renewal, the heartbeat, the watchdogs) never waits for a
+ * request: a listing that takes seconds delays only other requests. Worker
+ * threads never see a request. Every request is handed, whole, to one
+ * handler and its answer is sent back unchanged; routing, auth and JSON are
+ * Lua policy, this file only moves bytes and enforces the limits that must
+ * hold before any Lua runs (docs/operations.md, "HTTP limits"):
  *
- * Threads: everything here runs on the main thread; the handler blocks the
- * loop while it talks to Redis (a listing is a few pipelined round trips), so
- * wake-up routing and lease renewal wait that long, never the workers. */
+ *  - body and header sizes (evhttp);
+ *  - a header timeout: a request must arrive whole within header_timeout of
+ *    its first byte (or of the accept); evhttp's own timeout is per read,
+ *    reset by every byte, so a client sending a byte every few seconds kept
+ *    a connection forever;
+ *  - an idle timeout: a kept-alive connection between requests, and an
+ *    answer the client does not read, are closed after idle_timeout;
+ *  - a connection cap below the fd limit (RLIMIT_NOFILE less the descriptors
+ *    open at start less fd_reserve), so worker threads can always open their
+ *    Redis connections: at the cap the listener stops accepting (the kernel's
+ *    backlog holds the rest) until a connection closes;
+ *  - an accept that fails (EMFILE, ENFILE, ENOBUFS) pauses the listener for
+ *    0.1 s, doubling to 1 s, instead of retrying at once forever (a listener
+ *    left enabled spins: its socket stays readable);
+ *  - lines that can repeat per connection or per accept go through a
+ *    log_limit (one line per 10 s with a count).
+ *
+ * Connections: libevent 2.1 has no per-connection hooks on the server side
+ * (2.2's evhttp_set_newreqcb and max connections are missing), so each one is
+ * followed through public calls: the bufferevent callback (evhttp_set_bevcb)
+ * sees each accept and hands evhttp a bufferevent we made; right after the
+ * accept callback (web_adopt, an event activated from it) that bufferevent's
+ * callback argument is its evhttp_connection, on which we set a close
+ * callback (every close of a server connection goes through it) and a
+ * callback on its input buffer (the first byte of the next request). We hold
+ * a reference on the bufferevent until then, so it cannot vanish between the
+ * two. A timer (web_sweep) closes connections past their deadline with
+ * evhttp_connection_free, as evhttp does on its own timeouts.
+ *
+ * Threads: web_start and web_stop run on the main thread; everything else,
+ * the app's VM included, on the web thread. They share only the start
+ * handshake (mu, cv, state, err) and the stop event (event_active is
+ * thread-safe: host_run turned libevent's pthreads support on). */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/util.h>
 #include "log.h"
 #include "web.h"
 
-struct web {
-    struct evhttp *http;
-    size_t max_body;
-    web_handler handler;
-    void *ud;
+/* One open connection (web thread only). */
+struct web_conn {
+    struct web *w;
+    struct bufferevent *bev;
+    struct evhttp_connection *evcon;   /* NULL until adopted */
+    struct evbuffer_cb_entry *in_cb;   /* on the input buffer */
+    double deadline;                   /* monotonic; closed when passed (0: being answered) */
+    int idle;                          /* between requests */
+    struct web_conn *prev, *next;      /* adopted connections; next: pending ones too */
 };
+
+struct web {
+    struct web_opts opts;              /* opts.addr: our copy */
+    struct web_app app;
+    void *ud;                          /* app.open's, web thread */
+    pthread_t thread;
+    /* the start handshake (both threads, under mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state;                         /* 0 starting, 1 listening, -1 failed */
+    char err[512];
+    /* web thread */
+    struct event_base *base;
+    struct evhttp *http;
+    struct evconnlistener *lev;
+    struct event *adopt_ev, *sweep_ev, *backoff_ev, *stop_ev;
+    struct web_conn *pending;          /* accepted, not adopted yet */
+    struct web_conn *conns;            /* adopted */
+    int nconns;                        /* accepted and not closed (pending + adopted) */
+    int cap;                           /* the connection cap in force */
+    int listening;                     /* the listener is enabled */
+    int backing_off;                   /* paused after a failed accept */
+    double backoff;                    /* the next pause, seconds */
+};
+
+/* The listener's error callback gets evhttp's argument, not ours: there is
+ * one web server per process, this is it (set and read on the web thread). */
+static struct web *web_self;
+
+static struct log_limit web_cap_limit = LOG_LIMIT(10), web_accept_limit = LOG_LIMIT(10),
+                        web_timeout_limit = LOG_LIMIT(10);
+
+static void web_answering(struct web *w, struct evhttp_request *req);
+
+static double web_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static struct timeval web_tv(double s) {
+    struct timeval tv = {(time_t)s, (suseconds_t)((s - (double)(time_t)s) * 1e6)};
+    return tv;
+}
 
 static const char *web_method(enum evhttp_cmd_type cmd) {
     switch (cmd) {
@@ -75,7 +161,7 @@ static void web_free_body(const void *data, size_t len, void *arg) {
 
 /* Sends status + body (taking ownership of body) with the headers every
  * answer carries: nothing is cached, sniffed or framed by another site. */
-static void web_send(struct evhttp_request *req, int status, const char *ctype, char *body, size_t len,
+static void web_send(struct web *w, struct evhttp_request *req, int status, const char *ctype, char *body, size_t len,
                      const char *set_cookie) {
     struct evkeyvalq *oh = evhttp_request_get_output_headers(req);
     if (set_cookie && set_cookie[0]) evhttp_add_header(oh, "Set-Cookie", set_cookie);
@@ -89,16 +175,191 @@ static void web_send(struct evhttp_request *req, int status, const char *ctype, 
         if (evbuffer_add_reference(ob, body, len, web_free_body, NULL) == 0) body = NULL;
     }
     free(body);
+    web_answering(w, req);
     evhttp_send_reply(req, status, web_reason(status), ob);
     if (ob) evbuffer_free(ob);
 }
 
-static void web_send_static(struct evhttp_request *req, int status, const char *json) {
+static void web_send_static(struct web *w, struct evhttp_request *req, int status, const char *json) {
     char *copy = strdup(json);
-    web_send(req, status, "application/json", copy, copy ? strlen(copy) : 0, NULL);
+    web_send(w, req, status, "application/json", copy, copy ? strlen(copy) : 0, NULL);
 }
 
-/* evhttp's generic callback: every path lands here, one request at a time. */
+/* --- the listener: cap and back-off ------------------------------------------- */
+
+/* Enables or disables the listener as the state asks: not at the cap, not
+ * backing off after a failed accept. */
+static void web_listen_update(struct web *w) {
+    int want = w->nconns < w->cap && !w->backing_off;
+    if (want == w->listening || !w->lev) return;
+    if (want) evconnlistener_enable(w->lev);
+    else evconnlistener_disable(w->lev);
+    w->listening = want;
+}
+
+/* A connection closed (or never made it past evhttp's set-up). */
+static void web_conn_gone(struct web *w) {
+    w->nconns--;
+    web_listen_update(w);
+}
+
+/* Timer: the pause after a failed accept is over. */
+static void web_on_backoff(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    struct web *w = arg;
+    w->backing_off = 0;
+    web_listen_update(w);
+}
+
+/* The listener's error callback: accept() failed with an error that is not
+ * retried at once (EMFILE, ENFILE, ENOBUFS, ENOMEM). The pending connection
+ * stays in the kernel's backlog; we try again after a pause that doubles
+ * while accepts keep failing (0.1 s .. 1 s) and starts over after one that
+ * succeeds. */
+static void web_on_accept_error(struct evconnlistener *lev, void *arg) {
+    (void)lev; (void)arg;
+    struct web *w = web_self;
+    int e = EVUTIL_SOCKET_ERROR();
+    double pause = w->backoff;
+    w->backoff = pause * 2 > 1.0 ? 1.0 : pause * 2;
+    log_limited(&web_accept_limit, LOG_WARN, "web: accept failed: %s; not accepting for %.1f s "
+                "(%d connections open)", evutil_socket_error_to_string(e), pause, w->nconns);
+    w->backing_off = 1;
+    web_listen_update(w);
+    struct timeval tv = web_tv(pause);
+    evtimer_add(w->backoff_ev, &tv);
+}
+
+/* --- following connections ------------------------------------------------------ */
+
+static void web_unlink(struct web *w, struct web_conn *c) {
+    if (c->prev) c->prev->next = c->next;
+    else w->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+}
+
+/* evhttp's close callback: every server connection that was adopted ends here
+ * (evhttp_connection_free calls it before freeing anything). */
+static void web_on_close(struct evhttp_connection *evcon, void *arg) {
+    (void)evcon;
+    struct web_conn *c = arg;
+    struct web *w = c->w;
+    evbuffer_remove_cb_entry(bufferevent_get_input(c->bev), c->in_cb);
+    web_unlink(w, c);
+    free(c);
+    web_conn_gone(w);
+}
+
+/* Bytes arrived on a connection: the first byte of a request after an idle
+ * time starts the header timeout. */
+static void web_on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg) {
+    (void)buf;
+    struct web_conn *c = arg;
+    if (info->n_added > 0 && c->idle) {
+        c->idle = 0;
+        c->deadline = web_now() + c->w->opts.header_timeout;
+    }
+}
+
+/* evhttp's bufferevent callback: called for every accepted connection, before
+ * evhttp makes its connection object. Counts it, and stops accepting at the
+ * cap. The bufferevent does not close its socket on free (evhttp closes it
+ * itself after a shutdown, which must not hit a closed and reused number). */
+static struct bufferevent *web_on_accept(struct event_base *base, void *arg) {
+    struct web *w = arg;
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
+    struct web_conn *c = bev ? calloc(1, sizeof *c) : NULL;
+    if (!c) return bev; /* out of memory: served, not followed */
+    w->backoff = 0.1;   /* an accept succeeded */
+    bufferevent_incref(bev);
+    c->w = w;
+    c->bev = bev;
+    c->next = w->pending;
+    w->pending = c;
+    w->nconns++;
+    event_active(w->adopt_ev, EV_TIMEOUT, 0);
+    if (w->nconns >= w->cap) {
+        log_limited(&web_cap_limit, LOG_WARN, "web: %d connections open, the limit (web_max_connections, "
+                    "or the fd limit less a reserve): not accepting until one closes", w->nconns);
+        web_listen_update(w);
+    }
+    return bev;
+}
+
+/* Right after the accept callback: each new bufferevent's callback argument
+ * is now its evhttp_connection (NULL when evhttp already dropped it). */
+static void web_adopt(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    struct web *w = arg;
+    double now = web_now();
+    struct web_conn *c;
+    while ((c = w->pending)) {
+        w->pending = c->next;
+        struct bufferevent *bev = c->bev;
+        void *evcon = NULL;
+        bufferevent_getcb(bev, NULL, NULL, NULL, &evcon);
+        if (evcon) {
+            c->in_cb = evbuffer_add_cb(bufferevent_get_input(bev), web_on_input, c);
+        }
+        if (evcon && c->in_cb) {
+            c->evcon = evcon;
+            c->deadline = now + w->opts.header_timeout;
+            c->prev = NULL;
+            c->next = w->conns;
+            if (w->conns) w->conns->prev = c;
+            w->conns = c;
+            evhttp_connection_set_closecb(c->evcon, web_on_close, c);
+        } else {
+            free(c);
+            web_conn_gone(w);
+        }
+        bufferevent_decref(bev);
+    }
+}
+
+/* Timer: closes the connections past their deadline (header or idle). */
+static void web_sweep(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    struct web *w = arg;
+    double now = web_now();
+    struct web_conn *c = w->conns, *next;
+    for (; c; c = next) {
+        next = c->next;
+        if (c->deadline <= 0 || now < c->deadline) continue;
+        if (!c->idle) /* an idle keep-alive ending is routine; a request that never came whole is not */
+            log_limited(&web_timeout_limit, LOG_INFO, "web: closed a connection that did not send a "
+                        "whole request within web_header_timeout (%g s)", w->opts.header_timeout);
+        evhttp_connection_free(c->evcon); /* calls web_on_close, which frees c */
+    }
+}
+
+static struct web_conn *web_find(struct web *w, struct evhttp_connection *evcon) {
+    for (struct web_conn *c = w->conns; c; c = c->next)
+        if (c->evcon == evcon) return c;
+    return NULL;
+}
+
+/* The answer is sent: the connection waits for the next request. */
+static void web_on_sent(struct evhttp_request *req, void *arg) {
+    (void)req;
+    struct web_conn *c = arg;
+    c->idle = evbuffer_get_length(bufferevent_get_input(c->bev)) == 0;
+    c->deadline = web_now() + (c->idle ? c->w->opts.idle_timeout : c->w->opts.header_timeout);
+}
+
+/* An answer is about to be sent (after the handler, which runs on this
+ * thread, so no sweep ran meanwhile): the client must take it within the
+ * idle timeout. Before evhttp_send_reply, which may free the connection. */
+static void web_answering(struct web *w, struct evhttp_request *req) {
+    struct web_conn *c = web_find(w, evhttp_request_get_connection(req));
+    if (!c) return;
+    c->deadline = web_now() + w->opts.idle_timeout;
+    c->idle = 1;
+    evhttp_request_set_on_complete_cb(req, web_on_sent, c);
+}
+
+/* evhttp's generic callback: every path lands here, one request at a time,
+ * on the web thread. */
 static void web_on_request(struct evhttp_request *req, void *arg) {
     struct web *w = arg;
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
@@ -106,8 +367,8 @@ static void web_on_request(struct evhttp_request *req, void *arg) {
     size_t blen = evbuffer_get_length(ib);
     /* evhttp already refuses declared and chunked bodies over the limit; this
      * is the belt to those braces. */
-    if (blen > w->max_body) {
-        web_send_static(req, 413, "{\"error\":\"request body too large\"}");
+    if (blen > w->opts.max_body) {
+        web_send_static(w, req, 413, "{\"error\":\"request body too large\"}");
         return;
     }
     unsigned char *body = blen ? evbuffer_pullup(ib, -1) : NULL;
@@ -123,13 +384,13 @@ static void web_on_request(struct evhttp_request *req, void *arg) {
         .forwarded_proto = web_header(in, "X-Forwarded-Proto"),
     };
     struct web_response out = {0};
-    if (w->handler(w->ud, &r, &out) != 0 || out.status < 100 || out.status > 599) {
+    if (w->app.handle(w->ud, &r, &out) != 0 || out.status < 100 || out.status > 599) {
         free(out.body);
         free(out.set_cookie);
-        web_send_static(req, 500, "{\"error\":\"internal error (see the host's log)\"}");
+        web_send_static(w, req, 500, "{\"error\":\"internal error (see the host's log)\"}");
         return;
     }
-    web_send(req, out.status, out.content_type, out.body, out.len, out.set_cookie);
+    web_send(w, req, out.status, out.content_type, out.body, out.len, out.set_cookie);
     free(out.set_cookie);
 }
 
@@ -155,46 +416,177 @@ static int web_parse_addr(const char *s, char *buf, size_t cap, int *port) {
     return 0;
 }
 
-struct web *web_start(struct event_base *base, const char *addr_port, size_t max_body,
-                      web_handler handler, void *ud, char *err, size_t errlen) {
+/* Descriptors open now (/proc/self/fd; 0 when it cannot be read). */
+static long web_open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return 0;
+    long n = 0;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n > 3 ? n - 3 : 0; /* ".", ".." and the DIR's own */
+}
+
+/* The connection cap: max_connections, but never so many that the host could
+ * run out of descriptors (what is open now and fd_reserve stay free). */
+static int web_cap(const struct web_opts *o, long *nofile_out) {
+    struct rlimit rl;
+    long nofile = 1L << 20;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) nofile = (long)rl.rlim_cur;
+    *nofile_out = nofile;
+    long room = nofile - web_open_fds() - o->fd_reserve;
+    long cap = o->max_connections < room ? o->max_connections : room;
+    return cap < 1 ? 1 : (int)cap;
+}
+
+/* Web thread: everything up to listening. 0, or -1 with w->err filled. */
+static int web_open(struct web *w) {
     char addr[256];
     int port;
-    if (web_parse_addr(addr_port, addr, sizeof addr, &port) < 0) {
-        snprintf(err, errlen, "--web: '%s' is not ADDR:PORT", addr_port);
-        return NULL;
+    if (web_parse_addr(w->opts.addr, addr, sizeof addr, &port) < 0) {
+        snprintf(w->err, sizeof w->err, "--web: '%s' is not ADDR:PORT", w->opts.addr);
+        return -1;
     }
-    struct web *w = calloc(1, sizeof *w);
-    if (!w || !(w->http = evhttp_new(base))) {
-        free(w);
-        snprintf(err, errlen, "--web: cannot create the HTTP server");
-        return NULL;
+    if (!(w->base = event_base_new()) || !(w->http = evhttp_new(w->base))) {
+        snprintf(w->err, sizeof w->err, "--web: cannot create the HTTP server");
+        return -1;
     }
-    w->max_body = max_body;
-    w->handler = handler;
-    w->ud = ud;
-    evhttp_set_max_body_size(w->http, (ev_ssize_t)max_body);
+    if (!(w->ud = w->app.open(w->app.arg, w->err, sizeof w->err))) return -1;
+    evhttp_set_max_body_size(w->http, (ev_ssize_t)w->opts.max_body);
     evhttp_set_max_headers_size(w->http, 16384);
-    evhttp_set_timeout(w->http, 30);
+    /* evhttp's own timeout is per read and write, reset by every byte: a
+     * backstop behind ours (web_sweep), never before them */
+    double t = w->opts.header_timeout > w->opts.idle_timeout ? w->opts.header_timeout : w->opts.idle_timeout;
+    struct timeval tv = web_tv(t + 1);
+    evhttp_set_timeout_tv(w->http, &tv);
     /* Read (and drop) the rest of a too-large body before closing, so that the
      * client gets the 413 instead of a connection reset. */
     evhttp_set_flags(w->http, EVHTTP_SERVER_LINGERING_CLOSE);
     evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
                                         EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(w->http, web_on_request, w);
+    evhttp_set_bevcb(w->http, web_on_accept, w);
+    w->adopt_ev = event_new(w->base, -1, 0, web_adopt, w);
+    w->sweep_ev = event_new(w->base, -1, EV_PERSIST, web_sweep, w);
+    w->backoff_ev = evtimer_new(w->base, web_on_backoff, w);
+    if (!w->adopt_ev || !w->sweep_ev || !w->backoff_ev) {
+        snprintf(w->err, sizeof w->err, "--web: out of memory");
+        return -1;
+    }
+    struct timeval sweep_tv = {0, 200000};
+    event_add(w->sweep_ev, &sweep_tv);
+    long nofile;
+    w->cap = web_cap(&w->opts, &nofile);
+    w->backoff = 0.1;
     errno = 0;
-    if (!evhttp_bind_socket_with_handle(w->http, addr, (ev_uint16_t)port)) {
+    struct evhttp_bound_socket *bound = evhttp_bind_socket_with_handle(w->http, addr, (ev_uint16_t)port);
+    if (!bound) {
         int e = errno;
-        snprintf(err, errlen, "--web: cannot listen on %s: %s", addr_port, e ? strerror(e) : "bind failed");
-        evhttp_free(w->http);
+        snprintf(w->err, sizeof w->err, "--web: cannot listen on %s: %s", w->opts.addr,
+                 e ? strerror(e) : "bind failed");
+        return -1;
+    }
+    w->lev = evhttp_bound_socket_get_listener(bound);
+    w->listening = 1;
+    web_self = w;
+    evconnlistener_set_error_cb(w->lev, web_on_accept_error);
+    log_fmt(LOG_INFO, "web: listening on http://%s/ (up to %d connections; fd limit %ld)", w->opts.addr, w->cap,
+            nofile);
+    return 0;
+}
+
+/* Web thread: frees what web_open made (evhttp_free closes every connection,
+ * each through web_on_close), then the app. */
+static void web_close(struct web *w) {
+    w->lev = NULL; /* evhttp_free frees it */
+    w->cap = 1 << 30;
+    if (w->http) evhttp_free(w->http);
+    web_adopt(-1, 0, w); /* none pending after evhttp_free; frees them if any */
+    if (w->adopt_ev) event_free(w->adopt_ev);
+    if (w->sweep_ev) event_free(w->sweep_ev);
+    if (w->backoff_ev) event_free(w->backoff_ev);
+    if (w->stop_ev) event_free(w->stop_ev);
+    if (w->ud) w->app.close(w->ud);
+    if (w->base) event_base_free(w->base);
+    web_self = NULL;
+}
+
+static void web_on_stop(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    struct web *w = arg;
+    event_base_loopbreak(w->base);
+}
+
+static void web_set_state(struct web *w, int state) {
+    pthread_mutex_lock(&w->mu);
+    w->state = state;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The web thread: opens, tells web_start, serves until web_stop. */
+static void *web_main(void *arg) {
+    struct web *w = arg;
+    log_set_thread_name("web");
+    int ok = web_open(w) == 0 && (w->stop_ev = event_new(w->base, -1, 0, web_on_stop, w)) != NULL;
+    if (!ok) {
+        if (!w->err[0]) snprintf(w->err, sizeof w->err, "--web: out of memory");
+        web_close(w);
+        web_set_state(w, -1);
+        return NULL;
+    }
+    web_set_state(w, 1);
+    event_base_dispatch(w->base);
+    web_close(w);
+    return NULL;
+}
+
+struct web *web_start(const struct web_opts *opts, const struct web_app *app, char *err, size_t errlen) {
+    struct web *w = calloc(1, sizeof *w);
+    char *addr = opts->addr ? strdup(opts->addr) : NULL;
+    if (!w || !addr) {
+        free(w);
+        free(addr);
+        snprintf(err, errlen, "--web: out of memory");
+        return NULL;
+    }
+    w->opts = *opts;
+    w->opts.addr = addr;
+    w->app = *app;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    /* Signals stay with the main thread: the web thread starts with all blocked. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&w->thread, NULL, web_main, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int state = -1;
+    if (rc == 0) {
+        pthread_mutex_lock(&w->mu);
+        while (w->state == 0) pthread_cond_wait(&w->cv, &w->mu);
+        state = w->state;
+        pthread_mutex_unlock(&w->mu);
+        if (state < 0) pthread_join(w->thread, NULL);
+    } else {
+        snprintf(w->err, sizeof w->err, "--web: cannot start the web thread");
+    }
+    if (state < 0) {
+        snprintf(err, errlen, "%s", w->err);
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(addr);
         free(w);
         return NULL;
     }
-    log_fmt(LOG_INFO, "web: listening on http://%s/", addr_port);
     return w;
 }
 
-void web_free(struct web *w) {
+void web_stop(struct web *w) {
     if (!w) return;
-    evhttp_free(w->http);
+    event_active(w->stop_ev, EV_TIMEOUT, 0);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free((char *)w->opts.addr);
     free(w);
 }

@@ -1,12 +1,12 @@
-/* web.h - the HTTP listener of `luakiq run --web ADDR:PORT` (libevent evhttp on
- * the main thread's event loop). It only moves bytes: every request is handed
- * to a handler (hostlua.c's, which calls luakiq.web in the main VM) and the answer
- * is sent back as it is. */
+/* web.h - the HTTP server of `luakiq run --web ADDR:PORT`: its own thread,
+ * event loop (libevent evhttp) and Lua VM, so that no request ever delays
+ * the main loop. It only moves bytes and enforces the connection limits:
+ * every request is handed to the app's handler (hostlua.c's, which calls
+ * luakiq.web in the web thread's VM) and the answer is sent back as it is. */
 #ifndef LUAKIQ_WEB_H
 #define LUAKIQ_WEB_H
 #include <stddef.h>
 
-struct event_base;
 struct web;
 
 /* One request, as the handler sees it. body is blen bytes (not terminated);
@@ -37,11 +37,32 @@ struct web_response {
 /* Returns 0, or -1 when it could not produce an answer (web.c answers 500). */
 typedef int (*web_handler)(void *ud, const struct web_request *req, struct web_response *out);
 
-/* Binds "ADDR:PORT" ("[::1]:PORT" for IPv6) on base and serves every request
- * through handler(ud, ...). Bodies over max_body bytes get 413 without reaching
- * the handler. Returns NULL with err filled when the address cannot be bound. */
-struct web *web_start(struct event_base *base, const char *addr_port, size_t max_body,
-                      web_handler handler, void *ud, char *err, size_t errlen);
-void web_free(struct web *w);
+/* What answers the requests, made and ended on the web thread: open(arg)
+ * returns the handler's ud (NULL with err filled on failure), close(ud)
+ * frees it after the last request. */
+struct web_app {
+    void *(*open)(void *arg, char *err, size_t errlen);
+    web_handler handle;
+    void (*close)(void *ud);
+    void *arg;
+};
+
+/* The listener and its limits (docs/operations.md, "HTTP limits"). */
+struct web_opts {
+    const char *addr;             /* "ADDR:PORT", "[V6]:PORT" */
+    size_t max_body;              /* bodies over this get 413 */
+    int max_connections;          /* open connections at most (also kept below the fd limit) */
+    int fd_reserve;               /* descriptors kept free for the rest of the host */
+    double header_timeout;        /* a request must arrive whole within this */
+    double idle_timeout;          /* a kept-alive connection between requests; an answer being sent */
+};
+
+/* Main thread: starts the web thread, which makes the app (its VM), binds
+ * opts->addr and serves every request through app->handle. Returns once it
+ * listens; NULL with err filled when the app or the address failed. */
+struct web *web_start(const struct web_opts *opts, const struct web_app *app, char *err, size_t errlen);
+/* Main thread: stops the web thread (the request being answered finishes,
+ * every connection is closed), joins it, frees everything. NULL: nothing. */
+void web_stop(struct web *w);
 
 #endif

@@ -464,9 +464,13 @@ function commands.run(argv)
     wake_channel = keys.wake_channel(cfg.namespace),
     token = token, lease_ms = math.floor(cfg.lease_ttl * 1000), renew_ms = math.floor(cfg.lease_renew * 1000),
     dump_path = cfg.dump_path or (os.getenv("TMPDIR") or "/tmp") .. "/luakiq_ttin_" .. core.getpid() .. ".txt",
+    -- The web server runs on a thread of its own, in a VM of its own
+    -- (luakiq.web.open(boot)): no request ever delays this loop.
     web = cfg.web and {
       addr = cfg.web, max_body = require("luakiq.web").MAX_BODY,
-      handler = require("luakiq.web").handler(cfg, { token = web_token, threads = #groups }),
+      boot = json.encode { dir = pos[1], overrides = overrides(opt), token = web_token, threads = #groups },
+      max_connections = cfg.web_max_connections, header_timeout = cfg.web_header_timeout,
+      idle_timeout = cfg.web_idle_timeout,
     } or nil,
     tick = { ms = hosts.BEAT * 1000, fn = function()
       local ok, e = pcall(beat)

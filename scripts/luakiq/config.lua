@@ -81,6 +81,7 @@ local SETTINGS = {
   dump_payload = "func", load_payload = "func",
   format_error = "func", dump_error = "func", load_error = "func",
   web = "str", web_token = "str", metrics_public = "bool", schedules = "schedules",
+  web_max_connections = "pos_int", web_header_timeout = "pos_num", web_idle_timeout = "pos_num",
   lease_ttl = "pos_num", lease_renew = "pos_num", max_payload_bytes = "pos_int",
   redis_timeout = "pos_num", redis_retry = "nonneg_num", dump_path = "str", timeout = "pos_num",
 }
@@ -119,6 +120,9 @@ function M.defaults()
     web = nil,
     web_token = nil,
     metrics_public = false,      -- with a token: /metrics is served without it
+    web_max_connections = 256,   -- open HTTP connections at most (kept below the fd limit too)
+    web_header_timeout = 10,     -- seconds for a request to arrive whole
+    web_idle_timeout = 60,       -- seconds a kept-alive connection may wait between requests
     lease_ttl = 30,              -- seconds a shard lease lives without renewal
     lease_renew = nil,           -- renew a busy thread's lease this often (default lease_ttl / 3)
     max_payload_bytes = 1048576,

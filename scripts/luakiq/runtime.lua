@@ -60,9 +60,9 @@ function M.connect(cfg, retry_for)
   end
 end
 
--- A connection made on first use and re-made after an I/O error, for the main
--- thread's own work (the web API, the hosts heartbeat): while it waits, the
--- main loop waits too, hence a short timeout. Returns get() (the connection,
+-- A connection made on first use and re-made after an I/O error, for the
+-- main thread's own work (the hosts heartbeat: while it waits, the main loop
+-- waits too, hence a short timeout) and the web thread's (the web API). Returns get() (the connection,
 -- or raises why there is none) and broken() (the last one met an I/O error).
 function M.lazy_conn(url, timeout)
   local conn

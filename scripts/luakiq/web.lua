@@ -1,7 +1,8 @@
 -- luakiq.web: the HTTP side of `luakiq run --web ADDR:PORT` (docs/operations.md).
 --
--- Runs in the main thread's VM. host/web.c accepts the connections on the main
--- event loop and hands every request to the function made by M.handler, which
+-- Runs in the web thread's own VM (M.open, called by host/hostlua.c on that
+-- thread). host/web.c accepts the connections on the web thread's event loop
+-- and hands every request to the function made by M.handler, which
 -- routes it, checks auth, calls the same luakiq.admin / luakiq.client functions
 -- as the CLI (so `luakiq stats`, `jobs`, `morgue`, `admin`, `enqueue` and the
 -- endpoints give the same answers) over this VM's own Redis connection, and
@@ -429,7 +430,7 @@ local function api(ctx)
     end
     local rss = core.rss()
     if rss then metric("process_resident_memory_bytes", "gauge", "Resident memory of this host process.", { { nil, nil, rss } }) end
-    local jobs, mem = {}, { { "thread", "main", collectgarbage("count") * 1024 } }
+    local jobs, mem = {}, { { "thread", "web", collectgarbage("count") * 1024 } }
     for i, t in ipairs(core.thread_stats()) do
       jobs[#jobs + 1] = { "thread", "t" .. (i - 1), t.jobs }
       mem[#mem + 1] = { "thread", "t" .. (i - 1), t.lua_bytes }
@@ -460,6 +461,15 @@ end
 
 -- --- the handler -----------------------------------------------------------------------
 
+-- The web thread's start (host/hostlua.c, in that thread's own VM): boot is
+-- JSON {dir, overrides, token, threads} from `luakiq run`; loads the script
+-- directory as every worker thread does and returns the request handler.
+function M.open(boot)
+  local b = json.decode(boot)
+  local cfg = runtime.load(b.dir, b.overrides)
+  return M.handler(cfg, { token = b.token, threads = b.threads })
+end
+
 local MUTATING = { POST = true, PUT = true, DELETE = true, PATCH = true }
 
 -- Returns function(req) -> status, content_type, body for web.c (via vm.c).
@@ -469,7 +479,8 @@ function M.handler(cfg, opts)
   local ctx = { cfg = cfg, token = opts.token, threads = opts.threads }
   local A = api(ctx)
   local c = {}
-  -- This VM's own connection for the web (runtime.lazy_conn).
+  -- This VM's own connection for the web (runtime.lazy_conn); a request
+  -- waiting on it delays only other requests, never the main loop.
   local conn_broken
   c.conn, conn_broken = runtime.lazy_conn(cfg.redis, math.min(cfg.redis_timeout or 10, 5))
 

@@ -29,6 +29,13 @@ function M.sh_out(cmd)
   return rc, out, err
 end
 
+-- How many times the Lua pattern occurs in text (log lines, mostly).
+function M.count(text, pattern)
+  local n = 0
+  for _ in text:gmatch(pattern) do n = n + 1 end
+  return n
+end
+
 -- The stdout of a shell command as an array of lines.
 function M.lines(cmd)
   local t = {}

@@ -369,7 +369,7 @@ describe("GET /metrics", function()
     end
     assert.truthy(tonumber(body:match('\nluakiq_processed_total{worker="Flaky"} (%d+)')) >= 1)
     assert.truthy(tonumber(body:match("\nprocess_resident_memory_bytes (%d+)")) > 1e6)
-    assert.truthy(body:find('\nluakiq_thread_lua_memory_bytes{thread="main"} %d+'))
+    assert.truthy(body:find('\nluakiq_thread_lua_memory_bytes{thread="web"} %d+'))
     assert.truthy(body:find('\nluakiq_thread_lua_memory_bytes{thread="t1"} %d+'))
     local done = 0
     for n in body:gmatch('\nluakiq_thread_jobs_performed_total{thread="t%d"} (%d+)') do done = done + tonumber(n) end

@@ -87,11 +87,19 @@ end
 
 -- Starts `luakiq run DIR --web 127.0.0.1:PORT`; returns proc, base URL. A
 -- free port can be taken by someone else before the host binds it: then the
--- host exits at once ("cannot listen") and another port is tried.
-function M.start(dir, env, extra)
+-- host exits at once ("cannot listen") and another port is tried. nofile:
+-- run it under `ulimit -n nofile`.
+function M.start(dir, env, extra, nofile)
   for _ = 1, 5 do
     local port = core.free_port()
-    local p = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port .. " " .. (extra or ""), env)
+    local args = "run " .. q(dir) .. " --web 127.0.0.1:" .. port .. " " .. (extra or "")
+    local p
+    if nofile then
+      p = host.spawn_cmd("sh -c " .. q("ulimit -n " .. nofile .. " && exec env " .. (env or "") .. " " ..
+                                       host.bin .. " " .. args))
+    else
+      p = host.spawn(args, env)
+    end
     local base = "http://127.0.0.1:" .. port
     local ready = host.eventually(function()
       if not p:alive() then return "exited" end
