@@ -139,7 +139,8 @@ static void hostlua_tick(void *ud) {
         double now = runner_monotonic();
         if (now - t->logged >= 60) {
             const char *msg = lua_tostring(L, -1);
-            log_fmt(LOG_WARN, "tick: %s", msg ? msg : "(error object is not a string)");
+            if (!msg) msg = "(error object is not a string)";
+            log_fmt(LOG_WARN, "tick: %.*s", (int)strcspn(msg, "\n"), msg); /* one line, no traceback */
             t->logged = now;
         }
     }

@@ -234,9 +234,9 @@ local function push_now(conn, cfg, worker, jobs)
       sizes[#cmds] = math.min(CHUNK, #list - from + 1)
     end
   end
-  -- Each push.lua call is atomic (a Redis out of memory refuses a script at
-  -- its first write, before it changed anything), so the jobs stored are
-  -- exactly those of the calls that succeeded: say how many.
+  -- Each push.lua call is atomic (a Redis out of memory refuses a script
+  -- only before its first write; once it wrote, it runs to its end), so the
+  -- jobs stored are exactly those of the calls that succeeded: say how many.
   local replies = conn:pipeline(cmds)
   local stored, failed = 0, nil
   for i, r in ipairs(replies) do

@@ -125,13 +125,20 @@ local function took(t, h, r)
 end
 
 -- Sends the pending acks (if any) alone; used before sleeping and at stop.
+-- An ack Redis refused (an error reply: out of memory, say) stays pending,
+-- to be sent again; the first such error is raised after the others were
+-- taken in.
 local function flush(t)
   if not next(t.pending) and not next(t.releases) and not t.timing.any then return end
   local cmds, hs, tfrom = pending_acks(t, nil, true)
   local r = t.conn:pipeline(cmds)
+  local failed
+  for i, h in ipairs(hs) do
+    local ok, err = pcall(took, t, h, r[i])
+    if ok then t.pending[h] = nil else failed = failed or err end
+  end
+  if failed then error(failed, 0) end
   timing.check(cmds, r, tfrom)
-  t.pending = {}
-  for i, h in ipairs(hs) do took(t, h, r[i]) end
 end
 
 -- Calls the worker's retries_exhausted with dead ({id=, payloads=, error=}
@@ -470,10 +477,18 @@ local function process(t, h)
   -- fetch.lua leased the shard for lease_ttl from no earlier than now: the
   -- calls of this fetch hold it until then, or as the renewals extend it
   h.lease_until = sent + t.cfg.lease_ttl
-  t.pending = {}
-  for i, p in ipairs(acked) do took(t, p, replies[i]) end
+  -- An ack Redis refused stays pending (sent again by batch id, so nothing
+  -- runs twice); the error then goes to the loop's back-off, and this
+  -- fetch's batch, if any, is redelivered to this holder by the next fetch.
+  local failed
+  for i, p in ipairs(acked) do
+    local ok, err = pcall(took, t, p, replies[i])
+    if ok then t.pending[p] = nil else failed = failed or err end
+  end
   h.later, h.held = nil, nil
+  if failed then error(failed, 0) end
   local res = took(t, h, replies[nfetch])
+  t.pending[h] = nil
   if not res then return false, nil end -- lease held elsewhere
   h.best_due = res.best
   h.snapshot = replies[nfetch + 1]
@@ -970,18 +985,33 @@ function M.run()
   -- Stop (graceful or after a fatal error): ack what ran, give the shards back
   -- at once. A batch left in flight by luakiq.fatal is then orphaned, and the
   -- next holder restores it without waiting out lease_ttl.
+  -- Acks that cannot be sent (Redis away or refusing writes) are tried for
+  -- 5 s; then the shards whose acks are still pending keep their lease (no
+  -- other host restores the batch before the lease ends, lease_ttl at most)
+  -- and one line per shard says what will run again. The other shards are
+  -- given back.
   do
-    local deadline = core.now() + 5
+    local deadline, said = core.now() + 5, nil
     repeat
-      local ok, err = pcall(function()
-        flush(t)
-        queue.release(t.conn, t.handlers, t.token)
-      end)
+      local ok, err = pcall(flush, t)
       if ok then break end
-      log.warn("cannot ack/release at stop: " .. tostring(err))
+      if not said then log.warn("cannot ack at stop (trying for 5 s): " .. tostring(err):match("^[^\n]*")) end
+      said = true
       core.sleep(0.2)
       if t.conn:broken() then t.conn:reconnect() end
     until core.now() > deadline
+    local back = {}
+    for _, h in ipairs(t.handlers) do
+      if t.pending[h] then
+        log.error("stopping with the ack of batch " .. tostring(h.batch) .. " unsent: its performed jobs run again " ..
+                  "when this shard's lease ends (lease_ttl " .. t.cfg.lease_ttl .. " s), by whichever host holds it " ..
+                  "then; the lease is kept until then", { worker = h.worker, shard = h.shard })
+      else
+        back[#back + 1] = h
+      end
+    end
+    local ok, err = pcall(queue.release, t.conn, back, t.token)
+    if not ok then log.warn("cannot give the leases back at stop: " .. tostring(err):match("^[^\n]*")) end
   end
   core.set_state(STATE.stopped)
   return 0

@@ -202,6 +202,49 @@ describe("Redis out of memory during an enqueue", function()
   end)
 end)
 
+describe("TERM while Redis refuses the acks (out of memory)", function()
+  it("keeps the lease of the shard whose ack is unsent, says so in one line, and gives the others back", function()
+    srv.conn:call("FLUSHALL")
+    -- W's call fills Redis up (maxmemory 1 byte) after it ran: its ack is refused
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 1, poll_interval = 0.2, lease_ttl = 20 }",
+      ["workers/W.lua"] = [[
+local luakiq = require "luakiq"
+return { shards_count = 2, perform = function(batch)
+  for id in pairs(batch) do luakiq.redis.call("RPUSH", "t:ran", id) end
+  luakiq.redis.call("CONFIG", "SET", "maxmemory", "1")
+end }]],
+    }
+    local env = "REDIS_URL=" .. srv.url
+    local p = S.spawn(srv, dir)
+    local rc, _, err = host.exec("enqueue " .. host.quote(dir) .. " W", '{"id":"a"}', env)
+    assert.are.equal(0, rc, err)
+    local ok, e = pcall(function()
+      host.eventually(function() return srv.conn:call("LLEN", "t:ran") == 1 end, 10, "a ran")
+      host.eventually(function() return p:log():find("OOM", 1, true) end, 10, "the ack refused")
+      p:signal("TERM")
+      assert.is_not_nil(p:wait(20), "the host stops")
+    end)
+    srv.conn:call("CONFIG", "SET", "maxmemory", "0")
+    assert(ok, e)
+    local log = p:log()
+    local shard = require("luakiq.core").crc32("a") % 2
+    local P, other = keys.prefix("luakiq", "W", shard), keys.prefix("luakiq", "W", 1 - shard)
+    -- one line names the batch and what happens to it, and the lease stays
+    local _, lines = log:gsub("stopping with the ack of batch [^\n]* unsent: its performed jobs run again when " ..
+      "this shard's lease ends %(lease_ttl 20 s%)", "")
+    assert.are.equal(1, lines, log)
+    assert.truthy(log:find('unsent:[^\n]*"shard":' .. shard .. ',"worker":"W"'), log)
+    assert.is_nil(log:find("stack traceback", 1, true), log) -- (the heartbeat's failure too: one line)
+    assert.is_true(srv.conn:call("PTTL", P .. "lease") > 10000, "the lease is kept")
+    assert.are.equal(0, srv.conn:call("EXISTS", other .. "lease"), "the other shard's lease is given back")
+    assert.are.equal(1, srv.conn:call("HLEN", P .. "busy"), "a is still in flight, not lost")
+    -- the warning about the acks is one line, not one per retry
+    local _, warns = log:gsub("cannot ack at stop", "")
+    assert.is_true(warns <= 1, log)
+  end)
+end)
+
 describe("Redis that may evict keys", function()
   it("a maxmemory-policy other than noeviction: one warning line at start, and on the dashboard", function()
     local web = require "web.support"
