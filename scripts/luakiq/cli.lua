@@ -431,6 +431,8 @@ function commands.run(argv)
   if not conn then connect_failed(cerr) end
   local ok, rerr = runtime.register(conn, cfg)
   if not ok then usage(rerr) end
+  -- acks a stop on this machine could not send (luakiq.unacked), before any fetch
+  require("luakiq.unacked").settle(conn, cfg)
   local evicts = runtime.eviction_warning(runtime.maxmemory_policy(conn))
   if evicts then log.warn(evicts) end
   if cfg.on_server_init then cfg.on_server_init() end

@@ -19,6 +19,7 @@ local keys = require "luakiq.keys"
 local log = require "luakiq.log"
 local middleware = require "luakiq.middleware"
 local queue = require "luakiq.queue"
+local unacked = require "luakiq.unacked"
 local runtime = require "luakiq.runtime"
 local wait = require "luakiq.wait"
 local timing = require "luakiq.timing"
@@ -1003,9 +1004,12 @@ function M.run()
     local back = {}
     for _, h in ipairs(t.handlers) do
       if t.pending[h] then
-        log.error("stopping with the ack of batch " .. tostring(h.batch) .. " unsent: its performed jobs run again " ..
-                  "when this shard's lease ends (lease_ttl " .. t.cfg.lease_ttl .. " s), by whichever host holds it " ..
-                  "then; the lease is kept until then", { worker = h.worker, shard = h.shard })
+        local path, why = unacked.save(t.cfg, { prefix = h.prefix, token = t.token, batch = h.batch,
+          lease_ms = t.lease_ms, worker = h.worker, shard = h.shard })
+        log.error("stopping with the ack of batch " .. tostring(h.batch) .. " unsent; the lease is kept: a start of " ..
+                  "luakiq on this machine within lease_ttl (" .. t.cfg.lease_ttl .. " s) sends it (" ..
+                  (path or "cannot write: " .. tostring(why)) .. "), else its performed jobs run again when the " ..
+                  "lease ends", { worker = h.worker, shard = h.shard })
       else
         back[#back + 1] = h
       end

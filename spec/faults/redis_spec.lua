@@ -216,7 +216,8 @@ return { shards_count = 2, perform = function(batch)
 end }]],
     }
     local env = "REDIS_URL=" .. srv.url
-    local p = S.spawn(srv, dir)
+    local tmp = host.scriptdir {} -- TMPDIR of both hosts: where the unsent ack is left
+    local p = S.spawn(srv, dir, "TMPDIR=" .. tmp)
     local rc, _, err = host.exec("enqueue " .. host.quote(dir) .. " W", '{"id":"a"}', env)
     assert.are.equal(0, rc, err)
     local ok, e = pcall(function()
@@ -231,10 +232,12 @@ end }]],
     local shard = require("luakiq.core").crc32("a") % 2
     local P, other = keys.prefix("luakiq", "W", shard), keys.prefix("luakiq", "W", 1 - shard)
     -- one line names the batch and what happens to it, and the lease stays
-    local _, lines = log:gsub("stopping with the ack of batch [^\n]* unsent: its performed jobs run again when " ..
-      "this shard's lease ends %(lease_ttl 20 s%)", "")
+    local _, lines = log:gsub("stopping with the ack of batch [^\n]* unsent; the lease is kept: a start of luakiq " ..
+      "on this machine within lease_ttl %(20 s%) sends it %([^)]*%), else its performed " ..
+      "jobs run again when the lease ends", "")
+    assert.truthy(log:find(tmp:gsub("%p", "%%%0") .. "/luakiq_unacked_luakiq_%x+%.jsonl"), log)
     assert.are.equal(1, lines, log)
-    assert.truthy(log:find('unsent:[^\n]*"shard":' .. shard .. ',"worker":"W"'), log)
+    assert.truthy(log:find('unsent;[^\n]*"shard":' .. shard .. ',"worker":"W"'), log)
     assert.is_nil(log:find("stack traceback", 1, true), log) -- (the heartbeat's failure too: one line)
     assert.is_true(srv.conn:call("PTTL", P .. "lease") > 10000, "the lease is kept")
     assert.are.equal(0, srv.conn:call("EXISTS", other .. "lease"), "the other shard's lease is given back")
@@ -242,6 +245,17 @@ end }]],
     -- the warning about the acks is one line, not one per retry
     local _, warns = log:gsub("cannot ack at stop", "")
     assert.is_true(warns <= 1, log)
+    -- the next start on this machine sends the ack: a is not run again
+    local p2 = S.spawn(srv, dir, "TMPDIR=" .. tmp)
+    host.eventually(function() return p2:log():find("settled the ack of batch", 1, true) end, 10, "the ack settled")
+    host.enqueue(dir, "W", { { id = "b" } }, env) -- (its call sets maxmemory again: b's ack is the next host's)
+    host.eventually(function() return srv.conn:call("LLEN", "t:ran") == 2 end, 10, "b ran")
+    srv.conn:call("CONFIG", "SET", "maxmemory", "0")
+    assert.are.same({ "a", "b" }, srv.conn:call("LRANGE", "t:ran", 0, -1))
+    assert.are.equal(0, srv.conn:call("HEXISTS", P .. "busy", "a"), "a was acked")
+    S.stop(p2)
+    srv.conn:call("CONFIG", "SET", "maxmemory", "0")
+    host.sh("rm -rf " .. host.quote(tmp))
   end)
 end)
 
