@@ -411,7 +411,13 @@ function M.tagged(conn, cfg, tag, limit, now)
     for i, r in ipairs(conn:pipeline(cmds)) do
       check(r, "tagged")
       local sh = open[i]
-      for k = 2, #r, 3 do found[#found + 1] = { worker = sh.worker, id = r[k] } end
+      for k = 2, #r, 3 do
+        local key = sh.prefix .. "\0" .. r[k] -- (SSCAN may give an id twice)
+        if not done[key] then
+          done[key] = true
+          found[#found + 1] = { worker = sh.worker, id = r[k] }
+        end
+      end
       sh.cursor = r[1]
       if sh.cursor ~= "0" then left[#left + 1] = sh end
     end
