@@ -381,6 +381,32 @@ function M.job(conn, cfg, worker_name, id, now)
   return rec
 end
 
+-- Where id is in every worker: the records of M.job with worker added, by
+-- worker (none where it is nowhere); one pipeline. A queue shared by
+-- several workers is read once (under the first of them).
+function M.find(conn, cfg, id, now)
+  id = client.id_string(id, "id")
+  local cmds, names, seen = {}, {}, {}
+  for _, w in ipairs(cfg.workers) do
+    local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(id, w.shards_count))
+    if not seen[P] then
+      seen[P] = true
+      job_cmds(cfg, w, id, cmds)
+      names[#names + 1] = w.name
+    end
+  end
+  local replies, out = #cmds > 0 and conn:pipeline(cmds) or {}, {}
+  for i, name in ipairs(names) do
+    local rec = job_record(cfg, id, replies[2 * i - 1], replies[2 * i], now)
+    if rec then
+      rec.worker = name
+      out[#out + 1] = rec
+    end
+  end
+  table.sort(out, function(a, b) return a.worker < b.worker end)
+  return out
+end
+
 -- The jobs tagged `tag` in every worker, queued, in flight or dead:
 -- {worker, id, state, tags, ...the job's record (M.job)}, by worker and id,
 -- at most `limit` (default and most 1000), and whether there were more.

@@ -104,6 +104,27 @@ describe("GET /api/v1/tags/T/jobs", function()
     assert.are.same({ deleted = 1 }, select(3, post("/api/web/workers/Flaky/morgue/delete", '{"ids":["f1"]}')))
   end)
 
+  it("GET /api/v1/search?id=ID finds an id in every worker", function()
+    push("Parked", { { id = "both", perform_in = FUTURE, tags = { "x" } } })
+    srv.conn:call("SET", "web:hold", "1")
+    push("Slow", { { id = "both" } })
+    local v
+    host.eventually(function()
+      v = select(3, get("/api/v1/search?id=both"))
+      return #v.jobs == 2 and v.jobs[2].state == "in_flight"
+    end, 15, "both found")
+    srv.conn:call("DEL", "web:hold")
+    assert.are.same({ "Parked", "Slow" }, { v.jobs[1].worker, v.jobs[2].worker })
+    assert.are.same({ "x" }, v.jobs[1].tags)
+    assert.are.same(json.decode(cli("job " .. q(dir) .. " Parked both")), (function()
+      local j = v.jobs[1]
+      j.worker = nil
+      return j
+    end)())
+    assert.are.same({ jobs = {} }, select(3, get("/api/v1/search?id=nowhere")))
+    assert.are.equal(400, (get("/api/v1/search")))
+  end)
+
   it("refuses a bad tag with 400 (the CLI: exit 2, one line)", function()
     local st, body = get("/api/v1/tags/" .. string.rep("x", 65) .. "/jobs")
     assert.are.equal(400, st, body)
@@ -528,7 +549,7 @@ describe("security", function()
         { "POST", "/api/web/workers/Parked/queue/pause", "" }, { "POST", "/api/web/workers/Parked/queue/resume", "" },
         { "GET", "/api/v1/failures" }, { "GET", "/api/v1/failures/jobs?error=x" },
         { "POST", "/api/v1/failures/requeue", '{"error":"x"}' }, { "POST", "/api/v1/failures/delete", '{"error":"x"}' },
-        { "GET", "/api/v1/tags/t/jobs" },
+        { "GET", "/api/v1/tags/t/jobs" }, { "GET", "/api/v1/search?id=t1" },
       }
       local wrong = { {}, { "Authorization: Bearer wrong" }, { "Authorization: Bearer s3creT" },
                       { "Authorization: Basic czNjcmV0" }, { "Authorization: Bearer s3cret2" },
