@@ -431,5 +431,30 @@ check "fractional perform_in comes back as a Redis score string" \
   "OK|1||0|0|1|fl|1700000000.123456|-1||1|x" "$(ev fetch "$P" A 10000 1700000000.5 1 '' 1)"
 check "and the fractional score, in the busy listing" "1|fl|1700000000.123456|-1||1|x|1700000000.25" "$(ev busy "$P")"
 
+# ---------------------------------------------------------------- tags, tagged
+r FLUSHALL >/dev/null
+check "push: no tags, no tags key" "0" "$(ev push "$P" "" 10 u0 10 -1 10 x >/dev/null; r EXISTS "${P}tags")"
+ev push "$P" "" 10 ta 10 -1 10 x "" tags 1 $'b\na' >/dev/null
+check "push with tags: the id's tags, sorted" $'a\nb' "$(r HGET "${P}tags" ta)"
+check "and one set per tag" "ta|ta" "$(r SMEMBERS "${P}tag:a")|$(r SMEMBERS "${P}tag:b")"
+ev push "$P" "" 10 ta 10 -1 10 y "" tags 1 $'a\nc' >/dev/null
+check "push of a queued id: union, sorted" $'a\nb\nc' "$(r HGET "${P}tags" ta)"
+match "push: bad tags refused" "tags must be" "$(ev push "$P" "" 10 tb 10 -1 10 x "" tags 1 $'a\n\nb')"
+match "push: a control character refused" "tags must be" "$(ev push "$P" "" 10 tb 10 -1 10 x "" tags 1 $'a\tb')"
+check "and nothing written" "0" "$(r ZSCORE "${P}queue" tb | grep -c .)"
+check "tagged: id, state, tags (one a line)" '0|ta|queued|a|b|c' "$(ev tagged "$P" a 0 100)"
+ev delete "$P" ta >/dev/null
+check "tagged: an id that is gone is left out" "0" "$(ev tagged "$P" a 0 100)"
+check "and its entries dropped" "0|0|0" "$(r EXISTS "${P}tag:a")|$(r EXISTS "${P}tag:c")|$(r HEXISTS "${P}tags" ta)"
+ev push "$P" "" 10 tc 10 -1 10 x "" tags 1 old >/dev/null
+ev delete "$P" tc >/dev/null
+ev push "$P" "" 10 tc 10 -1 10 x "" tags 1 new >/dev/null
+check "push of an id that is gone replaces its tags" "new|0" "$(r HGET "${P}tags" tc)|$(r SISMEMBER "${P}tag:old" tc)"
+ev delete "$P" tc >/dev/null
+ev push "$P" "" 10 tc 10 -1 10 x >/dev/null
+check "and a push without tags drops them" "0" "$(r HEXISTS "${P}tags" tc)"
+match "tagged: bad count refused" "count must be" "$(ev tagged "$P" a 0 0)"
+match "tagged: bad cursor refused" "cursor must be" "$(ev tagged "$P" a x 10)"
+
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

@@ -293,8 +293,17 @@ function M.busy(conn, cfg, worker_name, now)
   return all
 end
 
+-- A P tags entry ("\n"-joined) as a list; nil for none.
+local function tags_list(text)
+  if type(text) ~= "string" or text == "" then return nil end
+  local list = {}
+  for t in text:gmatch("[^\n]+") do list[#list + 1] = t end
+  return list
+end
+
 -- One job by id (job.lua on its shard): {id, state = "queued" | "in_flight"
--- | "dead", perform_in, retry_count, error, payloads = {{payload, score}}};
+-- | "dead", perform_in, retry_count, error, payloads = {{payload, score}},
+-- tags (the list, for a job that has some)};
 -- queued and in flight also priority (100 by default) and, for a job with
 -- its own windows, windows (the list) and timezone;
 -- in flight also host (the holder's HOST:PID), fetched_at, running (whole
@@ -302,13 +311,20 @@ end
 -- behind the running batch; dead: updated_at instead of perform_in and
 -- retry_count. An id that is nowhere raises "job ID of WORKER not found"
 -- (errors.missing: exit 1, HTTP 404).
-function M.job(conn, cfg, worker_name, id, now)
-  local w = worker_of(cfg, worker_name)
-  if type(id) ~= "string" or id == "" then errors.input("the job id must be a non-empty string") end
+-- The commands that read id's record (job.lua and its tags), for job_record.
+local function job_cmds(cfg, w, id, cmds)
   local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(id, w.shards_count))
-  local r = check(conn:pipeline({ { script = "job", P, id } })[1], "job")
+  cmds[#cmds + 1] = { script = "job", P, id }
+  cmds[#cmds + 1] = { "HGET", P .. "tags", id }
+end
+
+-- The record of id from the replies of job_cmds (r: job.lua's, tags: the
+-- HGET's), or nil when it is nowhere.
+local function job_record(cfg, id, r, tags, now)
+  check(r, "job")
+  check(tags, "tags")
   local state = r[1]
-  if state == "" then error(errors.missing(("job %s of %s not found (not queued, in flight or dead)"):format(id, w.name)), 0) end
+  if state == "" then return nil end
   local function err_of(e)
     if e == "" then return nil end
     local ok, v = pcall(cfg.load_error, e)
@@ -323,7 +339,7 @@ function M.job(conn, cfg, worker_name, id, now)
     end
     return list, i + 2 * n + 1
   end
-  local rec = { id = id, state = state }
+  local rec = { id = id, state = state, tags = tags_list(tags) }
   local i
   if state == "dead" then
     rec.updated_at, rec.error = tonumber(r[2]), err_of(r[3])
@@ -352,6 +368,109 @@ function M.job(conn, cfg, worker_name, id, now)
   rec.payloads, i = payloads(9)
   if r[i] then rec.queued_payloads = payloads(i) end
   return rec
+end
+
+function M.job(conn, cfg, worker_name, id, now)
+  local w = worker_of(cfg, worker_name)
+  if type(id) ~= "string" or id == "" then errors.input("the job id must be a non-empty string") end
+  local cmds = {}
+  job_cmds(cfg, w, id, cmds)
+  local replies = conn:pipeline(cmds)
+  local rec = job_record(cfg, id, replies[1], replies[2], now)
+  if not rec then error(errors.missing(("job %s of %s not found (not queued, in flight or dead)"):format(id, w.name)), 0) end
+  return rec
+end
+
+-- Where id is in every worker: the records of M.job with worker added, by
+-- worker (none where it is nowhere); one pipeline. A queue shared by
+-- several workers is read once (under the first of them).
+function M.find(conn, cfg, id, now)
+  id = client.id_string(id, "id")
+  local cmds, names, seen = {}, {}, {}
+  for _, w in ipairs(cfg.workers) do
+    local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(id, w.shards_count))
+    if not seen[P] then
+      seen[P] = true
+      job_cmds(cfg, w, id, cmds)
+      names[#names + 1] = w.name
+    end
+  end
+  local replies, out = #cmds > 0 and conn:pipeline(cmds) or {}, {}
+  for i, name in ipairs(names) do
+    local rec = job_record(cfg, id, replies[2 * i - 1], replies[2 * i], now)
+    if rec then
+      rec.worker = name
+      out[#out + 1] = rec
+    end
+  end
+  table.sort(out, function(a, b) return a.worker < b.worker end)
+  return out
+end
+
+-- The jobs tagged `tag` in every worker, queued, in flight or dead:
+-- {worker, id, state, tags, ...the job's record (M.job)}, by worker and id,
+-- at most `limit` (default and most 1000), and whether there were more.
+-- Every shard is read with tagged.lua in steps of SCAN_COUNT ids, all
+-- shards of all workers in one pipeline per round (which also drops the
+-- entries of ids that are gone); then each id's record by job.lua. A queue
+-- shared by several workers is read once (under the first of them).
+local SCAN_COUNT = 200
+function M.tagged(conn, cfg, tag, limit, now)
+  local ok, why = client.tag_check(tag)
+  if not ok then errors.input(why) end
+  limit = math.min(limit or PAGE, PAGE)
+  local shards, done = {}, {}
+  for _, w in ipairs(cfg.workers) do
+    for _, p in ipairs(prefixes(cfg, w)) do
+      if not done[p] then
+        done[p] = true
+        shards[#shards + 1] = { prefix = p, worker = w.name, cursor = "0" }
+      end
+    end
+  end
+  local found, more = {}, false
+  local open = shards
+  while #open > 0 and not more do
+    local cmds = {}
+    for i, sh in ipairs(open) do cmds[i] = { script = "tagged", sh.prefix, tag, sh.cursor, SCAN_COUNT } end
+    local left = {}
+    for i, r in ipairs(conn:pipeline(cmds)) do
+      check(r, "tagged")
+      local sh = open[i]
+      for k = 2, #r, 3 do
+        local key = sh.prefix .. "\0" .. r[k] -- (SSCAN may give an id twice)
+        if not done[key] then
+          done[key] = true
+          found[#found + 1] = { worker = sh.worker, id = r[k] }
+        end
+      end
+      sh.cursor = r[1]
+      if sh.cursor ~= "0" then left[#left + 1] = sh end
+    end
+    open = left
+    -- (a page's worth found: stop, but only after a whole round, so the
+    -- jobs listed do not depend on the order of the replies)
+    if #found > limit then more = true end
+  end
+  table.sort(found, function(a, b)
+    if a.worker ~= b.worker then return a.worker < b.worker end
+    return a.id < b.id
+  end)
+  local out, n = {}, math.min(#found, limit)
+  for from = 1, n, PAGE / 2 do
+    local cmds, to = {}, math.min(from + PAGE / 2 - 1, n)
+    for i = from, to do job_cmds(cfg, cfg.by_name[found[i].worker], found[i].id, cmds) end
+    local replies = conn:pipeline(cmds)
+    for i = from, to do
+      local k = 2 * (i - from) + 1
+      local rec = job_record(cfg, found[i].id, replies[k], replies[k + 1], now)
+      if rec then -- (else gone between the two reads: left out)
+        rec.worker = found[i].worker
+        out[#out + 1] = rec
+      end
+    end
+  end
+  return out, more or #found > limit
 end
 
 -- The recurring jobs of config.lua: {name, worker, id, cron | every,

@@ -21,7 +21,7 @@ usage: luakiq COMMAND ...
   morgue DIR WORKER list|requeue|delete [ID...] [--all]
                                        the dead jobs of a worker
   jobs DIR WORKER queue|morgue|busy [--order F] [--desc] [--min X] [--max X] [--limit N] [--offset N] [--cursor C]
-                                       list jobs as JSON lines
+  jobs DIR --tag T [--limit N]         list jobs as JSON lines (--tag: every worker's jobs tagged T)
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
   schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
@@ -60,9 +60,12 @@ list prints JSON lines {"id","updated_at","payloads":[[payload,score],...],"erro
 requeue and delete act on the given ids, or on every dead job with --all.]],
   jobs = [[usage: luakiq jobs DIR WORKER queue|morgue|busy [--order id|perform_in|retry_count|updated_at] [--desc]
                    [--min X] [--max X] [--limit N] [--offset N] [--cursor C] [--redis URL]
+       luakiq jobs DIR --tag T [--limit N] [--redis URL]
 Lists jobs as JSON lines (--limit 1 to 1000, default 100). Ranges use Redis syntax: ids "-", "+", "[x", "(x";
 numbers "-inf", "+inf", "(n". When there are more, stderr says which --cursor gives the next page: a page
-from a cursor costs the same at any depth, a large --offset is walked to.]],
+from a cursor costs the same at any depth, a large --offset is walked to.
+--tag T: the jobs tagged T in every worker, queued, in flight or dead, by worker and id:
+{"worker","id","state","tags",...} as `luakiq job` shows them.]],
   schedules = [[usage: luakiq schedules DIR [--redis URL]
 Prints one JSON line per schedule of config.lua:
 {"every"|"cron","id","last","name","next","timezone","worker"}; last: the last
@@ -255,10 +258,35 @@ function commands.morgue(argv)
   return 0
 end
 
+-- The --limit of a listing: 1 to 1000, default 100.
+local function limit_of(opt)
+  local limit = tonumber(opt.limit or 100)
+  if not limit or limit ~= math.floor(limit) or limit < 1 or limit > 1000 then usage("--limit must be 1 to 1000") end
+  return limit
+end
+
+-- `luakiq jobs DIR --tag T [--limit N]`: the jobs tagged T in every worker
+-- (queued, in flight, dead), by worker and id.
+local function tagged_jobs(pos, opt)
+  if pos[2] then usage("usage: luakiq jobs DIR --tag T [--limit N] (no WORKER: every worker)") end
+  for _, o in ipairs { "order", "desc", "min", "max", "offset", "cursor" } do
+    if opt[o] then usage("--" .. o .. " does not go with --tag") end
+  end
+  local limit = limit_of(opt)
+  local ok, why = require("luakiq.client").tag_check(opt.tag)
+  if not ok then usage(why) end
+  local cfg, conn = open(pos[1], opt, true)
+  local list, more = require("luakiq.admin").tagged(conn, cfg, opt.tag, limit, core.now())
+  for _, rec in ipairs(list) do print_json(rec) end
+  if more then io.stderr:write("luakiq: more: only the first " .. limit .. " jobs are shown\n") end
+  return 0
+end
+
 function commands.jobs(argv)
   local pos, opt = parse(argv, 2, { redis = true, order = true, desc = false, min = true, max = true,
-                                    limit = true, offset = true, cursor = true })
+                                    limit = true, offset = true, cursor = true, tag = true })
   local dir, worker, what = pos[1], pos[2], pos[3]
+  if opt.tag then return tagged_jobs(pos, opt) end
   if what ~= "queue" and what ~= "morgue" and what ~= "busy" then usage("say queue, morgue or busy") end
   local cfg, conn = open(dir, opt, true)
   local admin = require "luakiq.admin"
@@ -268,8 +296,7 @@ function commands.jobs(argv)
   else
     local order = opt.order or (what == "queue" and "perform_in" or "updated_at")
     local lex = order == "id"
-    local limit = tonumber(opt.limit or 100)
-    if not limit or limit ~= math.floor(limit) or limit < 1 or limit > 1000 then usage("--limit must be 1 to 1000") end
+    local limit = limit_of(opt)
     local after
     list, after = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or "asc",
       opt.min or (lex and "-" or "-inf"), opt.max or (lex and "+" or "+inf"),

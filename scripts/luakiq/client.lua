@@ -14,8 +14,8 @@ local M = {}
 
 local CHUNK = 1000 -- jobs per push.lua call: keeps each script run short
 local allowed = { id = true, payload = true, score = true, perform_in = true, retry_count = true, expires_at = true,
-                  priority = true, windows = true, timezone = true }
-local ALLOWED = "id, payload, score, perform_in, retry_count, expires_at, priority, windows, timezone"
+                  priority = true, windows = true, timezone = true, tags = true }
+local ALLOWED = "id, payload, score, perform_in, retry_count, expires_at, priority, windows, timezone, tags"
 
 local function finite(x) return type(x) == "number" and x == x and x ~= math.huge and x ~= -math.huge end
 
@@ -103,9 +103,42 @@ local function job_windows(worker, job, where, id, now, memo)
   return text, due
 end
 
+M.MAX_TAGS, M.MAX_TAG_BYTES = 16, 64
+
+-- Returns the tag t if it is one (a non-empty string of valid UTF-8, at
+-- most MAX_TAG_BYTES, no control character), else nil and why.
+function M.tag_check(t)
+  if type(t) ~= "string" or t == "" then return nil, "a tag must be a non-empty string" end
+  if #t > M.MAX_TAG_BYTES then return nil, ("tag %s is over %d bytes"):format(esc(t), M.MAX_TAG_BYTES) end
+  if not utf8_valid(t) then return nil, "tag " .. esc(t) .. " is not valid UTF-8" end
+  if t:find("%c") then return nil, "tag " .. esc(t) .. " has a control character" end
+  return t
+end
+
+-- A job's tags (field tags, an array of 1 to MAX_TAGS tags): their text for
+-- Redis, sorted, without duplicates, joined by "\n" (push.lua, "tags").
+local function job_tags(list, where, id)
+  local ok = type(list) == "table" and #list > 0
+  for k in pairs(ok and list or {}) do
+    if type(k) ~= "number" or k % 1 ~= 0 or k < 1 or k > #list then ok = false end
+  end
+  if not ok then errors.input(where .. " (id " .. esc(id) .. "): tags must be a non-empty array of strings") end
+  local set, sorted = {}, {}
+  for _, t in ipairs(list) do
+    local good, why = M.tag_check(t)
+    if not good then errors.input(where .. " (id " .. esc(id) .. "): " .. why) end
+    if not set[t] then set[t] = true sorted[#sorted + 1] = t end
+  end
+  if #sorted > M.MAX_TAGS then
+    errors.input(("%s (id %s): at most %d tags, got %d"):format(where, esc(id), M.MAX_TAGS, #sorted))
+  end
+  table.sort(sorted)
+  return table.concat(sorted, "\n")
+end
+
 -- Checks one job and returns {id, perform_in, retry_count, score,
 -- payload_bytes, expires_at or false, priority string or false, windows text
--- or false}.
+-- or false, tags text or false}.
 local function prepare(cfg, worker, job, i, now, due, memo)
   local where = type(i) == "string" and i or "job " .. i
   if type(job) ~= "table" then errors.input(where .. ": must be an object") end
@@ -142,7 +175,8 @@ local function prepare(cfg, worker, job, i, now, due, memo)
   else
     priority = false
   end
-  return { id, perform_in, retry_count, score, bytes, expires_at, priority, wtext }
+  local tags = job.tags ~= nil and job_tags(job.tags, where, id)
+  return { id, perform_in, retry_count, score, bytes, expires_at, priority, wtext, tags }
 end
 
 -- A checker for jobs of worker_name: check(job, where) raises the input
@@ -174,7 +208,7 @@ local function check_registry(conn, cfg, worker)
 end
 
 -- The optional fields of a prepared job that push.lua takes as sections.
-local SECTIONS = { { 6, "expires_at" }, { 7, "priority" }, { 8, "windows" } }
+local SECTIONS = { { 6, "expires_at" }, { 7, "priority" }, { 8, "windows" }, { 9, "tags" } }
 
 -- Validates and sends jobs of one worker; returns how many were enqueued.
 local function push_now(conn, cfg, worker, jobs)
@@ -190,7 +224,7 @@ local function push_now(conn, cfg, worker, jobs)
   local by_shard, order, memo, extras = {}, {}, {}, false
   for i = 1, n do
     local p = prepare(cfg, worker, jobs[i], i, now, due, memo)
-    if p[6] or p[7] or p[8] then extras = true end
+    if p[6] or p[7] or p[8] or p[9] then extras = true end
     local s = keys.shard(p[1], worker.shards_count)
     local list = by_shard[s]
     if not list then list = {} by_shard[s] = list order[#order + 1] = s end

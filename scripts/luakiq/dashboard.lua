@@ -23,6 +23,8 @@ return [==[<!doctype html>
   header a { color:#fff; text-decoration:none; font-weight:600; }
   header .status { margin-left:auto; font-size:12px; color:#b8c0d0; }
   header .status.err { color:#ff9b9b; }
+  header form { display:flex; gap:4px; }
+  header input, header select { font-size:12px; }
   main { padding:16px 20px; max-width:1400px; margin:0 auto; }
   h2 { font-size:16px; margin:18px 0 8px; }
   .cards { display:grid; grid-template-columns:repeat(auto-fill, minmax(120px, 1fr)); gap:8px; }
@@ -61,6 +63,9 @@ return [==[<!doctype html>
 <header>
   <a href="#/">luakiq</a>
   <a href="#/failures" id="nav-failures">Failures</a>
+  <form id="search"><input id="search-q" type="search" placeholder="id or tag" aria-label="job id or tag">
+    <select id="search-by" aria-label="search by"><option value="id">by id</option><option value="tag">by tag</option></select>
+    <button type="submit">find</button></form>
   <span id="hostinfo" class="muted"></span>
   <span id="status" class="status">connecting...</span>
   <button id="signout" type="button" style="display:none">Sign out</button>
@@ -184,7 +189,7 @@ return [==[<!doctype html>
   }
 
   // --- routing: #/, #/w/NAME/queue|busy|morgue?order=..&dir=..&min=..&max=..&offset=.., #/w/NAME/timing?day=..,
-  // #/failures, #/failures/jobs?error=..&worker=..&cursor=.. --
+  // #/failures, #/failures/jobs?error=..&worker=..&cursor=.., #/search?by=id|tag&q=.. --
   function route() {
     var hash = location.hash.replace(/^#/, "") || "/";
     var qs = {}, qi = hash.indexOf("?");
@@ -200,6 +205,7 @@ return [==[<!doctype html>
     if (m) return { page: m[2], worker: decodeURIComponent(m[1]), q: qs };
     if (hash === "/failures") return { page: "failures", q: qs };
     if (hash === "/failures/jobs") return { page: "failure-jobs", q: qs };
+    if (hash === "/search") return { page: "search", q: qs };
     return { page: "dashboard", q: qs };
   }
   function link(worker, page, q) {
@@ -584,6 +590,47 @@ return [==[<!doctype html>
     });
   }
 
+  // --- search by id (every worker: GET /api/v1/search?id=ID) or by
+  // tag (GET /api/v1/tags/T/jobs; docs/operations.md, "Tags") ---
+  function jobLink(j) {
+    if (j.state === "in_flight") return link(j.worker, "busy");
+    return link(j.worker, j.state === "dead" ? "morgue" : "queue", { order: "id", min: "[" + j.id, max: "[" + j.id });
+  }
+  function renderSearch(q) {
+    var by = q.by === "tag" ? "tag" : "id", text = q.q || "";
+    document.getElementById("search-q").value = text;
+    document.getElementById("search-by").value = by;
+    var found;
+    if (text === "") {
+      found = Promise.resolve([]);
+    } else if (by === "tag") {
+      found = getJSON("/api/v1/tags/" + enc(text) + "/jobs").then(function (res) { return res.jobs; });
+    } else {
+      found = getJSON("/api/v1/search?id=" + enc(text)).then(function (res) { return res.jobs; });
+    }
+    return found.then(function (jobs) {
+      var rows = jobs.map(function (j) {
+        return h("tr", { "data-id": j.id, "data-worker": j.worker, "data-state": j.state },
+          h("td", null, h("a", { href: link(j.worker, "queue"), text: j.worker })),
+          h("td", null, h("a", { href: jobLink(j), text: j.id })),
+          h("td", { text: j.state.replace("_", " ") }),
+          h("td", { text: (j.tags || []).join(", ") }),
+          h("td", { class: "err", text: j.error == null ? "" : typeof j.error === "string" ? j.error : JSON.stringify(j.error) }));
+      });
+      viewEl.replaceChildren(
+        h("h2", null, h("a", { href: "#/", text: "\u2190" }), " Jobs " + (by === "tag" ? "tagged " : "with id ") + "\u201c" + text + "\u201d"),
+        h("table", { id: "search-results" },
+          h("thead", null, h("tr", null, ["Worker", "Id", "State", "Tags", "Error"].map(function (x) { return h("th", { text: x }); }))),
+          h("tbody", null, rows.length ? rows : h("tr", null, h("td", { colspan: 5, class: "muted", text: "no jobs" })))));
+    });
+  }
+  document.getElementById("search").addEventListener("submit", function (e) {
+    e.preventDefault();
+    var text = document.getElementById("search-q").value.trim();
+    if (text === "") return;
+    location.hash = "#/search?by=" + document.getElementById("search-by").value + "&q=" + enc(text);
+  });
+
   var rendering = false;
   function render(force) {
     if (locked) return;
@@ -593,10 +640,11 @@ return [==[<!doctype html>
     // Do not replace the form while someone types in it.
     var a = document.activeElement;
     if (!force && a && (a.tagName === "INPUT" && a.type !== "checkbox" || a.tagName === "SELECT")) return;
-    var failures = r.page === "failures" || r.page === "failure-jobs";
-    if (failures && !force) return; // a walk over every shard: on demand only
+    var walks = r.page === "failures" || r.page === "failure-jobs" || r.page === "search";
+    if (walks && !force) return; // a walk over every shard: on demand only
     rendering = true;
-    (r.page === "failures" ? renderFailures() : r.page === "failure-jobs" ? renderFailureJobs(r.q) : renderJobs(r)).catch(function (e) {
+    (r.page === "failures" ? renderFailures() : r.page === "failure-jobs" ? renderFailureJobs(r.q) :
+     r.page === "search" ? renderSearch(r.q) : renderJobs(r)).catch(function (e) {
       if (locked) return; // the sign-in form replaced the view
       viewEl.replaceChildren(h("p", { class: "err", text: e.message }), h("a", { href: "#/", text: "back to the dashboard" }));
     }).then(function () { rendering = false; });

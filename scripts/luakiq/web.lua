@@ -296,6 +296,21 @@ local function api(ctx)
     return reply(200, admin.job(c.conn(), cfg, worker, id, core.now()))
   end
 
+  -- GET /api/v1/tags/T/jobs[?limit=N]: every worker's jobs tagged T
+  -- (luakiq jobs DIR --tag T): {"jobs":[{worker, id, state, tags, ...}],
+  -- "more": whether there were more than limit (default and most 1000)}.
+  function A.tagged(c, _, q, tag)
+    local list, more = admin.tagged(c.conn(), cfg, tag, int_param(q, "limit", 1000, 1, 1000), core.now())
+    return reply(200, { jobs = json.array(list), more = more })
+  end
+
+  -- GET /api/v1/search?id=ID: where ID is in every worker (the dashboard's
+  -- search box): {"jobs":[{worker, id, state, ...}]}, empty when nowhere.
+  function A.search(c, _, q)
+    if q.id == nil or q.id == "" then errors.input("say id=ID") end
+    return reply(200, { jobs = json.array(admin.find(c.conn(), cfg, q.id, core.now())) })
+  end
+
   function A.enqueue(c, req, _, worker)
     admin.worker_of(cfg, worker)
     local jobs = read_jobs(req.body)
@@ -547,6 +562,10 @@ function M.handler(cfg, opts)
       if n == 4 and parts[2] == "v1" and parts[3] == "failures" then
         if parts[4] == "jobs" then return only("GET", A.failure_jobs) end
         if parts[4] == "requeue" or parts[4] == "delete" then return only("POST", A.failure_action, false, parts[4]) end
+      end
+      if n == 3 and parts[2] == "v1" and parts[3] == "search" then return only("GET", A.search) end
+      if n == 5 and parts[2] == "v1" and parts[3] == "tags" and parts[5] == "jobs" then
+        return only("GET", A.tagged, false, parts[4])
       end
       if n == 5 and parts[2] == "v1" and parts[3] == "workers" and parts[5] == "jobs" then
         return only("POST", A.enqueue, false, parts[4])

@@ -17,6 +17,9 @@
 --     merged with a queued job of the id: the lowest wins; lib/levels.lua).
 --   "windows": the job's own windows, "ZONE|HH:MM-HH:MM,..." (checked by the
 --     host); a queued job keeps its own, one without gets these.
+--   "tags": the job's tags, sorted and joined by "\n" (1 to 16, each 1 to 64
+--     bytes, no control character; lib/tags.lua): united with the tags of
+--     the id while it is queued, in flight or dead, else they replace them.
 -- Returns {added, head}: added = ids newly queued (integer), head = the
 -- shard's lowest perform_in after the push (Redis score string) or false.
 -- Publishes the prefix on the channel when the head got earlier (an empty
@@ -24,6 +27,7 @@
 -- due job" and "the next wake-up time moved earlier". At most one PUBLISH.
 -- luakiq:include keys
 -- luakiq:include levels
+-- luakiq:include tags
 local P = KEYS[1]
 local K = shard_keys(P)
 local channel = ARGV[1]
@@ -46,9 +50,9 @@ local function finite(v, what, n)
 end
 -- The sections: they start where a group would have id "" and a section
 -- name as perform_in.
-local SECTIONS = { expires_at = true, priority = true, windows = true }
+local SECTIONS = { expires_at = true, priority = true, windows = true, tags = true }
 local last = #ARGV -- the last ARGV of the groups
-local expiry, prio, wins -- group number -> expires_at (normalized) / priority / windows
+local expiry, prio, wins, tagsec -- group number -> expires_at (normalized) / priority / windows / tags
 for i = 3, #ARGV, 5 do
   if ARGV[i] == "" and SECTIONS[ARGV[i + 1]] then
     last = i - 1
@@ -57,10 +61,11 @@ for i = 3, #ARGV, 5 do
       if ARGV[j] == "" then
         local name = ARGV[j + 1]
         if not SECTIONS[name] then
-          error("luakiq push: unknown section '" .. tostring(name) .. "' (expires_at, priority, windows)", 0)
+          error("luakiq push: unknown section '" .. tostring(name) .. "' (expires_at, priority, windows, tags)", 0)
         end
         vals = {}
-        if name == "expires_at" then expiry = vals elseif name == "priority" then prio = vals else wins = vals end
+        if name == "expires_at" then expiry = vals elseif name == "priority" then prio = vals
+        elseif name == "windows" then wins = vals else tagsec = vals end
         SECTIONS[name] = false -- each at most once
         vals.name = name
         j = j + 2
@@ -78,6 +83,15 @@ for i = 3, #ARGV, 5 do
           end
           v = string.format("%d", tonumber(v))
           if v == "100" then v = nil end
+        elseif vals == tagsec then
+          local c = 0
+          for t in string.gmatch(v .. "\n", "(.-)\n") do
+            c = c + 1
+            if t == "" or #t > 64 or t:find("%c") or c > 16 then
+              error("luakiq push: job " .. n .. " tags must be 1 to 16 tags of 1 to 64 bytes without control " ..
+                "characters, joined by \"\\n\"", 0)
+            end
+          end
         elseif v == "" or v:find("\n") then
           error("luakiq push: job " .. n .. " windows must be one non-empty line", 0)
         end
@@ -113,6 +127,41 @@ for i = 3, last, 5 do
   finite(ARGV[i + 3], "score", n)
 end
 local before = queue_head(P, K)
+-- Tags (lib/tags.lua), before the jobs are queued: whether an id was queued,
+-- in flight or dead decides between union and replacement. Tags left by an
+-- id that is gone are dropped, also by a push without tags.
+if tagsec or has_tags(K) then
+  local new = {} -- id -> {tag = true}: this call's tags of the id
+  for n, v in pairs(tagsec or {}) do
+    if n ~= "name" then
+      local id = ARGV[3 + (n - 1) * 5]
+      new[id] = new[id] or {}
+      for t in string.gmatch(v, "[^\n]+") do new[id][t] = true end
+    end
+  end
+  local seen = {}
+  for i = 3, last, 5 do
+    local id = ARGV[i]
+    if not seen[id] then
+      seen[id] = true
+      local old = has_tags(K) and redis.call("HGET", K.tags, id)
+      if old and not job_state(P, K, id) then
+        forget_tags(P, K, id, old)
+        old = nil
+      end
+      local set = new[id]
+      if set then
+        if old then for t in string.gmatch(old, "[^\n]+") do set[t] = true end end
+        local list = {}
+        for t in pairs(set) do list[#list + 1] = t end
+        table.sort(list)
+        for _, t in ipairs(list) do redis.call("SADD", tag_key(P, t), id) end
+        redis.call("HSET", K.tags, id, table.concat(list, "\n"))
+        K.has_tags = true
+      end
+    end
+  end
+end
 local added = 0
 if prio or has_levels(K) then
   -- Priorities here or already queued (lib/levels.lua): job by job. The

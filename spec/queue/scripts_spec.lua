@@ -165,7 +165,7 @@ describe("scripts", function()
   end)
 
   it("keeps every key of a shard under one hash tag (one cluster slot)", function()
-    env:push("Multi", { { id = 1, payload = "a" }, { id = 4, payload = "b", retry_count = 4 } })
+    env:push("Multi", { { id = 1, payload = "a", tags = { "t{x}" } }, { id = 4, payload = "b", retry_count = 4 } })
     local res = env:fetch("Multi", 3, { limit = 1 })
     env:fail("Multi", 3, { batch = res.batch, error = "e" }, { res.jobs[1].id, now() + 1 })
     env:fetch("Multi", 3, { limit = 1 })

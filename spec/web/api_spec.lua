@@ -62,6 +62,84 @@ describe("GET /api/v1/stats", function()
   end)
 end)
 
+describe("GET /api/v1/tags/T/jobs", function()
+  it("lists every worker's jobs tagged T, queued, in flight and dead, as `luakiq jobs DIR --tag T` does", function()
+    push("Parked", { { id = "q1", perform_in = FUTURE, payload = "p", tags = { "red", "blue" } },
+                     { id = "q2", perform_in = FUTURE, tags = { "blue" } } })
+    -- (f1 dies first: the thread that holds s1 may be Flaky's too)
+    srv.conn:call("SET", "web:fail", "1")
+    push("Flaky", { { id = "f1", tags = { "red" } } })
+    host.eventually(function() return select(3, get("/api/v1/workers/Flaky/jobs/f1")).state == "dead" end, 15, "f1 dead")
+    srv.conn:call("SET", "web:hold", "1")
+    push("Slow", { { id = "s1", tags = { "red" } } })
+    local v, seen
+    local ok = pcall(host.eventually, function()
+      local st, body
+      st, body, v = get("/api/v1/tags/red/jobs")
+      assert.are.equal(200, st, body)
+      local states = {}
+      for i, j in ipairs(v.jobs) do states[i] = j.worker .. "/" .. j.id .. "/" .. j.state end
+      seen = table.concat(states, " ")
+      return seen == "Flaky/f1/dead Parked/q1/queued Slow/s1/in_flight"
+    end, 15)
+    assert.is_true(ok, "f1 dead and s1 in flight, got: " .. tostring(seen))
+    srv.conn:call("DEL", "web:hold", "web:fail")
+    assert.is_false(v.more)
+    assert.are.same({ "blue", "red" }, v.jobs[2].tags)
+    assert.are.same({ { "p", v.jobs[2].payloads[1][2] } }, v.jobs[2].payloads)
+    assert.truthy(tostring(v.jobs[1].error):find("flaky failed", 1, true))
+    -- the CLI prints the same jobs, one a line (a later read: s1 may be done by now)
+    local st, _, now = get("/api/v1/tags/red/jobs")
+    assert.are.equal(200, st)
+    local lines = {}
+    for line in cli("jobs " .. q(dir) .. " --tag red"):gmatch("[^\n]+") do lines[#lines + 1] = json.decode(line) end
+    for _, j in ipairs(lines) do j.running = nil end
+    for _, j in ipairs(now.jobs) do j.running = nil end
+    assert.are.same(now.jobs, lines)
+    local _, _, b = get("/api/v1/tags/blue/jobs?limit=1")
+    assert.are.same({ "q1" }, { b.jobs[1].id })
+    assert.is_true(b.more)
+    assert.are.same({ jobs = {}, more = false }, select(3, get("/api/v1/tags/none/jobs")))
+    -- (the other specs count Flaky's morgue)
+    assert.are.same({ deleted = 1 }, select(3, post("/api/web/workers/Flaky/morgue/delete", '{"ids":["f1"]}')))
+  end)
+
+  it("GET /api/v1/search?id=ID finds an id in every worker", function()
+    push("Parked", { { id = "both", perform_in = FUTURE, tags = { "x" } } })
+    srv.conn:call("SET", "web:hold", "1")
+    push("Slow", { { id = "both" } })
+    local v
+    host.eventually(function()
+      v = select(3, get("/api/v1/search?id=both"))
+      return #v.jobs == 2 and v.jobs[2].state == "in_flight"
+    end, 15, "both found")
+    srv.conn:call("DEL", "web:hold")
+    assert.are.same({ "Parked", "Slow" }, { v.jobs[1].worker, v.jobs[2].worker })
+    assert.are.same({ "x" }, v.jobs[1].tags)
+    assert.are.same(json.decode(cli("job " .. q(dir) .. " Parked both")), (function()
+      local j = v.jobs[1]
+      j.worker = nil
+      return j
+    end)())
+    assert.are.same({ jobs = {} }, select(3, get("/api/v1/search?id=nowhere")))
+    assert.are.equal(400, (get("/api/v1/search")))
+  end)
+
+  it("refuses a bad tag with 400 (the CLI: exit 2, one line)", function()
+    local st, body = get("/api/v1/tags/" .. string.rep("x", 65) .. "/jobs")
+    assert.are.equal(400, st, body)
+    assert.truthy(body:find("over 64 bytes", 1, true), body)
+    local rc, _, err = host.exec("jobs " .. q(dir) .. " --tag " .. string.rep("x", 65), nil, env())
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("over 64 bytes", 1, true), err)
+    rc, _, err = host.exec("jobs " .. q(dir) .. " Parked --tag x", nil, env())
+    assert.are.equal(2, rc, err)
+    rc, _, err = host.exec("jobs " .. q(dir) .. " --tag x --order id", nil, env())
+    assert.are.equal(2, rc, err)
+    assert.truthy(err:find("does not go with --tag", 1, true), err)
+  end)
+end)
+
 describe("GET /api/web/dashboard", function()
   it("has every worker's numbers, totals and Redis info", function()
     push("Parked", { { id = "a", perform_in = FUTURE }, { id = "b", perform_in = FUTURE, retry_count = 2 } })
@@ -471,6 +549,7 @@ describe("security", function()
         { "POST", "/api/web/workers/Parked/queue/pause", "" }, { "POST", "/api/web/workers/Parked/queue/resume", "" },
         { "GET", "/api/v1/failures" }, { "GET", "/api/v1/failures/jobs?error=x" },
         { "POST", "/api/v1/failures/requeue", '{"error":"x"}' }, { "POST", "/api/v1/failures/delete", '{"error":"x"}' },
+        { "GET", "/api/v1/tags/t/jobs" }, { "GET", "/api/v1/search?id=t1" },
       }
       local wrong = { {}, { "Authorization: Bearer wrong" }, { "Authorization: Bearer s3creT" },
                       { "Authorization: Basic czNjcmV0" }, { "Authorization: Bearer s3cret2" },

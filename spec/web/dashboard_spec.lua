@@ -95,6 +95,27 @@ describe("the dashboard in headless Chromium", function()
     assert.is_nil(v.by_worker.Parked.paused)
   end)
 
+  it("finds a job by id in every worker, and the jobs of a tag (the search box)", function()
+    local function post(path, body)
+      local st, text = web.request(base, "POST", path, { body = body })
+      assert.are.equal(200, st, text)
+    end
+    srv.conn:call("SET", "web:fail", "1") -- Flaky's job dies at once
+    post("/api/v1/workers/Flaky/jobs", json.encode { { id = "sdup", tags = { "green" } } })
+    host.eventually(function()
+      local _, _, v = web.request(base, "GET", "/api/v1/workers/Flaky/jobs/sdup")
+      return v and v.state == "dead"
+    end, 15, "Flaky's sdup dead")
+    srv.conn:call("DEL", "web:fail")
+    post("/api/v1/workers/Parked/jobs", json.encode {
+      { id = "sdup", tags = { "green" }, perform_in = core.now() + 86400 },
+      { id = "s2", tags = { "green", "blue" }, perform_in = core.now() + 86400 },
+    })
+    web.browser_test("search", base, "sdup", "green")
+    post("/api/web/workers/Flaky/morgue/delete", json.encode { ids = { "sdup" } })
+    post("/api/web/workers/Parked/queue/delete", json.encode { ids = { "sdup", "s2" } })
+  end)
+
   it("pages a long queue: next by the API's cursor, previous by offset", function()
     local jobs = {}
     for i = 1, 230 do jobs[i] = { id = ("aa%03d"):format(i), perform_in = core.now() + 86400 } end

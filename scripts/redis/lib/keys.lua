@@ -30,6 +30,7 @@ local function shard_keys(P)
     prio = P .. "prio",                       -- HASH id -> priority (queued jobs whose priority is not 100)
     levels = P .. "levels",                   -- ZSET N -> N: the priorities N ~= 100 queued (lib/levels.lua)
     windows = P .. "windows",                 -- HASH id -> "ZONE|HH:MM-HH:MM,..." (queued jobs with windows)
+    tags = P .. "tags",                       -- HASH id -> its tags, sorted, "\n"-joined (lib/tags.lua)
   }
 end
 
@@ -39,6 +40,9 @@ local function busy_payloads_key(P, id) return P .. "busy:payloads:" .. id end
 local function morgue_payloads_key(P, id) return P .. "morgue:payloads:" .. id end
 -- HASH payload -> expires_at, for the id's payloads pushed with one
 local function expires_key(P, id) return P .. "expires:" .. id end
+
+-- SET of the ids tagged t (lib/tags.lua)
+local function tag_key(P, t) return P .. "tag:" .. t end
 
 -- The queued jobs of priority N ~= 100 (ZSET id -> perform_in; lib/levels.lua)
 local function level_key(P, n) return P .. "queue:" .. n end

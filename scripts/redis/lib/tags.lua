@@ -1,0 +1,30 @@
+-- Tags of jobs ("luakiq:include tags", after "keys" and "levels";
+-- docs/redis.md, "Tags"). P tags[id] = the id's tags, sorted, joined by
+-- "\n" (a tag holds no control character); P tag:<T> = SET of the ids
+-- tagged T. An id keeps its tags while it is queued, in flight or dead
+-- (pushes unite them). Nothing on the hot path (fetch, fail) looks at them:
+-- entries of ids that are gone are dropped lazily, by the next push of the
+-- id (which then replaces them instead of uniting) and by tagged.lua, which
+-- checks every id it lists. A shard that never saw a tag has no P tags key,
+-- and a push costs it one EXISTS.
+
+-- Whether the shard has tags (cached in K like has_levels).
+local function has_tags(K)
+  if K.has_tags == nil then K.has_tags = redis.call("EXISTS", K.tags) == 1 end
+  return K.has_tags
+end
+
+-- Where id is: "in_flight", "queued", "dead" (the first that holds, as in
+-- job.lua) or nil when it is gone from the shard.
+local function job_state(P, K, id)
+  if redis.call("HEXISTS", K.busy, id) == 1 then return "in_flight" end
+  if queued_at(P, K, id) then return "queued" end
+  if redis.call("ZSCORE", K.morgue, id) then return "dead" end
+  return nil
+end
+
+-- Drops id's tags (text: its P tags entry) from every index.
+local function forget_tags(P, K, id, text)
+  for t in string.gmatch(text, "[^\n]+") do redis.call("SREM", tag_key(P, t), id) end
+  redis.call("HDEL", K.tags, id)
+end
