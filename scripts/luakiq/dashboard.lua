@@ -392,6 +392,7 @@ return [==[<!doctype html>
   var ORDERS = { queue: ["perform_in", "id", "retry_count"], morgue: ["updated_at", "id"] };
 
   function renderJobs(r) {
+    var paint = painter(); // (fills the view only if the page is still the one asked for)
     var w = r.worker, page = r.page, q = r.q;
     var known = last && last.queues.some(function (x) { return x.name === w; });
     var tabs = h("div", { class: "tabs" }, ["queue", "busy", "morgue", "timing"].map(function (p) {
@@ -469,7 +470,7 @@ return [==[<!doctype html>
           location.hash = link(w, page, Object.assign({}, q, { offset: "", cursor: res.next })); } }));
       var auto = document.getElementById("auto");
       var keep = auto ? auto.checked : true;
-      viewEl.replaceChildren(
+      paint(
         h("h2", null, h("a", { href: "#/", text: "\u2190" }), " " + w + (known ? "" : " (unknown worker?)")),
         tabs, filters, bulk,
         h("div", { class: "bar" }, h("label", null, h("input", { type: "checkbox", id: "auto", checked: keep }), " refresh every second")),
@@ -485,6 +486,7 @@ return [==[<!doctype html>
     return fmtLag(x);
   }
   function renderTiming(w, q, tabs, known) {
+    var paint = painter(); // (fills the view only if the page is still the one asked for)
     var day = q.day || new Date().toISOString().slice(0, 10);
     return getJSON("/api/v1/workers/" + enc(w) + "/timing?day=" + enc(day)).then(function (t) {
       function part(kind, title) {
@@ -505,7 +507,7 @@ return [==[<!doctype html>
       var input = h("input", { type: "date", id: "f-day", value: day });
       var auto = document.getElementById("auto");
       var keep = auto ? auto.checked : true;
-      viewEl.replaceChildren(
+      paint(
         h("h2", null, h("a", { href: "#/", text: "\u2190" }), " " + w + (known ? "" : " (unknown worker?)")),
         tabs,
         h("form", { class: "bar", onsubmit: function (e) { e.preventDefault(); location.hash = link(w, "timing", { day: input.value }); } },
@@ -540,6 +542,7 @@ return [==[<!doctype html>
                 "with numbers, ids and addresses masked (in-flight jobs are not counted)" }))];
   }
   function renderFailures() {
+    var paint = painter(); // (fills the view only if the page is still the one asked for)
     return getJSON("/api/v1/failures").then(function (res) {
       var rows = res.failures.map(function (g) {
         var names = Object.keys(g.workers).sort();
@@ -561,7 +564,7 @@ return [==[<!doctype html>
             h("button", { class: "danger", "data-action": "delete", text: "delete all", onclick: function () {
               groupAction("Delete all " + g.count + " jobs of \u201c" + g.error + "\u201d for good?", "delete", { error: g.error }); } })));
       });
-      viewEl.replaceChildren.apply(viewEl, failuresHead("Failures").concat([
+      paint.apply(null, failuresHead("Failures").concat([
         h("table", { id: "failures" },
           h("thead", null, h("tr", null, ["Error", "Jobs", "Waiting", "Dead", "Per worker", ""]
             .map(function (x, i) { return h("th", { class: i && i < 4 ? "n" : null, text: x }); }))),
@@ -569,6 +572,7 @@ return [==[<!doctype html>
     });
   }
   function renderFailureJobs(q) {
+    var paint = painter(); // (fills the view only if the page is still the one asked for)
     var qs = "error=" + enc(q.error || "") + (q.worker ? "&worker=" + enc(q.worker) : "") + (q.cursor ? "&cursor=" + enc(q.cursor) : "");
     return getJSON("/api/v1/failures/jobs?" + qs).then(function (res) {
       var rows = res.jobs.map(function (j) {
@@ -578,7 +582,7 @@ return [==[<!doctype html>
           h("td", null, h("a", { href: link(j.worker, page, { order: "id", min: j.id, max: j.id }), text: j.id })),
           h("td", { text: j.state === "dead" ? "dead" : "waiting for a retry" }));
       });
-      viewEl.replaceChildren.apply(viewEl, failuresHead((q.worker ? q.worker + ": " : "") + "jobs of a failure group").concat([
+      paint.apply(null, failuresHead((q.worker ? q.worker + ": " : "") + "jobs of a failure group").concat([
         h("pre", { class: "err", id: "group", text: q.error || "" }),
         h("p", null, h("a", { href: "#/failures", text: "all groups" })),
         h("table", { id: "group-jobs" },
@@ -597,6 +601,7 @@ return [==[<!doctype html>
     return link(j.worker, j.state === "dead" ? "morgue" : "queue", { order: "id", min: "[" + j.id, max: "[" + j.id });
   }
   function renderSearch(q) {
+    var paint = painter(); // (fills the view only if the page is still the one asked for)
     var by = q.by === "tag" ? "tag" : "id", text = q.q || "";
     document.getElementById("search-q").value = text;
     document.getElementById("search-by").value = by;
@@ -617,7 +622,7 @@ return [==[<!doctype html>
           h("td", { text: (j.tags || []).join(", ") }),
           h("td", { class: "err", text: j.error == null ? "" : typeof j.error === "string" ? j.error : JSON.stringify(j.error) }));
       });
-      viewEl.replaceChildren(
+      paint(
         h("h2", null, h("a", { href: "#/", text: "\u2190" }), " Jobs " + (by === "tag" ? "tagged " : "with id ") + "\u201c" + text + "\u201d"),
         h("table", { id: "search-results" },
           h("thead", null, h("tr", null, ["Worker", "Id", "State", "Tags", "Error"].map(function (x) { return h("th", { text: x }); }))),
@@ -630,6 +635,14 @@ return [==[<!doctype html>
     if (text === "") return;
     location.hash = "#/search?by=" + document.getElementById("search-by").value + "&q=" + enc(text);
   });
+
+  // A view's data comes back later than it was asked for: a page left
+  // meanwhile (a click on "next" while a refresh of the page before was in
+  // flight) must not be painted over the new one.
+  function painter() {
+    var at = location.hash;
+    return function () { if (location.hash === at) viewEl.replaceChildren.apply(viewEl, arguments); };
+  }
 
   var rendering = false;
   function render(force) {
