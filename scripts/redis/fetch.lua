@@ -28,6 +28,7 @@
 -- time per job at batch 100; busy.lua lists them.)
 -- luakiq:include keys
 -- luakiq:include levels
+-- luakiq:include tags
 -- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
@@ -93,6 +94,13 @@ if ack ~= "" and ack == redis.call("GET", K.batch) then
           redis.call("DEL", expires_key(P, id))
           redis.call("SREM", K.expiring, id)
         end
+      end
+    end
+    -- and their tags, when nothing of the id is left (lib/tags.lua)
+    if has_tags(K) then
+      for _, id in ipairs(ids) do
+        local text = redis.call("HGET", K.tags, id)
+        if text and not job_state(P, K, id) then forget_tags(P, K, id, text) end
       end
     end
   end

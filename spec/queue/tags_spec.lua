@@ -26,6 +26,24 @@ describe("tags", function()
     return msg
   end
 
+  it("an ack drops the tags of the jobs it finishes, not of an id queued again behind it", function()
+    env:push("Test", { { id = "f", tags = { "t1" } }, { id = "g", tags = { "t1", "t2" } } })
+    local P = env:prefix("Test")
+    local r = env:fetch("Test", 0) -- Test: batch_size 1
+    local first = r.jobs[1].id
+    env:push("Test", { { id = first, tags = { "t3" } } }) -- queued again behind the one in flight
+    env:fetch("Test", 0, { ack = r.batch, fetch = false })
+    assert.are.equal(first == "f" and "t1\nt3" or "t1\nt2\nt3", env.conn:call("HGET", P .. "tags", first),
+      "queued again: keeps its tags")
+    -- drain: every ack finishes its job
+    for _ = 1, 5 do
+      r = env:fetch("Test", 0, { ack = r.batch })
+      if #r.jobs == 0 then break end
+    end
+    assert.are.equal(0, env.conn:call("EXISTS", P .. "tags"), "finished: their tags are gone")
+    for _, t in ipairs { "t1", "t2", "t3" } do assert.are.equal(0, env.conn:call("EXISTS", P .. "tag:" .. t)) end
+  end)
+
   it("stores a job's tags sorted, without duplicates, and shows them in its record", function()
     env:push("Test", { { id = "a", payload = 1, tags = { "red", "blue", "red" } } })
     assert.are.same({ "blue", "red" }, tags_of("Test", "a"))

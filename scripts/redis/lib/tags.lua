@@ -2,11 +2,12 @@
 -- docs/redis.md, "Tags"). P tags[id] = the id's tags, sorted, joined by
 -- "\n" (a tag holds no control character); P tag:<T> = SET of the ids
 -- tagged T. An id keeps its tags while it is queued, in flight or dead
--- (pushes unite them). Nothing on the hot path (fetch, fail) looks at them:
--- entries of ids that are gone are dropped lazily, by the next push of the
--- id (which then replaces them instead of uniting) and by tagged.lua, which
--- checks every id it lists. A shard that never saw a tag has no P tags key,
--- and a push costs it one EXISTS.
+-- (pushes unite them). An ack (fetch.lua) drops the tags of the acked ids
+-- that are gone from the shard, so a stream of tagged jobs does not grow
+-- Redis; the other ways out (admin deletes) are cleaned lazily, by the next
+-- push of the id (which then replaces them instead of uniting) and by
+-- tagged.lua, which checks every id it lists. A shard that never saw a tag
+-- has no P tags key: a push or an ack costs it one EXISTS.
 
 -- Whether the shard has tags (cached in K like has_levels).
 local function has_tags(K)
