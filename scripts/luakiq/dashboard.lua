@@ -220,6 +220,7 @@ return [==[<!doctype html>
     pending = true;
     getJSON("/api/web/dashboard").then(function (d) {
       pending = false;
+      if (locked) return; // signed out while it was in flight: the form stays
       last = d;
       if (Date.now() - historyAt > 10000) loadHistory();
       statusEl.textContent = "updated " + new Date().toLocaleTimeString();
@@ -638,10 +639,10 @@ return [==[<!doctype html>
 
   // A view's data comes back later than it was asked for: a page left
   // meanwhile (a click on "next" while a refresh of the page before was in
-  // flight) must not be painted over the new one.
+  // flight), or the sign-in form put up meanwhile, must not be painted over.
   function painter() {
     var at = location.hash;
-    return function () { if (location.hash === at) viewEl.replaceChildren.apply(viewEl, arguments); };
+    return function () { if (location.hash === at && !locked) viewEl.replaceChildren.apply(viewEl, arguments); };
   }
 
   var rendering = false;
