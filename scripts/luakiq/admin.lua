@@ -28,6 +28,7 @@ local function check(r, what)
   if type(r) == "table" and r.err then error("redis: " .. what .. ": " .. r.err, 0) end
   return r
 end
+M.check = check -- (a pipeline reply: raises "redis: WHAT: ..." on an error reply)
 
 -- Per-worker numbers: fresh, retries, length, morgue_length, lag, processed,
 -- failed, busy, expired, paused. One pipeline over every shard of every

@@ -26,10 +26,7 @@ M.STEP = 500      -- HSCAN COUNT of one failures.lua call
 M.SAMPLES = 5     -- ids shown per group and worker
 local WHERE = { "queued", "dead" }
 
-local function check(r)
-  if type(r) == "table" and r.err then error("redis: failures: " .. r.err, 0) end
-  return r
-end
+local function check(r) return admin.check(r, "failures") end
 
 -- The workers to walk: the one named (unknown: errors.notfound), else all.
 local function workers_of(cfg, name)
