@@ -14,6 +14,7 @@
 #include <string.h>
 #include <lua.h>
 #include <lauxlib.h>
+#include "cluster.h"
 #include "conn.h"
 #include "core.h"
 #include "embed.h"
@@ -113,12 +114,14 @@ static int conn_io(conn_obj *r, int n, const struct store_cmd *cmds, store_reply
     return rc;
 }
 
-/* core.connect(url, timeout_s) -> conn | nil, err */
+/* core.connect(url, timeout_s[, "node"]) -> conn | nil, err. "node": that
+ * one server even when it is a Redis Cluster node (no routing). */
 static int conn_connect(lua_State *L) {
     const char *url = luaL_checkstring(L, 1);
     double timeout = luaL_optnumber(L, 2, 10);
+    int node_only = lua_isstring(L, 3) && strcmp(lua_tostring(L, 3), "node") == 0;
     char err[512];
-    store *s = store_open(url, timeout, err, sizeof err);
+    store *s = node_only ? store_open_node(url, timeout, err, sizeof err) : store_open(url, timeout, err, sizeof err);
     if (!s) { lua_pushnil(L); lua_pushstring(L, err); return 2; }
     conn_obj *r = lua_newuserdata(L, sizeof *r);
     r->s = s;
@@ -291,6 +294,12 @@ static int conn_broken(lua_State *L) {
     return 1;
 }
 
+/* conn:cluster() -> true when the connection routes over a Redis Cluster */
+static int conn_cluster(lua_State *L) {
+    lua_pushboolean(L, store_is_cluster(conn_check(L)->s));
+    return 1;
+}
+
 static int conn_close(lua_State *L) {
     conn_obj *r = luaL_checkudata(L, 1, CONN_META);
     store_close(r->s);
@@ -332,6 +341,7 @@ static const luaL_Reg conn_methods[] = {
     {"script", conn_script},       {"pipeline", conn_pipeline},
     {"ppipeline", conn_ppipeline}, {"reconnect", conn_reconnect},
     {"broken", conn_broken},       {"close", conn_close},
+    {"cluster", conn_cluster},
     {NULL, NULL}};
 
 /* core.redact_url(url) -> the URL without credentials (store_redact_url:
@@ -345,7 +355,16 @@ static int conn_redact_url(lua_State *L) {
     return 1;
 }
 
+/* core.key_slot(key) -> the key's Redis Cluster hash slot (cluster.c) */
+static int conn_key_slot(lua_State *L) {
+    size_t len;
+    const char *k = luaL_checklstring(L, 1, &len);
+    lua_pushinteger(L, cluster_key_slot(k, len));
+    return 1;
+}
+
 static const luaL_Reg conn_funcs[] = {
+    {"key_slot", conn_key_slot},
     {"connect", conn_connect},
     {"redact_url", conn_redact_url},
     {"script_source", conn_script_source},

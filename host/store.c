@@ -16,19 +16,30 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 #include <hiredis/adapters/libevent.h>
 #include <event2/event.h>
+#include "cluster.h"
 #include "embed.h"
 #include "log.h"
 #include "store.h"
 
 struct store {
-    redisContext *c;
+    redisContext *c;    /* one Redis (or Sentinel's master); NULL on a cluster */
+    /* Redis Cluster: the slot map and a connection per map node (index for
+     * index), each made when a command first goes there. NULL map: one Redis. */
+    struct cluster_map *map;
+    redisContext *nodes[CLUSTER_MAX_NODES];
+    double refreshed;   /* when the map was last read whole (store_now) */
+    int stale;          /* a MOVED was met: read the map again (rate-limited) */
+    int next_seed;      /* where the next map read starts (rotates) */
+    int node_only;      /* store_open_node: this one node, never routed */
     char url[1024];
     char shown[600];    /* the URL without its password, for messages and logs */
     double timeout_s;
+    double io_s;        /* the I/O bound in force (store_bound_io) */
     int broken;
 };
 
@@ -87,9 +98,50 @@ size_t store_redact_url(const char *url, char *out, size_t outlen) {
 static void store_bad_url(const char *url, char *err, size_t errlen) {
     char shown[600]; /* never echo a password */
     store_redact_url(url, shown, sizeof shown);
-    snprintf(err, errlen, "bad Redis URL '%s' (want redis://[[user]:password@]host[:port][/db], "
+    snprintf(err, errlen, "bad Redis URL '%s' (want redis://[[user]:password@]host[:port][,host[:port]...][/db], "
              "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[/db] or unix:///path[?db=N])",
              shown);
+}
+
+/* A host list "h1[:p1][,h2[:p2]...]" ending at end (an empty list is
+ * 127.0.0.1) into out as "host:port,host:port" (port defport when not
+ * given). Sentinels and a cluster's seed nodes. */
+static int store_parse_hosts(const char *p, const char *end, long defport, char *out, size_t outlen) {
+    size_t o = 0;
+    for (const char *h = p; h < end || (h == p && h == end); ) {
+        const char *e = memchr(h, ',', (size_t)(end - h));
+        if (!e) e = end;
+        const char *colon = memchr(h, ':', (size_t)(e - h));
+        size_t hl = (size_t)((colon ? colon : e) - h);
+        long port = defport;
+        if (colon) {
+            char *pe;
+            port = strtol(colon + 1, &pe, 10);
+            if (pe != e || port <= 0 || port > 65535) return -1;
+        }
+        int w = snprintf(out + o, outlen - o, "%s%.*s:%ld", o ? "," : "", (int)hl, hl ? h : "127.0.0.1", port);
+        if (w < 0 || (size_t)w >= outlen - o) return -1;
+        o += (size_t)w;
+        if (e == end) break;
+        h = e + 1;
+    }
+    return 0;
+}
+
+/* The n-th "host:port" of a list made by store_parse_hosts (wrapping
+ * around) into host and port; the count of entries. */
+static int store_list_pick(const char *list, int n, char *host, size_t hostlen, int *port) {
+    int count = 1;
+    for (const char *c = list; *c; c++) count += *c == ',';
+    n %= count;
+    const char *h = list;
+    for (int i = 0; i < n; i++) h = strchr(h, ',') + 1;
+    const char *e = strchr(h, ','), *colon;
+    if (!e) e = h + strlen(h);
+    for (colon = e; colon > h && *colon != ':'; colon--) {}
+    snprintf(host, hostlen, "%.*s", (int)(colon - h), h);
+    *port = atoi(colon + 1);
+    return count;
 }
 
 /* The rest of a redis+sentinel:// URL after its userinfo:
@@ -97,26 +149,7 @@ static void store_bad_url(const char *url, char *err, size_t errlen) {
  * is 127.0.0.1). Fills u->sentinels ("host:port,..."), u->master, u->db. */
 static int store_parse_sentinel(const char *p, struct store_url *u) {
     const char *slash = strchr(p, '/');
-    if (!slash) return -1;
-    size_t o = 0;
-    for (const char *h = p; h < slash || (h == p && h == slash); ) {
-        const char *end = memchr(h, ',', (size_t)(slash - h));
-        if (!end) end = slash;
-        const char *colon = memchr(h, ':', (size_t)(end - h));
-        size_t hl = (size_t)((colon ? colon : end) - h);
-        long port = 26379;
-        if (colon) {
-            char *e;
-            port = strtol(colon + 1, &e, 10);
-            if (e != end || port <= 0 || port > 65535) return -1;
-        }
-        int w = snprintf(u->sentinels + o, sizeof u->sentinels - o, "%s%.*s:%ld", o ? "," : "",
-                         (int)hl, hl ? h : "127.0.0.1", port);
-        if (w < 0 || (size_t)w >= sizeof u->sentinels - o) return -1;
-        o += (size_t)w;
-        if (end == slash) break;
-        h = end + 1;
-    }
+    if (!slash || store_parse_hosts(p, slash, 26379, u->sentinels, sizeof u->sentinels) < 0) return -1;
     const char *name = slash + 1, *next = strchr(name, '/');
     size_t nl = next ? (size_t)(next - name) : strlen(name);
     if (nl == 0 || nl >= sizeof u->master) return -1;
@@ -186,7 +219,13 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
     if (sentinel) return store_parse_sentinel(p, u) < 0 ? (store_bad_url(url, err, errlen), -1) : 0;
     slash = strchr(p, '/');
     size_t hl = slash ? (size_t)(slash - p) : strlen(p);
-    const char *colon = memchr(p, ':', hl);
+    if (memchr(p, ',', hl)) {
+        /* several seed nodes of a Redis Cluster: the first is host:port */
+        if (store_parse_hosts(p, p + hl, 6379, u->seeds, sizeof u->seeds) < 0) goto bad;
+        store_list_pick(u->seeds, 0, u->host, sizeof u->host, &u->port);
+        hl = 0;
+    }
+    const char *colon = hl ? memchr(p, ':', hl) : NULL;
     if (colon) {
         char *end;
         long port = strtol(colon + 1, &end, 10);
@@ -195,8 +234,10 @@ int store_parse_url(const char *url, struct store_url *u, char *err, size_t errl
         hl = (size_t)(colon - p);
     }
     if (hl >= sizeof u->host) goto bad;
-    memcpy(u->host, p, hl);
-    if (hl == 0) strcpy(u->host, "127.0.0.1");
+    if (!u->seeds[0]) {
+        memcpy(u->host, p, hl);
+        if (hl == 0) strcpy(u->host, "127.0.0.1");
+    }
     if (slash && slash[1]) {
         char *end;
         long db = strtol(slash + 1, &end, 10);
@@ -251,89 +292,265 @@ static int store_resolve_master(struct store_url *u, double timeout_s, char *err
     return -1;
 }
 
-/* Connects s->c from s->url; on failure leaves s->c NULL and fills err.
+/* One connection to host:port (or u's unix socket), authenticated as u says
+ * and, with select_db, on u's db. NULL and a one-line reason in err on
+ * failure. shown names the server in messages. */
+static redisContext *store_dial(const struct store_url *u, const char *host, int port, const char *shown,
+                                double timeout_s, int select_db, char *err, size_t errlen) {
+    struct timeval tv = store_tv(timeout_s);
+    redisContext *c = u->path[0] ? redisConnectUnixWithTimeout(u->path, tv) : redisConnectWithTimeout(host, port, tv);
+    if (!c || c->err) {
+        snprintf(err, errlen, "cannot connect to Redis at %s: %s", shown, c ? c->errstr : "out of memory");
+        if (c) redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    redisReply *r = NULL;
+    if (u->user[0]) {
+        r = redisCommand(c, "AUTH %s %s", u->user, u->password);
+        if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
+        freeReplyObject(r);
+    } else if (u->password[0]) {
+        r = redisCommand(c, "AUTH %s", u->password);
+        if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
+        freeReplyObject(r);
+    }
+    if (select_db && u->db) {
+        r = redisCommand(c, "SELECT %d", u->db);
+        if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
+        freeReplyObject(r);
+    }
+    return c;
+fail:
+    snprintf(err, errlen, "Redis at %s refused set-up: %s", shown, r ? r->str : c->errstr);
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    return NULL;
+}
+
+static double store_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void store_drop_nodes(store *s) {
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+        if (s->nodes[i]) { redisFree(s->nodes[i]); s->nodes[i] = NULL; }
+}
+
+/* Asks the node behind c for the cluster's slot map (CLUSTER SLOTS) and, when
+ * it is one, fills s->map from it (the node list kept, so s->nodes stays
+ * valid; cleared with the connections when it would overflow). asked: the
+ * node's host, for entries that give an empty one. 1: a cluster (map read),
+ * 0: not a cluster node (cluster support disabled, or not allowed to ask),
+ * -1: an I/O error (err set). */
+static int store_read_map(store *s, redisContext *c, const char *asked, char *err, size_t errlen) {
+    redisReply *r = redisCommand(c, "CLUSTER SLOTS");
+    if (!r) { snprintf(err, errlen, "Redis I/O error: %s", c->errstr); return -1; }
+    if (r->type != REDIS_REPLY_ARRAY) { freeReplyObject(r); return 0; }
+    if (!s->map) {
+        if (!(s->map = malloc(sizeof *s->map))) { freeReplyObject(r); snprintf(err, errlen, "out of memory"); return -1; }
+        cluster_map_reset(s->map);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { store_drop_nodes(s); cluster_map_reset(s->map); }
+        else for (int i = 0; i < CLUSTER_SLOTS; i++) s->map->slot_node[i] = -1;
+        int full = 0;
+        for (size_t i = 0; i < r->elements && !full; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[0]->type != REDIS_REPLY_INTEGER ||
+                e->element[1]->type != REDIS_REPLY_INTEGER || e->element[2]->type != REDIS_REPLY_ARRAY ||
+                e->element[2]->elements < 2 || e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+                e->element[2]->element[1]->type != REDIS_REPLY_INTEGER) continue;
+            const redisReply *m = e->element[2];
+            const char *host = m->element[0]->len ? m->element[0]->str : asked;
+            int node = cluster_map_node(s->map, host, (int)m->element[1]->integer);
+            if (node < 0) full = 1;
+            else cluster_map_assign(s->map, (int)e->element[0]->integer, (int)e->element[1]->integer, node);
+        }
+        if (!full) break;
+    }
+    freeReplyObject(r);
+    s->refreshed = store_now();
+    s->stale = 0;
+    return 1;
+}
+
+/* Reads the slot map again from the first node that answers: the URL's seeds
+ * and every node the map knows, starting one further on each time (a dead
+ * node is not asked first twice in a row). Cluster stores only. */
+static int store_refresh(store *s, const struct store_url *u, char *err, size_t errlen) {
+    char host[256], shown[300];
+    int port, nseeds = u->seeds[0] ? store_list_pick(u->seeds, 0, host, sizeof host, &port) : 1;
+    int total = nseeds + s->map->nnodes, start = s->next_seed++;
+    for (int k = 0; k < total; k++) {
+        int i = (start + k) % total, node = i - nseeds;
+        if (node < 0) {
+            if (u->seeds[0]) store_list_pick(u->seeds, i, host, sizeof host, &port);
+            else { snprintf(host, sizeof host, "%s", u->host); port = u->port; }
+        } else {
+            snprintf(host, sizeof host, "%s", s->map->nodes[node].host);
+            port = s->map->nodes[node].port;
+        }
+        snprintf(shown, sizeof shown, "%s:%d", host, port);
+        redisContext *c = store_dial(u, host, port, shown, s->timeout_s < 2 ? s->timeout_s : 2, 0, err, errlen);
+        if (!c) continue;
+        int rc = store_read_map(s, c, host, err, errlen);
+        redisFree(c);
+        if (rc == 1) return 0;
+        if (rc == 0) snprintf(err, errlen, "Redis at %s is no longer a cluster node", shown);
+    }
+    return -1;
+}
+
+/* Connects s from s->url; on failure leaves it unconnected and fills err.
  * A redis+sentinel:// URL is resolved again at every (re)connection, so a
- * connection made after a failover goes to the new master. */
+ * connection made after a failover goes to the new master. A TCP URL's node
+ * is asked whether it is part of a Redis Cluster (CLUSTER SLOTS): then s
+ * routes by slot over a connection per node, made when first used. */
 static int store_connect(store *s, char *err, size_t errlen) {
     struct store_url u;
     if (store_parse_url(s->url, &u, err, errlen) < 0) return -1;
     if (u.master[0] && store_resolve_master(&u, s->timeout_s, err, errlen) < 0) return -1;
     if (u.path[0]) snprintf(s->shown, sizeof s->shown, "unix://%s", u.path);
     else if (u.master[0]) snprintf(s->shown, sizeof s->shown, "%s:%d (master '%s')", u.host, u.port, u.master);
+    else if (u.seeds[0]) snprintf(s->shown, sizeof s->shown, "%s (cluster seeds)", u.seeds);
     else snprintf(s->shown, sizeof s->shown, "%s:%d", u.host, u.port);
-    struct timeval tv = store_tv(s->timeout_s);
-    redisContext *c = u.path[0] ? redisConnectUnixWithTimeout(u.path, tv)
-                                : redisConnectWithTimeout(u.host, u.port, tv);
-    if (!c || c->err) {
-        snprintf(err, errlen, "cannot connect to Redis at %s: %s", s->shown, c ? c->errstr : "out of memory");
-        if (c) redisFree(c);
-        return -1;
+    if (s->map) {
+        /* a cluster store reconnecting: any node that answers tells the map */
+        if (store_refresh(s, &u, err, errlen) < 0) return -1;
+        s->broken = 0;
+        return 0;
     }
-    redisSetTimeout(c, tv);
-    redisReply *r = NULL;
-    if (u.user[0]) {
-        r = redisCommand(c, "AUTH %s %s", u.user, u.password);
-        if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
-        freeReplyObject(r);
-    } else if (u.password[0]) {
-        r = redisCommand(c, "AUTH %s", u.password);
-        if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
-        freeReplyObject(r);
+    if (u.path[0] || u.master[0]) {
+        redisContext *c = store_dial(&u, u.host, u.port, s->shown, s->timeout_s, 1, err, errlen);
+        if (!c) return -1;
+        if (u.master[0]) {
+            /* mid-failover a sentinel may still name a demoted master */
+            redisReply *r = redisCommand(c, "ROLE");
+            if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING ||
+                strcmp(r->element[0]->str, "master") != 0) {
+                snprintf(err, errlen, "Redis at %s is not a master yet (a failover in progress?)", s->shown);
+                if (r) freeReplyObject(r);
+                redisFree(c);
+                return -1;
+            }
+            freeReplyObject(r);
+        }
+        s->c = c;
+        s->broken = 0;
+        return 0;
     }
-    if (u.db) {
-        r = redisCommand(c, "SELECT %d", u.db);
-        if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
-        freeReplyObject(r);
-    }
-    if (u.master[0]) {
-        /* mid-failover a sentinel may still name a demoted master */
-        r = redisCommand(c, "ROLE");
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING ||
-            strcmp(r->element[0]->str, "master") != 0) {
-            snprintf(err, errlen, "Redis at %s is not a master yet (a failover in progress?)", s->shown);
-            if (r) freeReplyObject(r);
+    int nseeds = u.seeds[0] ? store_list_pick(u.seeds, 0, u.host, sizeof u.host, &u.port) : 1;
+    for (int k = 0; k < nseeds; k++) {
+        char host[256], shown[300];
+        int port;
+        if (u.seeds[0]) store_list_pick(u.seeds, k, host, sizeof host, &port);
+        else { snprintf(host, sizeof host, "%s", u.host); port = u.port; }
+        snprintf(shown, sizeof shown, "%s:%d", host, port);
+        redisContext *c = store_dial(&u, host, port, shown, s->timeout_s, 0, err, errlen);
+        if (!c) continue;
+        int rc = s->node_only ? 0 : store_read_map(s, c, host, err, errlen);
+        if (rc == 1 && u.db) {
+            char url[600];
+            store_redact_url(s->url, url, sizeof url);
+            snprintf(err, errlen, "bad Redis URL '%s': %s is a Redis Cluster node, and a cluster has only db 0", url, shown);
+            redisFree(c);
+            free(s->map);
+            s->map = NULL;
+            return -1;
+        }
+        if (rc == 1) {
+            redisFree(c); /* node connections are made per map entry, when used */
+            s->broken = 0;
+            return 0;
+        }
+        if (rc == 0 && u.seeds[0]) {
+            char url[600];
+            store_redact_url(s->url, url, sizeof url);
+            snprintf(err, errlen, "bad Redis URL '%s': several hosts name the seed nodes of a Redis Cluster, "
+                     "but %s is not in cluster mode", url, shown);
             redisFree(c);
             return -1;
         }
-        freeReplyObject(r);
+        if (rc == 0 && u.db) {
+            redisReply *r = redisCommand(c, "SELECT %d", u.db);
+            if (!r || r->type == REDIS_REPLY_ERROR) {
+                snprintf(err, errlen, "Redis at %s refused set-up: %s", shown, r ? r->str : c->errstr);
+                if (r) freeReplyObject(r);
+                redisFree(c);
+                return -1;
+            }
+            freeReplyObject(r);
+        }
+        if (rc == 0) {
+            s->c = c;
+            s->broken = 0;
+            return 0;
+        }
+        redisFree(c);
     }
-    s->c = c;
-    s->broken = 0;
-    return 0;
-fail:
-    snprintf(err, errlen, "Redis at %s refused set-up: %s", s->shown, r ? r->str : c->errstr);
-    if (r) freeReplyObject(r);
-    redisFree(c);
     return -1;
 }
 
-store *store_open(const char *url, double timeout_s, char *err, size_t errlen) {
+static store *store_open_as(const char *url, double timeout_s, int node_only, char *err, size_t errlen) {
     store *s = calloc(1, sizeof *s);
     if (!s) { snprintf(err, errlen, "out of memory"); return NULL; }
+    s->node_only = node_only;
     snprintf(s->url, sizeof s->url, "%s", url);
-    s->timeout_s = timeout_s > 0 ? timeout_s : 10;
-    if (store_connect(s, err, errlen) < 0) { free(s); return NULL; }
+    s->timeout_s = s->io_s = timeout_s > 0 ? timeout_s : 10;
+    if (store_connect(s, err, errlen) < 0) { free(s->map); free(s); return NULL; }
     return s;
+}
+
+store *store_open(const char *url, double timeout_s, char *err, size_t errlen) {
+    return store_open_as(url, timeout_s, 0, err, errlen);
+}
+
+store *store_open_node(const char *url, double timeout_s, char *err, size_t errlen) {
+    return store_open_as(url, timeout_s, 1, err, errlen);
 }
 
 void store_close(store *s) {
     if (!s) return;
     if (s->c) redisFree(s->c);
+    store_drop_nodes(s);
+    free(s->map);
     free(s);
 }
 
 int store_reconnect(store *s, char *err, size_t errlen) {
     if (s->c) redisFree(s->c);
     s->c = NULL;
+    store_drop_nodes(s);
     s->broken = 1;
     return store_connect(s, err, errlen);
 }
 
-int store_broken(const store *s) { return s->broken || !s->c; }
+int store_broken(const store *s) { return s->broken || (!s->c && !s->map); }
+
+int store_is_cluster(const store *s) { return s->map != NULL; }
 
 void store_bound_io(store *s, double seconds) {
     double t = seconds > 0 && seconds < s->timeout_s ? seconds : s->timeout_s;
+    s->io_s = t;
     if (s->c) redisSetTimeout(s->c, store_tv(t));
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+        if (s->nodes[i]) redisSetTimeout(s->nodes[i], store_tv(t));
+}
+
+/* The connection to map node i, made now when there is none (on a cluster,
+ * at most one per node per store). NULL and err when it cannot be made. */
+static redisContext *store_node(store *s, int i, char *err, size_t errlen) {
+    if (s->nodes[i]) return s->nodes[i];
+    struct store_url u;
+    if (store_parse_url(s->url, &u, err, errlen) < 0) return NULL;
+    char shown[300];
+    snprintf(shown, sizeof shown, "%s:%d", s->map->nodes[i].host, s->map->nodes[i].port);
+    redisContext *c = store_dial(&u, s->map->nodes[i].host, s->map->nodes[i].port, shown, s->timeout_s, 0, err, errlen);
+    if (c && s->io_s != s->timeout_s) redisSetTimeout(c, store_tv(s->io_s));
+    return s->nodes[i] = c;
 }
 
 /* --- scripts ------------------------------------------------------------ */
@@ -399,15 +616,15 @@ const char *store_script_source(const char *name, size_t *len) {
     return src;
 }
 
-/* SCRIPT LOADs a script on this connection and records its SHA. 0 on success. */
-static int store_load_script(store *s, const char *name, char *sha, char *err, size_t errlen) {
+/* SCRIPT LOADs a script on connection c (of s) and records its SHA. 0 on success. */
+static int store_load_script(store *s, redisContext *c, const char *name, char *sha, char *err, size_t errlen) {
     size_t len;
     const char *src = store_script_source(name, &len);
     if (!src) { snprintf(err, errlen, "unknown Redis script '%s'", name); return -1; }
     const char *argv[] = {"SCRIPT", "LOAD", src};
     size_t lens[] = {6, 4, len};
-    redisReply *r = redisCommandArgv(s->c, 3, argv, lens);
-    if (!r) { s->broken = 1; snprintf(err, errlen, "Redis I/O error: %s", s->c->errstr); return -1; }
+    redisReply *r = redisCommandArgv(c, 3, argv, lens);
+    if (!r) { s->broken = 1; snprintf(err, errlen, "Redis I/O error: %s", c->errstr); return -1; }
     if (r->type != REDIS_REPLY_STRING || r->len != 40) {
         snprintf(err, errlen, "SCRIPT LOAD %s failed: %s", name, r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
         freeReplyObject(r);
@@ -422,20 +639,20 @@ static int store_load_script(store *s, const char *name, char *sha, char *err, s
     return 0;
 }
 
-/* The SHA of a script, loading it when this process has not yet. */
-static int store_script_sha(store *s, const char *name, char *sha, char *err, size_t errlen) {
+/* The SHA of a script, loading it on c when this process has not yet. */
+static int store_script_sha(store *s, redisContext *c, const char *name, char *sha, char *err, size_t errlen) {
     pthread_mutex_lock(&store_mu);
     int i = store_script_slot(name);
     int known = i >= 0 && store_scripts[i].sha[0];
     if (known) memcpy(sha, store_scripts[i].sha, 41);
     pthread_mutex_unlock(&store_mu);
     if (i < 0) { snprintf(err, errlen, "unknown Redis script '%s'", name); return -1; }
-    return known ? 0 : store_load_script(s, name, sha, err, errlen);
+    return known ? 0 : store_load_script(s, c, name, sha, err, errlen);
 }
 
-/* Appends one command (plain or EVALSHA) to the connection's output buffer. */
-static int store_append(store *s, const struct store_cmd *cmd, const char *sha) {
-    if (!cmd->script) return redisAppendCommandArgv(s->c, cmd->argc, cmd->argv, cmd->lens);
+/* Appends one command (plain or EVALSHA) to c's output buffer. */
+static int store_append(redisContext *c, const struct store_cmd *cmd, const char *sha) {
+    if (!cmd->script) return redisAppendCommandArgv(c, cmd->argc, cmd->argv, cmd->lens);
     int n = cmd->argc + 3;
     const char *stackv[32];
     size_t stackl[32];
@@ -453,7 +670,7 @@ static int store_append(store *s, const struct store_cmd *cmd, const char *sha) 
     argv[2] = nk; lens[2] = strlen(nk);
     memcpy(argv + 3, cmd->argv, sizeof *argv * (size_t)cmd->argc);
     memcpy(lens + 3, cmd->lens, sizeof *lens * (size_t)cmd->argc);
-    int rc = redisAppendCommandArgv(s->c, n, argv, lens);
+    int rc = redisAppendCommandArgv(c, n, argv, lens);
     if (argv != stackv) free(argv);
     if (lens != stackl) free(lens);
     return rc;
@@ -464,17 +681,190 @@ static int store_append(store *s, const struct store_cmd *cmd, const char *sha) 
  * shard groups) while this thread formats the next ones. Blocking socket:
  * returns when all is written. Caller's thread. */
 #define STORE_FLUSH_AT (256 * 1024)
-static int store_flush_big(store *s) {
-    if (sdslen(s->c->obuf) < STORE_FLUSH_AT) return REDIS_OK;
+static int store_flush(redisContext *c) {
     int done = 0;
     do {
-        if (redisBufferWrite(s->c, &done) != REDIS_OK) return REDIS_ERR;
+        if (redisBufferWrite(c, &done) != REDIS_OK) return REDIS_ERR;
     } while (!done);
     return REDIS_OK;
+}
+static int store_flush_big(redisContext *c) {
+    if (sdslen(c->obuf) < STORE_FLUSH_AT) return REDIS_OK;
+    return store_flush(c);
 }
 
 static int store_is_noscript(const redisReply *r) {
     return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* An error reply made here (freed by freeReplyObject, like hiredis's own). */
+static redisReply *store_error_reply(const char *msg) {
+    redisReply *r = calloc(1, sizeof *r);
+    size_t n = strlen(msg);
+    if (!r || !(r->str = malloc(n + 1))) { free(r); return NULL; }
+    memcpy(r->str, msg, n + 1);
+    r->len = n;
+    r->type = REDIS_REPLY_ERROR;
+    return r;
+}
+
+/* The hash slot a command goes to: a script's first key, a plain command's
+ * key (cluster_key_arg); -1 when it names none (any node will do). */
+static int store_cmd_slot(const struct store_cmd *cmd) {
+    if (cmd->script) return cmd->numkeys > 0 && cmd->argc > 0 ? cluster_key_slot(cmd->argv[0], cmd->lens[0]) : -1;
+    int k = cluster_key_arg(cmd->argc, cmd->argv, cmd->lens);
+    return k < 0 ? -1 : cluster_key_slot(cmd->argv[k], cmd->lens[k]);
+}
+
+/* The node of a slot (slot -1: the first node that serves any), reading
+ * the map again once per pipeline when the slot has no node. -1: none. */
+static int store_route(store *s, int slot, int *reread) {
+    for (int pass = 0; pass < 2; pass++) {
+        if (slot >= 0) {
+            int n = cluster_map_lookup(s->map, slot);
+            if (n >= 0) return n;
+        } else {
+            for (int i = 0; i < CLUSTER_SLOTS; i++) if (s->map->slot_node[i] >= 0) return s->map->slot_node[i];
+        }
+        if (pass == 0 && !*reread) {
+            struct store_url u;
+            char err[256];
+            *reread = 1;
+            if (store_parse_url(s->url, &u, err, sizeof err) < 0 || store_refresh(s, &u, err, sizeof err) < 0) return -1;
+        }
+    }
+    return -1;
+}
+
+/* store_pipeline on a Redis Cluster. Each command goes to the node of its
+ * slot; each node gets its commands in their order, in one write, and all
+ * nodes work at once. Replies that say the command did not run are handled
+ * here and the command sent again: MOVED (the slot has a new master: the
+ * map learns it, and is read whole again at most once a second), ASK (a
+ * slot migrating: ASKING then the command, at the node named, map
+ * untouched), TRYAGAIN / CLUSTERDOWN (backs off 50, 100, ... ms), NOSCRIPT
+ * (loads the script on that node). After STORE_TRIES rounds the last reply
+ * stands. An I/O error on any node fails the whole pipeline (the store is
+ * then broken: the caller reconnects, which reads the map again). */
+#define STORE_TRIES 6
+static int store_cluster_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **outp,
+                                  char *err, size_t errlen) {
+    redisReply **out = (redisReply **)outp;
+    /* per command: its node, whether it goes with ASKING, whether it was
+     * sent in this round */
+    int stack[3 * 8];
+    int *node = n <= 8 ? stack : malloc(sizeof *node * 3 * (size_t)n);
+    int reread = 0, used[CLUSTER_MAX_NODES];
+    char sha[41], where[300] = "";
+    if (!node) { snprintf(err, errlen, "out of memory"); return -1; }
+    int *ask = node + n, *sent = node + 2 * n;
+    for (int i = 0; i < n; i++) { out[i] = NULL; ask[i] = 0; }
+    for (int round = 0; round < STORE_TRIES; round++) {
+        int pending = 0;
+        memset(used, 0, sizeof used);
+        for (int i = 0; i < n; i++) {
+            sent[i] = 0;
+            if (out[i]) continue;
+            if (!ask[i]) node[i] = store_route(s, store_cmd_slot(&cmds[i]), &reread);
+            if (node[i] < 0) {
+                char msg[96];
+                snprintf(msg, sizeof msg, "CLUSTERDOWN Hash slot %d is not served by any node known", store_cmd_slot(&cmds[i]));
+                if (!(out[i] = store_error_reply(msg))) { snprintf(err, errlen, "out of memory"); goto fail; }
+                continue;
+            }
+            used[node[i]] = sent[i] = 1;
+            pending++;
+        }
+        if (!pending) break;
+        /* scripts this process has not loaded yet, before anything is appended
+         * (a SCRIPT LOAD sent behind appended commands would read their replies) */
+        for (int k = 0; k < s->map->nnodes; k++) {
+            if (!used[k]) continue;
+            redisContext *c = store_node(s, k, err, errlen);
+            snprintf(where, sizeof where, "%s:%d", s->map->nodes[k].host, s->map->nodes[k].port);
+            if (!c) goto fail;
+            for (int i = 0; i < n; i++)
+                if (!out[i] && node[i] == k && cmds[i].script && store_script_sha(s, c, cmds[i].script, sha, err, errlen) < 0) goto fail;
+            for (int i = 0; i < n; i++) {
+                if (out[i] || node[i] != k) continue;
+                if (cmds[i].script) store_script_sha(s, c, cmds[i].script, sha, err, errlen); /* known: no I/O */
+                if ((ask[i] && redisAppendCommand(c, "ASKING") != REDIS_OK) ||
+                    store_append(c, &cmds[i], sha) != REDIS_OK || store_flush_big(c) != REDIS_OK) goto io;
+            }
+            if (store_flush(c) != REDIS_OK) goto io;
+        }
+        for (int k = 0; k < s->map->nnodes; k++) {
+            if (!used[k]) continue;
+            redisContext *c = s->nodes[k];
+            snprintf(where, sizeof where, "%s:%d", s->map->nodes[k].host, s->map->nodes[k].port);
+            for (int i = 0; i < n; i++) {
+                if (out[i] || node[i] != k) continue;
+                void *r = NULL;
+                if (ask[i]) {
+                    if (redisGetReply(c, &r) != REDIS_OK || !r) goto io;
+                    freeReplyObject(r);
+                    r = NULL;
+                }
+                if (redisGetReply(c, &r) != REDIS_OK || !r) goto io;
+                out[i] = r;
+            }
+        }
+        if (round == STORE_TRIES - 1) break; /* the last replies stand, whatever they say */
+        int backoff = 0;
+        for (int i = 0; i < n; i++) {
+            redisReply *r = out[i];
+            if (!sent[i] || r->type != REDIS_REPLY_ERROR) continue;
+            char host[256];
+            int slot, port, kind = cluster_redirect(r->str, r->len, &slot, host, sizeof host, &port);
+            if (kind == CLUSTER_MOVED || kind == CLUSTER_ASK) {
+                int to = cluster_map_node(s->map, host[0] ? host : s->map->nodes[node[i]].host, port);
+                if (to < 0) continue;
+                if (kind == CLUSTER_MOVED) { cluster_map_assign(s->map, slot, slot, to); s->stale = 1; }
+                node[i] = to;
+                ask[i] = kind == CLUSTER_ASK;
+            } else if (kind == CLUSTER_RETRY) {
+                ask[i] = 0;
+                backoff = 1;
+            } else if (cmds[i].script && store_is_noscript(r)) {
+                redisContext *c = s->nodes[node[i]];
+                snprintf(where, sizeof where, "%s:%d", s->map->nodes[node[i]].host, s->map->nodes[node[i]].port);
+                if (store_load_script(s, c, cmds[i].script, sha, err, errlen) < 0) {
+                    if (s->broken) goto fail;
+                    continue; /* the NOSCRIPT stands */
+                }
+            } else {
+                /* a demoted master answers writes with READONLY: read the map again */
+                if (strncmp(r->str, "READONLY", 8) == 0) s->stale = 1;
+                continue;
+            }
+            freeReplyObject(r);
+            out[i] = NULL;
+        }
+        if (backoff) {
+            struct timespec ts = {0, (long)(round + 1) * 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (s->stale && store_now() - s->refreshed > 1.0 + (double)(rand() % 500) / 1000) {
+        struct store_url u;
+        char e2[256];
+        if (store_parse_url(s->url, &u, e2, sizeof e2) == 0) store_refresh(s, &u, e2, sizeof e2);
+    }
+    if (node != stack) free(node);
+    return 0;
+io:
+    for (int k = 0; k < s->map->nnodes; k++)
+        if (s->nodes[k] && s->nodes[k]->err) {
+            snprintf(err, errlen, "Redis I/O error at %s:%d: %s", s->map->nodes[k].host, s->map->nodes[k].port,
+                     s->nodes[k]->errstr);
+            goto fail;
+        }
+    snprintf(err, errlen, "Redis I/O error at %s: %s", where, strerror(errno));
+fail:
+    for (int i = 0; i < n; i++) if (out[i]) { freeReplyObject(out[i]); out[i] = NULL; }
+    s->broken = 1;
+    if (node != stack) free(node);
+    return -1;
 }
 
 /* The one round trip: every command of cmds sent at once, scripts by
@@ -487,11 +877,12 @@ int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **
     /* Every script this process has not loaded yet is loaded first, before
      * anything is appended: a SCRIPT LOAD is a round trip of its own, and
      * one sent behind appended commands would read their replies. */
+    if (s->map) return store_cluster_pipeline(s, n, cmds, out, err, errlen);
     for (int i = 0; i < n; i++)
-        if (cmds[i].script && store_script_sha(s, cmds[i].script, sha, err, errlen) < 0) return -1;
+        if (cmds[i].script && store_script_sha(s, s->c, cmds[i].script, sha, err, errlen) < 0) return -1;
     for (int i = 0; i < n; i++) {
-        if (cmds[i].script && store_script_sha(s, cmds[i].script, sha, err, errlen) < 0) return -1;
-        if (store_append(s, &cmds[i], sha) != REDIS_OK || store_flush_big(s) != REDIS_OK) goto io;
+        if (cmds[i].script && store_script_sha(s, s->c, cmds[i].script, sha, err, errlen) < 0) return -1;
+        if (store_append(s->c, &cmds[i], sha) != REDIS_OK || store_flush_big(s->c) != REDIS_OK) goto io;
     }
     int got = 0;
     for (; got < n; got++) {
@@ -513,8 +904,8 @@ int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **
         freeReplyObject(r);
         out[i] = NULL;
         void *again = NULL;
-        if (store_load_script(s, cmds[i].script, sha, err, errlen) < 0 ||
-            store_append(s, &cmds[i], sha) != REDIS_OK || redisGetReply(s->c, &again) != REDIS_OK || !again) {
+        if (store_load_script(s, s->c, cmds[i].script, sha, err, errlen) < 0 ||
+            store_append(s->c, &cmds[i], sha) != REDIS_OK || redisGetReply(s->c, &again) != REDIS_OK || !again) {
             for (int j = 0; j < n; j++) if (out[j]) freeReplyObject(out[j]);
             if (!s->broken && s->c->err) goto io;
             s->broken = s->broken || s->c->err;
@@ -565,6 +956,7 @@ struct store_sub {
     store_message_cb cb;
     void *arg;
     int down_logged;
+    int attempt; /* a cluster's seeds are tried in turn */
 };
 
 static void store_sub_connect(struct store_sub *sub);
@@ -616,6 +1008,8 @@ static void store_sub_connect(struct store_sub *sub) {
         store_sub_lost(sub, err);
         return;
     }
+    /* on a Redis Cluster a PUBLISH reaches every node: any seed will do */
+    if (u.seeds[0]) store_list_pick(u.seeds, sub->attempt++, u.host, sizeof u.host, &u.port);
     redisAsyncContext *ac = u.path[0] ? redisAsyncConnectUnix(u.path) : redisAsyncConnect(u.host, u.port);
     if (!ac || ac->err) {
         if (ac) redisAsyncFree(ac);

@@ -12,7 +12,9 @@ typedef struct store_reply store_reply;
 
 enum store_type { STORE_STRING, STORE_ARRAY, STORE_INTEGER, STORE_NIL, STORE_STATUS, STORE_ERROR };
 
-/* A parsed REDIS_URL: redis://[[user]:password@]host[:port][/db] or unix:///path[?db=N]. */
+/* A parsed REDIS_URL: redis://[[user]:password@]host[:port][,host[:port]...][/db]
+ * (several hosts: seed nodes of a Redis Cluster), redis+sentinel://... or
+ * unix:///path[?db=N]. */
 struct store_url {
     char host[256];
     int port;
@@ -20,6 +22,7 @@ struct store_url {
     char user[128];      /* Redis 6 ACL user ("" = AUTH with the password alone) */
     char master[128];    /* redis+sentinel://: the master's name ("" = a plain URL) */
     char sentinels[512]; /* redis+sentinel://: "host:port,host:port,..." */
+    char seeds[512];     /* redis://h1:p1,h2:p2/: a Redis Cluster's seed nodes ("" = one host) */
     char password[256];
     int db;
 };
@@ -35,10 +38,14 @@ size_t store_redact_url(const char *url, char *out, size_t outlen);
 /* Connects (AUTH, SELECT); NULL and a one-line reason in err on failure.
  * timeout_s bounds connect and every command. The store belongs to the caller's thread. */
 store *store_open(const char *url, double timeout_s, char *err, size_t errlen);
+/* Like store_open, but talks to the URL's one node even when it is part of
+ * a Redis Cluster (no routing; for tests and tools that inspect a node). */
+store *store_open_node(const char *url, double timeout_s, char *err, size_t errlen);
 void store_close(store *s);
 /* Drops the connection and connects again; 0 on success. */
 int store_reconnect(store *s, char *err, size_t errlen);
 int store_broken(const store *s); /* 1 after an I/O error, until a reconnect */
+int store_is_cluster(const store *s); /* 1 when connected to a Redis Cluster */
 /* Bounds the next commands' I/O by seconds (a perform call's time left),
  * when that is shorter than the connection's own timeout; 0 restores it. */
 void store_bound_io(store *s, double seconds);

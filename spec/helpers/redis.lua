@@ -9,17 +9,17 @@ local function sh(cmd)
   return ok == 0 or ok == true
 end
 
-local function command(port, dir, appendonly)
+local function command(port, dir, appendonly, extra)
   return string.format(
     "redis-server --port %d --bind 127.0.0.1 --dir %s --daemonize yes --pidfile %s/redis.pid " ..
-    "--logfile %s/redis.log --save '' --appendonly %s >/dev/null 2>&1",
-    port, dir, dir, dir, appendonly and "yes" or "no")
+    "--logfile %s/redis.log --save '' --appendonly %s%s >/dev/null 2>&1",
+    port, dir, dir, dir, appendonly and "yes" or "no", extra or "")
 end
 
 -- Waits until the server on srv.url answers; sets srv.conn and srv.pid.
 local function await(srv)
   for _ = 1, 250 do
-    local c = core.connect(srv.url, 2)
+    local c = core.connect(srv.url, 2, "node") -- (a cluster node: this one)
     if c and c:pcall("PING") == "PONG" then
       srv.conn = c
       local f = io.open(srv.dir .. "/redis.pid")
@@ -46,16 +46,22 @@ end
 
 -- Starts a server; returns {url=, port=, dir=, pid=, conn=}.
 -- opts.appendonly: keep data across :restart() (AOF, fsync on clean shutdown).
+-- With LUAKIQ_TEST_CLUSTER=1 in the environment (ctest's `cluster` label)
+-- a plain start (no opts) makes a 3-master cluster with a replica each
+-- instead, which looks like one server to the spec (M.cluster_server).
 function M.start(opts)
+  if not opts and M.on_cluster() then return M.cluster_server() end
   opts = opts or {}
   local dir = os.tmpname()
   os.remove(dir)
   assert(sh("mkdir -p " .. dir))
   for _ = 1, 20 do
     local port = core.free_port()
-    if sh(command(port, dir, opts.appendonly)) then
+    -- a cluster node's bus port is port + 10000 unless told: a free one
+    local extra = opts.extra and (opts.extra .. (opts.cluster_port and (" --cluster-port " .. core.free_port()) or ""))
+    if sh(command(port, dir, opts.appendonly, extra)) then
       local srv = setmetatable({ port = port, dir = dir, url = "redis://127.0.0.1:" .. port .. "/0",
-                                 appendonly = opts.appendonly }, { __index = M })
+                                 appendonly = opts.appendonly, extra = extra }, { __index = M })
       if await(srv) then
         M.started[#M.started + 1] = srv
         return srv
@@ -94,6 +100,154 @@ function M.sentinel(master_port, name)
     end
   end
   error("cannot start a sentinel")
+end
+
+-- A Redis Cluster of `masters` masters with `replicas` replicas each, on
+-- free loopback ports (one dir and redis-server per node), made as
+-- `redis-cli --cluster create` makes one; returns {url=, seeds=, nodes=
+-- {srv...}, conn=} (conn: a luakiq connection that routes by slot). Stop
+-- with :stop(); :flush() flushes every master. node_timeout: ms
+-- (cluster-node-timeout, default 1000: a failover within a few seconds).
+function M.cluster(opts)
+  opts = opts or {}
+  local masters, replicas = opts.masters or 3, opts.replicas or 1
+  local cl = setmetatable({ nodes = {} }, { __index = M.Cluster })
+  local extra = " --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout " ..
+    (opts.node_timeout or 1000) .. " --cluster-require-full-coverage no --shutdown-on-sigterm now"
+  for i = 1, masters * (1 + replicas) do cl.nodes[i] = M.start { extra = extra, cluster_port = true } end
+  local addrs = {}
+  for i, n in ipairs(cl.nodes) do addrs[i] = "127.0.0.1:" .. n.port end
+  local log = cl.nodes[1].dir .. "/create.log"
+  if not sh("redis-cli --cluster create " .. table.concat(addrs, " ") .. " --cluster-replicas " .. replicas ..
+      " --cluster-yes >" .. log .. " 2>&1") then
+    local f = io.open(log)
+    local text = f and f:read("*a") or ""
+    if f then f:close() end
+    cl:stop()
+    error("redis-cli --cluster create failed: " .. text)
+  end
+  cl.url = "redis://" .. addrs[1] .. "/0"
+  cl.seeds = "redis://" .. table.concat(addrs, ",", 1, math.min(3, #addrs))
+  cl:await_ok()
+  return cl
+end
+
+M.Cluster = {}
+
+-- Waits until every running node says cluster_state:ok and agrees on the
+-- masters; (re)opens cl.conn.
+function M.Cluster:await_ok(timeout)
+  local deadline = core.now() + (timeout or 30)
+  while core.now() < deadline do
+    local ok = true
+    for _, n in ipairs(self.nodes) do
+      if n.conn then
+        local info = n.conn:pcall("CLUSTER", "INFO")
+        if not (type(info) == "string" and info:find("cluster_state:ok", 1, true)) then ok = false end
+      end
+    end
+    if ok then
+      if self.conn then self.conn:close() end
+      self.conn = assert(core.connect(self.url, 5))
+      -- every slot answered by the node the map names: a write to one key per master
+      local good = true
+      for _, n in ipairs(self:masters()) do
+        if not n then good = false end
+      end
+      if good then return end
+    end
+    core.sleep(0.1)
+  end
+  error("the cluster did not become ok")
+end
+
+-- The nodes that are masters now (ROLE), in node order.
+function M.Cluster:masters()
+  local out = {}
+  for _, n in ipairs(self.nodes) do
+    local role = n.conn and n.conn:pcall("ROLE")
+    if type(role) == "table" and role[1] == "master" then out[#out + 1] = n end
+  end
+  return out
+end
+
+-- The node serving key's slot now.
+function M.Cluster:node_of(key)
+  local slot = core.key_slot(key)
+  for _, n in ipairs(self:masters()) do
+    for _, r in ipairs(n.conn:call("CLUSTER", "SLOTS")) do
+      if slot >= r[1] and slot <= r[2] then
+        for _, m in ipairs(self.nodes) do
+          if m.port == tonumber(r[3][2]) then return m end
+        end
+      end
+    end
+  end
+end
+
+function M.Cluster:flush()
+  for _, n in ipairs(self:masters()) do n.conn:call("FLUSHALL") end
+end
+
+-- Stops every node at once (each takes a second or two to go: one by one
+-- the cluster's stop would take ten).
+function M.Cluster:stop()
+  if self.conn then self.conn:close() self.conn = nil end
+  for _, n in ipairs(self.nodes) do
+    if n.pid then sh("kill " .. n.pid .. " 2>/dev/null") end
+  end
+  for _, n in ipairs(self.nodes) do pcall(M.stop, n) end
+end
+
+-- True when this spec run stands a cluster in for its server (the
+-- `cluster` label): a test that needs one server's own view (its client
+-- list, its password) is defined with (redis.on_cluster() and pending or it).
+function M.on_cluster() return os.getenv("LUAKIQ_TEST_CLUSTER") == "1" end
+
+-- Commands a spec sends to "the server" that name no key: on a cluster they
+-- go to every master, and the replies that are lists are joined.
+local FAN_OUT = { KEYS = true, FLUSHALL = true, FLUSHDB = true, CONFIG = true, SLOWLOG = true, DBSIZE = true }
+
+-- A cluster that stands in for one server in the queue and host specs: url,
+-- port (the first node's), conn (routes by slot; FAN_OUT commands go to
+-- every master), flush and stop. No pid: the fault specs (which stop and
+-- restart their server) are not run on a cluster.
+function M.cluster_server()
+  local cl = M.cluster()
+  local routed = cl.conn
+  local conn = {}
+  local function fan(method, name, ...)
+    local out, joined = nil, false
+    for _, n in ipairs(cl:masters()) do
+      local r, e = n.conn[method](n.conn, name, ...)
+      if r == nil and method == "pcall" then return nil, e end
+      if type(r) == "table" then
+        out = out or {}
+        joined = true
+        for _, x in ipairs(r) do out[#out + 1] = x end
+      elseif type(r) == "number" then
+        out = (out or 0) + r
+      elseif not joined then
+        out = r
+      end
+    end
+    return out
+  end
+  for _, m in ipairs { "call", "pcall" } do
+    conn[m] = function(_, name, ...)
+      if FAN_OUT[tostring(name):upper()] then return fan(m, name, ...) end
+      return routed[m](routed, name, ...)
+    end
+  end
+  for _, m in ipairs { "pipeline", "ppipeline", "script", "reconnect", "broken", "cluster" } do
+    conn[m] = function(_, ...) return routed[m](routed, ...) end
+  end
+  conn.close = function() end
+  local srv = setmetatable({ cluster = cl, url = cl.url, port = cl.nodes[1].port, dir = cl.nodes[1].dir, conn = conn },
+    { __index = M })
+  function srv.flush() cl:flush() end
+  function srv.stop() cl:stop() end
+  return srv
 end
 
 -- The usual set-up of a spec file: one private server for the whole file,
@@ -140,7 +294,7 @@ end
 -- only with appendonly).
 function M:up()
   for _ = 1, 50 do
-    if sh(command(self.port, self.dir, self.appendonly)) and await(self) then return end
+    if sh(command(self.port, self.dir, self.appendonly, self.extra)) and await(self) then return end
     core.sleep(0.1)
   end
   error("cannot restart redis-server on port " .. self.port)

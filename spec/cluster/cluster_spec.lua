@@ -1,0 +1,191 @@
+-- luakiq on a Redis Cluster (docs/operations.md, "Redis Cluster"): a real
+-- 3-master cluster with a replica each, made by redis-cli --cluster create on
+-- free ports. Routing by slot (CRC16 as Redis computes it), a host and the
+-- CLI from any node's URL or a seed list, bad URLs refused with one line,
+-- and a host that follows its masters through a manual failover (MOVED) and
+-- a master killed with its replica promoted.
+local core = require "luakiq.core"
+local json = require "luakiq.json"
+local redis = require "helpers.redis"
+local host = require "helpers.host"
+local q = host.quote
+
+-- Appends "id payload" per job to FILE (outside Redis: a failover must not
+-- take the record with it), one perform at a time per shard.
+local WORKER = [[
+return {
+  shards_count = 6, batch_size = 5,
+  perform = function(batch)
+    local f = assert(io.open(%q, "a"))
+    for id, payloads in pairs(batch) do
+      for _, p in ipairs(payloads) do f:write(id, " ", tostring(p), "\n") end
+    end
+    f:close()
+  end,
+}]]
+
+describe("a Redis Cluster", function()
+  local cl
+  setup(function() cl = redis.cluster() end)
+  teardown(function() cl:stop() end)
+  before_each(function() cl:flush() end)
+
+  local function scriptdir(extra)
+    local dir = host.tmpdir()
+    local files = {
+      ["config.lua"] = "return { threads_per_node = 3, poll_interval = 0.2, redis_timeout = 2 }",
+      ["workers/W.lua"] = WORKER:format(dir .. "/seen"),
+    }
+    for k, v in pairs(extra or {}) do files[k] = v end
+    for name, text in pairs(files) do
+      host.sh("mkdir -p " .. q((dir .. "/" .. name):match("^(.*)/")))
+      host.write(dir .. "/" .. name, text)
+    end
+    return dir
+  end
+  local function seen(dir)
+    local got = {}
+    for line in (host.read(dir .. "/seen") or ""):gmatch("[^\n]+") do
+      local id, p = line:match("^(%S+) (%S+)$")
+      got[id] = got[id] or {}
+      table.insert(got[id], tonumber(p))
+    end
+    return got
+  end
+  local function enqueue(dir, url, ids, from, to)
+    local lines = {}
+    for v = from, to do
+      for id = 1, ids do lines[#lines + 1] = ('{"id":"%d","payload":%d,"score":%d}'):format(id, v, v) end
+    end
+    local rc, out, err = host.exec("enqueue " .. q(dir) .. " W", table.concat(lines, "\n"), "REDIS_URL=" .. url)
+    assert.are.equal(0, rc, out .. err)
+  end
+  -- every id saw every payload from..to at least once, in order (a re-run
+  -- after a failover may repeat a tail, never go back past one)
+  local function all_ran(dir, ids, to)
+    local got = seen(dir)
+    for id = 1, ids do
+      local s = got[tostring(id)]
+      if not s then return false end
+      local want = 1
+      for _, p in ipairs(s) do if p == want then want = want + 1 end end
+      if want <= to then return false end
+    end
+    return true
+  end
+
+  it("routes every key to its slot as Redis computes it", function()
+    local node = cl.nodes[1].conn
+    local keys = { "", "a", "{", "}", "{}", "{}x", "x{}", "{a}", "a{b}c{d}", "{{a}}", "}{a}", "luakiq:{Q:3}:queue",
+                   "123456789", "\0\255{\1}" }
+    math.randomseed(7)
+    for _ = 1, 300 do
+      local t = {}
+      for i = 1, math.random(0, 24) do
+        t[i] = string.char(({ 123, 125, math.random(0, 255), math.random(97, 100) })[math.random(1, 4)])
+      end
+      keys[#keys + 1] = table.concat(t)
+    end
+    for _, k in ipairs(keys) do
+      assert.are.equal(node:call("CLUSTER", "KEYSLOT", k), core.key_slot(k), ("%q"):format(k))
+    end
+    assert.is_true(cl.conn:cluster())
+  end)
+
+  it("runs a host and the CLI from one node's URL or a seed list; shards live on every master", function()
+    -- (a long poll_interval: only a wake-up makes a new job run at once)
+    local dir = scriptdir { ["config.lua"] = "return { threads_per_node = 3, poll_interval = 30 }" }
+    enqueue(dir, cl.seeds, 60, 1, 3)
+    local rc, out, err = host.exec("stats " .. q(dir), nil, "REDIS_URL=" .. cl.url)
+    assert.are.equal(0, rc, err)
+    assert.are.equal(60, json.decode(out).total.length)
+    -- the shards' keys are spread over the three masters
+    local holders = 0
+    for _, m in ipairs(cl:masters()) do
+      if #m.conn:call("KEYS", "luakiq:{W:*") > 0 then holders = holders + 1 end
+    end
+    assert.are.equal(3, holders)
+    -- a listing and a job read fan out / route like anything else
+    rc, out, err = host.exec("jobs " .. q(dir) .. " W queue --limit 1000", nil, "REDIS_URL=" .. cl.url)
+    assert.are.equal(0, rc, err)
+    assert.are.equal(60, host.count(out, '"id":'))
+    local p = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:0", "REDIS_URL=" .. cl.seeds)
+    host.eventually(function() return all_ran(dir, 60, 3) end, 20, "every job ran")
+    -- wake-ups cross the cluster (a PUBLISH reaches every node)
+    enqueue(dir, cl.url, 60, 4, 4)
+    host.eventually(function() return all_ran(dir, 60, 4) end, 5, "the new jobs ran")
+    rc, out, err = host.exec("stats " .. q(dir), nil, "REDIS_URL=" .. cl.url)
+    assert.are.equal(0, rc, err)
+    local total = json.decode(out).total
+    assert.are.same({ 0, 0 }, { total.length, total.morgue_length })
+    assert.is_true(p:signal("TERM"))
+    assert.are.equal(0, p:wait(10), p:log())
+    assert.is_nil(p:log():find("MOVED", 1, true), p:log())
+  end)
+
+  it("refuses a db other than 0 and seeds that are not a cluster: one line, exit 2", function()
+    local dir = scriptdir()
+    local rc, out, err = host.exec("stats " .. q(dir), nil, "REDIS_URL=" .. cl.url:gsub("/0$", "/2"))
+    assert.are.equal(2, rc, out)
+    assert.matches("^luakiq: bad Redis URL '.*': 127%.0%.0%.1:%d+ is a Redis Cluster node, and a cluster has only db 0\n$", err)
+    local single = redis.start { extra = "" }
+    rc, out, err = host.exec("stats " .. q(dir), nil,
+      ("REDIS_URL=redis://127.0.0.1:%d,127.0.0.1:%d"):format(single.port, cl.nodes[1].port))
+    single:stop()
+    assert.are.equal(2, rc, out)
+    assert.matches("several hosts name the seed nodes of a Redis Cluster, but 127%.0%.0%.1:%d+ is not in cluster mode\n$", err)
+    assert.are.equal(1, select(2, err:gsub("\n", "")))
+  end)
+
+  -- The master of shard 0's slot and its replica.
+  local function shard0_pair()
+    local master = cl:node_of("luakiq:{W:0}:x")
+    local id = master.conn:call("CLUSTER", "MYID")
+    for _, n in ipairs(cl.nodes) do
+      local role = n.conn and n.conn:pcall("ROLE")
+      if n ~= master and type(role) == "table" and role[1] == "slave" and tonumber(role[3]) == master.port then
+        return master, n, id
+      end
+    end
+    error("no replica of " .. master.port .. " (" .. id .. ")")
+  end
+
+  it("follows a manual failover (its old master answers MOVED): nothing lost, order kept", function()
+    local dir = scriptdir()
+    local p = host.spawn("run " .. q(dir), "REDIS_URL=" .. cl.url)
+    enqueue(dir, cl.url, 30, 1, 5)
+    local master, replica = shard0_pair()
+    assert.are.equal("OK", replica.conn:call("CLUSTER", "FAILOVER"))
+    host.eventually(function()
+      local role = replica.conn:call("ROLE")
+      return role[1] == "master"
+    end, 15, "the replica took over")
+    enqueue(dir, cl.url, 30, 6, 10)
+    host.eventually(function() return all_ran(dir, 30, 10) end, 30, "every job ran")
+    assert.is_true(p:alive(), p:log())
+    assert.is_true(p:signal("TERM"))
+    assert.are.equal(0, p:wait(10), p:log())
+    assert.are.equal("slave", master.conn:call("ROLE")[1])
+    cl:await_ok()
+  end)
+
+  it("follows a master killed and its replica promoted; jobs the replica had are not lost", function()
+    local dir = scriptdir()
+    local p = host.spawn("run " .. q(dir), "REDIS_URL=" .. cl.seeds)
+    enqueue(dir, cl.url, 30, 1, 5)
+    local master, replica = shard0_pair()
+    -- what was written before the kill reached the replica (WAIT): it must survive
+    assert.are.equal(1, master.conn:call("WAIT", 1, 2000))
+    host.sh("kill -9 " .. master.pid)
+    master.pid, master.conn = nil, nil
+    host.eventually(function() return replica.conn:call("ROLE")[1] == "master" end, 20, "the replica was promoted")
+    enqueue(dir, cl.seeds, 30, 6, 10)
+    host.eventually(function() return all_ran(dir, 30, 10) end, 30, "every job ran")
+    assert.is_true(p:alive(), p:log())
+    assert.is_true(p:signal("TERM"))
+    assert.are.equal(0, p:wait(10), p:log())
+    local rc, out, err = host.exec("stats " .. q(dir), nil, "REDIS_URL=" .. cl.seeds)
+    assert.are.equal(0, rc, err)
+    assert.are.equal(0, json.decode(out).total.length)
+  end)
+end)
