@@ -135,6 +135,14 @@ describe("a Redis Cluster", function()
     assert.are.equal(2, rc, out)
     assert.matches("several hosts name the seed nodes of a Redis Cluster, but 127%.0%.0%.1:%d+ is not in cluster mode\n$", err)
     assert.are.equal(1, select(2, err:gsub("\n", "")))
+    rc, out, err = host.exec("stats " .. q(dir), nil, "REDIS_URL=redis://127.0.0.1:7000,127.0.0.1:x")
+    assert.are.equal(2, rc, out)
+    assert.matches("^luakiq: bad Redis URL 'redis://127.0.0.1:7000,127.0.0.1:x'", err)
+    -- a seed that is down: the next one answers
+    rc, out, err = host.exec("stats " .. q(dir), nil,
+      ("REDIS_URL=redis://127.0.0.1:%d,127.0.0.1:%d"):format(core.free_port(), cl.nodes[2].port))
+    assert.are.equal(0, rc, err)
+    assert.are.equal(0, json.decode(out).total.length)
   end)
 
   -- The master of shard 0's slot and its replica.
@@ -175,7 +183,7 @@ describe("a Redis Cluster", function()
     enqueue(dir, cl.url, 30, 1, 5)
     local master, replica = shard0_pair()
     -- what was written before the kill reached the replica (WAIT): it must survive
-    assert.are.equal(1, master.conn:call("WAIT", 1, 2000))
+    assert.are.equal(1, master.conn:call("WAIT", 1, 1500))
     host.sh("kill -9 " .. master.pid)
     master.pid, master.conn = nil, nil
     host.eventually(function() return replica.conn:call("ROLE")[1] == "master" end, 20, "the replica was promoted")
