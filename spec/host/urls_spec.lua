@@ -109,7 +109,10 @@ describe("URLs shown to users", function()
     srv:stop()
   end)
 
-  it("an ACL user (redis://user:password@host) works on every connection kind: CLI, workers, wake-ups, web", function()
+  -- (on a cluster, requirepass would cut the replicas and the spec's own node
+  -- connections off: one server only)
+  local single = redis.on_cluster() and pending or it
+  single("an ACL user (redis://user:password@host) works on every connection kind: CLI, workers, wake-ups, web", function()
     local srv = redis.start()
     -- a user allowed only luakiq's keys and channels; the default user needs
     -- a password nobody here sends (the spec's own connection stays in)
