@@ -979,6 +979,8 @@ local function elastic_tick(t)
       local res = queue.parse_fetch(r[i], h)
       if res.leased then
         el.held[h] = nil
+        -- try again as its lease ends (a killed holder's: taken then, not up to a beat later)
+        if res.pttl and res.pttl >= 0 then el.next = math.min(el.next, core.mono() + res.pttl / 1000 + 0.005) end
       elseif not el.held[h] then
         el.held[h] = true
         if t.refused[h.prefix] then
