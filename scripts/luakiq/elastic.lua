@@ -45,13 +45,16 @@ end
 -- assign(items, buckets) -> owner: items (array of strings, in a fixed
 -- order) to buckets (array of distinct strings), owner[item] = bucket.
 -- Rendezvous (highest random weight) hashing with bounded loads: each item,
--- in order, goes to its highest-scoring bucket that has fewer than
--- ceil(#items / #buckets) items, so loads differ by at most one. Pure: the
--- same items and buckets give the same result on every host.
+-- in order, goes to its highest-scoring bucket that is not full. With
+-- #items = q * #buckets + r, a bucket is full at q + 1 items, or at q once
+-- r buckets have q + 1: so loads differ by at most one. Pure: the same items
+-- and buckets give the same result on every host.
 function M.assign(items, buckets)
   local owner, n = {}, #buckets
   if n == 0 then return owner end
-  local cap = math.ceil(#items / n)
+  local q = math.floor(#items / n)
+  local r = #items - q * n
+  local big = 0 -- buckets with q + 1 items
   local load = {}
   for _, b in ipairs(buckets) do load[b] = 0 end
   local ranked = {}
@@ -61,10 +64,12 @@ function M.assign(items, buckets)
       if x[2] ~= y[2] then return x[2] > y[2] end
       return x[1] < y[1]
     end)
-    for _, r in ipairs(ranked) do
-      if load[r[1]] < cap then
-        owner[item] = r[1]
-        load[r[1]] = load[r[1]] + 1
+    for _, c in ipairs(ranked) do
+      local b = c[1]
+      if load[b] < q or (load[b] == q and big < r) then
+        owner[item] = b
+        load[b] = load[b] + 1
+        if load[b] == q + 1 then big = big + 1 end
         break
       end
     end
