@@ -40,16 +40,22 @@ local function drop_empty(groups)
   return out
 end
 
+-- The arguments of a splitter `name` called as one (`write` says how to
+-- configure it when it was called instead); raises at the splitter's caller.
+local function check_args(name, write, handlers, threads_per_node)
+  if type(handlers) ~= "table" then
+    error("splitters." .. name .. ": handlers must be an array (write `" .. write .. "`, without a call)", 3)
+  end
+  if not is_int(threads_per_node) or threads_per_node < 1 then
+    error("splitters." .. name .. ": threads_per_node must be an integer >= 1, got " .. tostring(threads_per_node), 3)
+  end
+end
+
 -- default(handlers, threads_per_node) -> groups: deals the handlers into
 -- threads_per_node groups and drops the empty ones (fewer shards than threads
 -- means fewer threads). Use the function itself as the splitter; do not call it.
 function M.default(handlers, threads_per_node)
-  if type(handlers) ~= "table" then
-    error("splitters.default: handlers must be an array (write `splitter = luakiq.splitters.default`, without a call)", 2)
-  end
-  if not is_int(threads_per_node) or threads_per_node < 1 then
-    error("splitters.default: threads_per_node must be an integer >= 1, got " .. tostring(threads_per_node), 2)
-  end
+  check_args("default", "splitter = luakiq.splitters.default", handlers, threads_per_node)
   return drop_empty(M.transpose(handlers, threads_per_node))
 end
 
@@ -89,12 +95,7 @@ end
 -- run` does not use the groups, only their count (threads), and gives every
 -- thread every handler; each thread then takes its share (runner.lua).
 function M.elastic(handlers, threads_per_node)
-  if type(handlers) ~= "table" then
-    error("splitters.elastic: handlers must be an array (write `splitter = \"elastic\"`, without a call)", 2)
-  end
-  if not is_int(threads_per_node) or threads_per_node < 1 then
-    error("splitters.elastic: threads_per_node must be an integer >= 1, got " .. tostring(threads_per_node), 2)
-  end
+  check_args("elastic", 'splitter = "elastic"', handlers, threads_per_node)
   local elastic = require "luakiq.elastic"
   return drop_empty(elastic.share(handlers, {}, "plan", threads_per_node))
 end
