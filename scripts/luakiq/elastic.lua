@@ -25,14 +25,15 @@ local M = {}
 -- turns the string into it) or `splitter = luakiq.splitters.elastic`.
 M.NAME = "elastic"
 
--- Beat and liveness for lease_ttl (seconds): elastic hosts beat at least
--- every lease_ttl / 4 (at most every 2 s, luakiq.hosts' BEAT) and count a
+-- Beat and liveness for lease_ttl (seconds): elastic hosts beat every
+-- lease_ttl / 4 (but at most every 2 s, luakiq.hosts' BEAT, and at least
+-- every 0.1 s, whatever a tiny lease_ttl asks) and count a
 -- host as gone when it has not beaten for dead_after: two thirds of
 -- lease_ttl, at least 2.5 beats, at most luakiq.hosts' TIMEOUT. So a killed
 -- host's shards are reassigned before its leases run out, and taken when
 -- they do (within lease_ttl plus one beat).
 function M.timing(lease_ttl, beat_max, timeout_max)
-  local beat = math.min(beat_max, lease_ttl / 4)
+  local beat = math.max(math.min(beat_max, lease_ttl / 4), 0.1)
   local dead_after = math.min(timeout_max, math.max(lease_ttl * 2 / 3, 2.5 * beat))
   return beat, dead_after
 end

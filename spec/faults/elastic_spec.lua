@@ -9,7 +9,7 @@
 --      at once.
 --   2. `luakiq hosts` and GET /api/v1/hosts show which shards each thread of
 --      each host holds as hosts come and go; `luakiq plan` says the plan is
---      dynamic.
+--      dynamic; a HUP reloads an elastic host, which keeps its shards.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
 local redis = require "helpers.redis"
@@ -112,6 +112,14 @@ describe("elastic hosts", function()
       assert.is_true(h.elastic)
       assert.are.equal(2, #h.threads)
       assert.are.equal(3, #h.threads[1]:gsub("[^,]", "") + 1) -- 3 shards a thread
+      -- HUP: elastic to elastic reloads; the threads keep their tokens and shards
+      assert.is_true(procs[1]:signal("HUP"))
+      host.eventually(function() return procs[1]:log():match("reload done: 2 of 2 worker threads") end, 15, "reloaded")
+      host.eventually(function()
+        local x = held(dir)[a]
+        return x and x.all == "W0,W1,W2,W3,W4,W5"
+      end, 5, "every shard held after the reload")
+      assert.falsy(procs[1]:log():match("reload refused"))
       -- a second host: 3 shards each, every shard once
       procs[2] = host.spawn("run " .. q(dir), "REDIS_URL=" .. srv.url)
       local b = procs[2].pid
