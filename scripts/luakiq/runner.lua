@@ -983,6 +983,9 @@ local function elastic_tick(t)
         if res.pttl and res.pttl >= 0 then el.next = math.min(el.next, core.mono() + res.pttl / 1000 + 0.005) end
       elseif not el.held[h] then
         el.held[h] = true
+        -- a scheduler anew: the old one may have struck the shard off while
+        -- it was refused (lag: until its next refresh), and it has work now
+        el.changed = true
         if t.refused[h.prefix] then
           t.refused[h.prefix] = nil
           log.info("shard lease acquired", { worker = h.worker, shard = h.shard })
