@@ -323,7 +323,17 @@ static int core_set_state(lua_State *L) {
     return 0;
 }
 
-/* core.thread_stats() -> {{jobs = n, lua_bytes = n, calls = {{worker =
+/* core.set_held(text): an elastic worker thread's shards held now (JSON of
+ * runner.lua's making; nil clears it), for the hosts heartbeat's listing
+ * (thread_stats' held). No-op on the main thread. */
+static int core_set_held(lua_State *L) {
+    const char *text = luaL_optstring(L, 1, NULL);
+    struct runner *r = runner_self();
+    if (r) runner_set_held(r, text);
+    return 0;
+}
+
+/* core.thread_stats() -> {{jobs = n, lua_bytes = n, held = text or nil, calls = {{worker =
  * name, shard = n, age = s, timeout = s, parked = bool}, ...}}, ...} indexed
  * by thread index + 1; calls: the one on the thread's CPU first, then those
  * waiting in luakiq's I/O. Empty outside `luakiq run`. Main thread (GET
@@ -366,6 +376,20 @@ static int core_thread_stats(lua_State *L) {
         }
         lua_setfield(L, -3, "calls");
         lua_pop(L, 1); /* the buffer */
+        /* held: what an elastic thread holds now (its JSON), copied the same way */
+        size_t need = runner_held(i, NULL, 0);
+        while (need > 0) {
+            char *buf = lua_newuserdata(L, need);
+            size_t again = runner_held(i, buf, need);
+            if (again <= need) {
+                if (again > 0) lua_pushstring(L, buf); else lua_pushnil(L);
+                lua_setfield(L, -3, "held");
+                lua_pop(L, 1); /* the buffer */
+                break;
+            }
+            lua_pop(L, 1);
+            need = again; /* it grew meanwhile: again with room */
+        }
         lua_rawseti(L, -2, i + 1);
     }
     return 1;
@@ -436,6 +460,7 @@ static const luaL_Reg core_funcs[] = {
     {"request_stop", core_request_stop}, {"wait", core_wait},
     {"sleep", core_sleep},             {"set_state", core_set_state},
     {"thread_stats", core_thread_stats}, {"log", core_log},
+    {"set_held", core_set_held},
     {"log_setup", core_log_setup},     {"thread_index", core_thread_index},
     {"fatal", core_fatal},             {"fatal_message", core_fatal_message},
     {"call_begin", core_call_begin},   {"call_end", core_call_end},

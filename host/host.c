@@ -76,7 +76,11 @@ static void host_on_wake(const char *msg, size_t len, void *arg) {
     buf[len] = 0;
     struct host_route key = {buf, 0};
     struct host_route *r = bsearch(&key, host.routes, (size_t)host.nroutes, sizeof key, host_route_cmp);
-    if (r) runner_wake(r->thread, buf);
+    if (!r) return;
+    if (r->thread >= 0) { runner_wake(r->thread, buf); return; }
+    /* thread -1 (elastic hosts): the shard moves between threads, so every
+     * thread gets the message; those not holding it ignore it */
+    for (int i = 0; i < host.plan->nthreads; i++) runner_wake(i, buf);
 }
 
 /* The concurrency key of the queue of a shard prefix "NS:{QUEUE:SHARD}:":
@@ -91,15 +95,19 @@ static int host_running_key(const char *prefix, char *out, size_t len) {
     return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
-/* Renews the lease of one shard whose batch is still performing, and the
- * concurrency units its call holds (units_renew.lua: nothing when it holds
- * none), in one round trip. */
-static void host_renew_one(const char *prefix, void *arg) {
+/* Renews the lease of one shard whose batch is still performing on thread
+ * `thread`, and the concurrency units its call holds (units_renew.lua:
+ * nothing when it holds none), in one round trip. The lease is the thread's
+ * own token's with elastic hosts (plan->thread_tokens), else the host's. */
+static void host_renew_one(int thread, const char *prefix, void *arg) {
     (void)arg;
     char ms[32], err[256], running[600];
+    const char *token = host.plan->lease_token;
+    if (host.plan->thread_tokens && thread >= 0 && thread < host.plan->nthreads && host.plan->thread_tokens[thread])
+        token = host.plan->thread_tokens[thread];
     snprintf(ms, sizeof ms, "%ld", host.plan->lease_ms);
-    const char *argv[] = {prefix, host.plan->lease_token, ms};
-    size_t lens[] = {strlen(prefix), strlen(host.plan->lease_token), strlen(ms)};
+    const char *argv[] = {prefix, token, ms};
+    size_t lens[] = {strlen(prefix), strlen(token), strlen(ms)};
     const char *uargv[] = {running, prefix, ms};
     size_t ulens[] = {0, strlen(prefix), strlen(ms)};
     struct store_cmd cmds[2] = {{"renew", 1, 3, argv, lens}, {"units_renew", 1, 3, uargv, ulens}};
@@ -116,9 +124,9 @@ static void host_renew_one(const char *prefix, void *arg) {
     }
     if (store_reply_type(r[0]) == STORE_INTEGER && store_reply_int(r[0]) == 0) {
         log_fmt(LOG_ERROR, "lease of %s lost while its batch runs: another host may take the shard over", prefix);
-        runner_lease_renewed(prefix, sent, 0);
+        runner_lease_renewed(thread, prefix, sent, 0);
     } else if (store_reply_type(r[0]) == STORE_INTEGER) {
-        runner_lease_renewed(prefix, sent, sent + (double)host.plan->lease_ms / 1000.0);
+        runner_lease_renewed(thread, prefix, sent, sent + (double)host.plan->lease_ms / 1000.0);
     }
     for (int i = 0; i < n; i++) store_reply_free(r[i]);
 }

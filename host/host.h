@@ -10,11 +10,13 @@ struct host_plan {
     int (*thread_main)(const char *boot); /* each worker thread's body */
     const char *redis_url;
     const char *wake_channel;     /* "" disables the subscriber */
-    int nroutes;                  /* shard prefix -> thread that owns it */
+    int nroutes;                  /* shard prefix -> thread that owns it (-1: every thread) */
     const char *const *route_prefix;
     const int *route_thread;
     const char *dump_path;        /* TTIN dump file */
     const char *lease_token;      /* this host's lease token */
+    const char *const *thread_tokens; /* elastic hosts: thread i's own lease token (renewals);
+                                   * NULL: every thread leases with lease_token */
     long lease_ms, renew_ms;      /* lease TTL; how often busy threads' leases are renewed */
     struct web_opts web;          /* web.addr: "ADDR:PORT" to serve HTTP on; NULL or "" for none
                                    * (fd_reserve: host_run sets it) */

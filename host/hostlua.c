@@ -203,7 +203,8 @@ static double hostlua_field_num(lua_State *L, const char *k, double dflt) {
     return v;
 }
 
-/* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread},
+/* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread (-1: all)},
+ *               tokens = {...} (optional: each thread's own lease token, for renewals),
  *               dump_path = p, web = {addr = "ADDR:PORT", boot = s (luakiq.web.open's),
  *                 max_body = n, max_connections = n, header_timeout = s, idle_timeout = s},
  *               tick = {fn = f, ms = n}, reload = fn() -> bool}
@@ -257,6 +258,22 @@ static int hostlua_run(lua_State *L) {
         threads[k++] = (int)lua_tointeger(L, -1);
         lua_pop(L, 1);
     }
+    /* tokens = {...} (elastic hosts): thread i's own lease token, anchored
+     * in the argument table like the boots */
+    const char **tokens = NULL;
+    lua_getfield(L, 1, "tokens");
+    if (lua_istable(L, -1) && (int)lua_objlen(L, -1) == n) {
+        tokens = calloc((size_t)n + 1, sizeof *tokens);
+        for (int i = 0; tokens && i < n; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            tokens[i] = lua_tostring(L, -1);
+            ok = ok && tokens[i];
+            lua_pop(L, 1);
+        }
+        if (!tokens) ok = 0;
+    }
+    lua_pop(L, 1);
+    plan.thread_tokens = tokens;
     plan.nthreads = n;
     plan.thread_main = ((const struct hostlua_entry *)lua_touserdata(L, lua_upvalueindex(1)))->thread_main;
     plan.boots = boots;
@@ -306,8 +323,8 @@ static int hostlua_run(lua_State *L) {
     int code = ok ? host_run(&plan) : 2;
     if (tick.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, tick.ref);
     if (reload.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, reload.ref);
-    free(boots); free(prefixes); free(threads);
-    if (!ok) return luaL_error(L, "host_run: boots must be strings");
+    free(boots); free(prefixes); free(threads); free(tokens);
+    if (!ok) return luaL_error(L, "host_run: boots and tokens must be strings");
     char **stuck;
     int *parked;
     int nstuck = runner_take_stuck(&stuck, &parked);

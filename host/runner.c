@@ -77,6 +77,8 @@ struct runner {
     atomic_int reload_code;       /* the generation of the code it runs (0: the start's) */
     int shard;
     double since;
+    char *held;                   /* elastic: the shards the thread holds now, as its Lua set them
+                                   * (JSON, opaque here; runner_set_held); NULL: none said */
 };
 
 /* A call that waits in luakiq's I/O while its thread runs other calls: what
@@ -223,6 +225,7 @@ void runner_join_all(void) {
         free(r->ids);
         free(r->trace);
         free(r->call);
+        free(r->held);
         for (int j = 0; j < r->nparked; j++) runner_parked_free(&r->parked[j]);
         free(r->parked);
         pthread_mutex_destroy(&r->mu);
@@ -384,6 +387,32 @@ void runner_add_jobs(struct runner *r, long long n) {
 
 void runner_set_lua_bytes(struct runner *r, long long bytes) {
     atomic_store_explicit(&r->lua_bytes, bytes, memory_order_relaxed);
+}
+
+/* Worker thread (elastic hosts, scripts/luakiq/runner.lua): what it holds
+ * now, a string of its own making; the main thread reads a copy for the
+ * hosts heartbeat (runner_held). A failed copy keeps the old text. */
+void runner_set_held(struct runner *r, const char *text) {
+    char *copy = text ? strdup(text) : NULL;
+    if (text && !copy) return;
+    pthread_mutex_lock(&r->mu);
+    free(r->held);
+    r->held = copy;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Main thread: copies thread i's held text into out (cap bytes, always
+ * terminated when cap > 0). Returns its length + 1 (0: none set), so a
+ * caller whose cap was too small can ask again with more room. */
+size_t runner_held(int i, char *out, size_t cap) {
+    if (i < 0 || i >= nrunners) return 0;
+    struct runner *r = runners[i];
+    pthread_mutex_lock(&r->mu);
+    size_t need = r->held ? strlen(r->held) + 1 : 0;
+    if (need && cap >= need) memcpy(out, r->held, need);
+    else if (cap > 0) out[0] = 0;
+    pthread_mutex_unlock(&r->mu);
+    return need;
 }
 
 void runner_stats(int i, struct runner_stat *out) {
@@ -589,7 +618,7 @@ int runner_take_stuck(char ***records, int **parked) {
     return n;
 }
 
-void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg) {
+void runner_each_performing(void (*fn)(int thread, const char *prefix, void *arg), void *arg) {
     char prefix[512];
     for (int i = 0; i < nrunners; i++) {
         struct runner *r = runners[i];
@@ -610,18 +639,22 @@ void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg
             }
             pthread_mutex_unlock(&r->mu);
             if (!more) break;
-            if (busy) fn(prefix, arg);
+            if (busy) fn(i, prefix, arg);
         }
     }
 }
 
-/* Main thread, after a renewal of prefix's lease sent at `sent` (monotonic):
- * held (until = sent + lease TTL: Redis set the expiry no earlier) or lost
- * (until = 0). Only calls that started before the renewal was sent take it:
- * a call that began later fetched, and so leased, on its own. */
-void runner_lease_renewed(const char *prefix, double sent, double until) {
-    for (int i = 0; i < nrunners; i++) {
-        struct runner *r = runners[i];
+/* Main thread, after a renewal of prefix's lease for thread `thread`, sent at
+ * `sent` (monotonic): held (until = sent + lease TTL: Redis set the expiry no
+ * earlier) or lost (until = 0). Only calls that started before the renewal
+ * was sent take it: a call that began later fetched, and so leased, on its
+ * own. Only that thread's calls: with elastic hosts a shard can move between
+ * threads of one host (each has a token of its own), and another thread's
+ * renewal says nothing of this one's lease. */
+void runner_lease_renewed(int thread, const char *prefix, double sent, double until) {
+    if (thread < 0 || thread >= nrunners) return;
+    {
+        struct runner *r = runners[thread];
         pthread_mutex_lock(&r->mu);
         if (r->deadline > 0 && r->call_started <= sent && strcmp(r->prefix, prefix) == 0)
             r->lease_until = until == 0 || until > r->lease_until ? until : r->lease_until;

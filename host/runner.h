@@ -129,7 +129,7 @@ int runner_unpark(struct runner *r, double started, double *deadline, double *le
  * fetch's send time + lease_ttl, raised by every renewal the main thread
  * sends while the call runs or is parked (runner_lease_renewed: held until
  * `until`, or lost: until = 0). A call resumed past its bound is stopped. */
-void runner_lease_renewed(const char *prefix, double sent, double until);
+void runner_lease_renewed(int thread, const char *prefix, double sent, double until);
 double runner_lease_until(struct runner *r);
 /* Main thread, every ~100 ms: sends RUNNER_TIMEOUT_SIGNAL to each thread
  * whose call is past its deadline (not while it waits in luakiq's I/O; again
@@ -148,9 +148,16 @@ double runner_monotonic(void);
 /* The signal a call past its deadline gets; its handler is core.c's. */
 #define RUNNER_TIMEOUT_SIGNAL SIGURG
 
-/* Main thread: calls fn(prefix, arg) for every thread now performing a batch
- * (prefix = its shard's key prefix), for lease renewal. */
-void runner_each_performing(void (*fn)(const char *prefix, void *arg), void *arg);
+/* Main thread: calls fn(thread, prefix, arg) for every call now performing or
+ * parked (thread = its thread's index, prefix = its shard's key prefix), for
+ * lease renewal. */
+void runner_each_performing(void (*fn)(int thread, const char *prefix, void *arg), void *arg);
+/* Elastic hosts: a worker thread says which shards it holds now (an opaque
+ * string, JSON from runner.lua; NULL clears it); the main thread copies it
+ * (runner_held returns the length + 1, 0 when none was set; call again with
+ * more room when that exceeds cap). */
+void runner_set_held(struct runner *r, const char *text);
+size_t runner_held(int i, char *out, size_t cap);
 /* TTIN tracebacks, taken safely: the main thread asks (runner_request_traces);
  * each worker thread, at its next safe point (any call into luakiq.core from
  * its own VM), stores its own Lua traceback (runner_set_trace). No thread ever

@@ -3,7 +3,7 @@
 --   luakiq lua tools/soak.lua [--payloads N] [--ids K] [--hosts H] [--threads T]
 --       [--shards S] [--batch B] [--fetch-size Z] [--fail F] [--kill-every SECS] [--redis-restarts R]
 --       [--max-retry M] [--lease-ttl L] [--work MS] [--backlog X] [--bin PATH]
---       [--timeout SECS] [--seed N] [--io MS] [--quiet]
+--       [--timeout SECS] [--seed N] [--io MS] [--quiet] [--elastic [--rate R]]
 --
 -- Starts a private redis-server (appendonly, free port) and H hosts (`luakiq
 -- run`, same script directory) of the binary running this script (or --bin),
@@ -31,6 +31,17 @@
 -- meanwhile: several calls in flight per thread, under the same kills, TERMs,
 -- failures and Redis restarts. Use more shards than threads (e.g.
 --   luakiq lua tools/soak.lua --io 50 --shards 40 --threads 2 --batch 3).
+--
+-- --elastic: elastic hosts (splitter = "elastic", docs/operations.md, "Adding
+-- and removing hosts") through a fixed scenario instead of random faults: 1
+-- host, then a 2nd and a 3rd join, one is killed with -9, another stopped
+-- with TERM, while payloads are pushed at a steady --rate (payloads/s; the
+-- run ends with the scenario, --payloads is not used). It measures and prints
+-- how long each hand-over took (from `luakiq hosts`' data: the shards each
+-- live host's threads hold; joins: until every live host holds an even share,
+-- the kill and the stop: until the live hosts hold every shard again) and
+-- the shares after the joins. The checker also counts, in every mode,
+-- overlapping calls of one shard ("shard overlaps": two holders at once).
 local root = (arg and arg[0] or ""):match("^(.*)/tools/[^/]*$") or "."
 package.path = root .. "/spec/?.lua;" .. package.path
 
@@ -47,9 +58,9 @@ local httpd = require "helpers.httpd"
 local opt = {
   payloads = 20000, ids = 0, hosts = 2, threads = 3, shards = 8, batch = 10, ["fetch-size"] = 0, fail = 0.1,
   ["kill-every"] = 4, ["redis-restarts"] = 1, ["max-retry"] = 4, ["lease-ttl"] = 1.5, work = 1,
-  backlog = 0, timeout = 0, seed = 0, io = 0,
+  backlog = 0, timeout = 0, seed = 0, io = 0, rate = 400,
 }
-local flags = { quiet = true, keep = true }
+local flags = { quiet = true, keep = true, elastic = true }
 do
   local a = { ... }
   if #a == 0 and arg then for i = 1, #arg do a[i] = arg[i] end end
@@ -71,8 +82,12 @@ do
     end
   end
 end
+if opt.elastic then
+  -- the scenario makes the faults; the stream lasts as long as it does
+  opt.hosts, opt["kill-every"], opt["redis-restarts"], opt.payloads = 1, 0, 0, 1e9
+end
 local N = math.floor(opt.payloads)
-local IDS = opt.ids > 0 and math.floor(opt.ids) or math.max(50, math.floor(N / 50))
+local IDS = opt.ids > 0 and math.floor(opt.ids) or math.max(50, math.floor(math.min(N, 20000) / 50))
 local BACKLOG = opt.backlog > 0 and opt.backlog or math.max(2 * IDS, 1000) -- payloads not yet done
 local seed = opt.seed > 0 and opt.seed or math.floor(core.now() * 1000) % 2 ^ 31
 math.randomseed(seed)
@@ -129,8 +144,8 @@ return {
 ]]):format(opt.fail, opt.work / 1000, math.floor(opt.io), web and web.url or "", opt.shards, opt.batch,
   opt["fetch-size"] > 0 and tostring(opt["fetch-size"]) or "nil", opt["max-retry"])
 local dir = host.scriptdir {
-  ["config.lua"] = ("return { threads_per_node = %d, poll_interval = 0.2, lease_ttl = %s, redis_retry = 60 }")
-    :format(opt.threads, opt["lease-ttl"]),
+  ["config.lua"] = ("return { threads_per_node = %d, poll_interval = 0.2, lease_ttl = %s, redis_retry = 60%s }")
+    :format(opt.threads, opt["lease-ttl"], opt.elastic and ', splitter = "elastic"' or ""),
   ["workers/Soak.lua"] = WORKER,
 }
 local cfg = runtime.load(dir)
@@ -157,7 +172,7 @@ local function start_host(i)
   hosts[i] = host.spawn("run " .. host.quote(dir), "REDIS_URL=" .. srv.url)
   logs[#logs + 1] = hosts[i]
 end
-for i = 1, opt.hosts do start_host(i) end
+if not opt.elastic then for i = 1, opt.hosts do start_host(i) end end
 
 local function conn() return srv.conn end
 
@@ -231,6 +246,126 @@ local function fault_step()
   end
 end
 
+
+-- The elastic scenario (--elastic) ---------------------------------------------
+-- Phases, each started `after` seconds after the previous one ended: act,
+-- then wait (at most 20 s) until the live hosts hold every shard once (and,
+-- after a join, each an even share: within one of shards / hosts).
+local el
+if opt.elastic then
+  local hosts_mod = require "luakiq.hosts"
+  el = { live = {}, results = {}, order = {}, failed = {}, checked = 0 }
+  -- pid -> {set = shard -> true, n =} of the live hosts, from the hosts list
+  -- (a killed host stays listed for a while with what it held: left out)
+  local function holdings()
+    local out = {}
+    for _, h in ipairs(hosts_mod.list(conn(), "luakiq")) do
+      local pid = tostring(h.pid)
+      if el.live[pid] then
+        local set, n = {}, 0
+        for _, t in ipairs(h.threads) do
+          for _, x in ipairs(t.shards) do set[x.shard], n = true, n + 1 end
+        end
+        out[pid] = { set = set, n = n }
+      end
+    end
+    return out
+  end
+  local function live_pids()
+    local l = {}
+    for _, i in ipairs(el.order) do l[#l + 1] = tostring(hosts[i].pid) end
+    return l
+  end
+  -- true, shares text when the live hosts hold every shard exactly once
+  local function settled(even)
+    local pids, hs = live_pids(), holdings()
+    local seen, total, shares = {}, 0, {}
+    for _, pid in ipairs(pids) do
+      local h = hs[pid]
+      if not h then return false end
+      for sh in pairs(h.set) do
+        if seen[sh] then return false end
+        seen[sh], total = true, total + 1
+      end
+      if even and math.abs(h.n - opt.shards / #pids) > 1 then return false end
+      shares[#shares + 1] = h.n
+    end
+    return total == opt.shards, table.concat(shares, ",")
+  end
+  -- true when every shard's lease is held by a thread of a live host (the
+  -- hand-over done in Redis, before the hosts list shows it at the next beat)
+  local function leased()
+    local cmds = {}
+    for i, P in ipairs(prefixes) do cmds[i] = { "GET", P .. "lease" } end
+    local live = {}
+    for _, pid in ipairs(live_pids()) do live[pid] = true end
+    for _, tok in ipairs(conn():pipeline(cmds)) do
+      local pid = type(tok) == "string" and tok:match("^[^:]*:(%d+):")
+      if not (pid and live[pid]) then return false end
+    end
+    return true
+  end
+  local function join(i)
+    start_host(i)
+    el.live[tostring(hosts[i].pid)] = true
+    el.order[#el.order + 1] = i
+  end
+  local function leave(i)
+    el.live[tostring(hosts[i].pid)] = nil
+    for k, j in ipairs(el.order) do if j == i then table.remove(el.order, k) break end end
+  end
+  el.phases = {
+    { name = "start", after = 0, act = function() end },
+    { name = "join 2", after = 2, even = true, act = function() join(2) end },
+    { name = "join 3", after = 2, even = true, act = function() join(3) end },
+    { name = "kill -9", after = 3, act = function()
+      local p = hosts[1]
+      p:signal("KILL")
+      p:wait(5)
+      dead_pids[tostring(p.pid)] = true
+      stats.kills = stats.kills + 1
+      leave(1)
+    end },
+    { name = "TERM", after = 3, act = function()
+      hosts[2]:signal("TERM") -- (its exit is collected below, not waited for here)
+      stats.terms = stats.terms + 1
+      leave(2)
+      el.termed = hosts[2]
+    end },
+    { name = "end", after = 3, act = function() end, last = true },
+  }
+  el.k, el.next_at = 1, core.now()
+  join(1)
+  hosts[1].started_at = core.now()
+  -- One step of the scenario, from the run loop (at most every 0.1 s).
+  function el.step()
+    local now = core.now()
+    if el.done or now < el.checked + 0.1 then return end
+    el.checked = now
+    local ph = el.phases[el.k]
+    if not ph.acted then
+      if now < el.next_at then return end
+      ph.acted, ph.t0 = true, now
+      ph.act()
+      if ph.last then el.done = true return end
+    end
+    if not ph.leased_at and leased() then ph.leased_at = now end
+    local ok, shares = settled(ph.even)
+    if ok or now - ph.t0 > 20 then
+      el.results[#el.results + 1] = { name = ph.name, secs = now - ph.t0, shares = shares, ok = ok,
+                                      leased = ph.leased_at and ph.leased_at - ph.t0 }
+      if not ok then el.failed[#el.failed + 1] = ph.name end
+      say(("elastic: %s settled after %.2f s (shares %s; every lease held by a live host after %s s)%s"):format(
+        ph.name, now - ph.t0, tostring(shares), ph.leased_at and ("%.2f"):format(ph.leased_at - ph.t0) or "?",
+        ok and "" or " TIMED OUT"))
+      el.k, el.next_at = el.k + 1, now + el.phases[el.k + 1].after
+      if el.termed then
+        stopped(el.termed, "after the scenario's TERM")
+        el.termed = nil
+      end
+    end
+  end
+end
 say(("soak: %d payloads over %d ids, %d hosts x %d threads, %d shards, batch %d, fetch_size %s, fail %.2f, " ..
   "kill every ~%gs, %d Redis restarts, seed %d, Redis %s%s"):format(N, IDS, opt.hosts, opt.threads, opt.shards, opt.batch,
   opt["fetch-size"] > 0 and opt["fetch-size"] or "default", opt.fail,
@@ -238,10 +373,18 @@ say(("soak: %d payloads over %d ids, %d hosts x %d threads, %d shards, batch %d,
 local chunk = math.max(100, math.floor(BACKLOG / 4))
 while core.now() < deadline do
   fault_step()
+  if el then
+    el.step()
+    if el.done and total < N then N = total end -- the stream ends with the scenario
+  end
   local queued, busy = backlog()
   if total < N then
     local done = tonumber(conn():call("GET", "soak:done")) or 0
-    if total - done < BACKLOG then push_chunk(chunk) else core.sleep(0.02) end
+    if el then
+      -- a steady stream: opt.rate payloads a second
+      if total < opt.rate * (core.now() - opt.t0) then push_chunk(math.max(1, math.floor(opt.rate / 20)))
+      else core.sleep(0.02) end
+    elseif total - done < BACKLOG then push_chunk(chunk) else core.sleep(0.02) end
   elseif queued == 0 and busy == 0 then
     -- drained: confirm after a moment (retries scheduled in the future, restores)
     core.sleep(0.5)
@@ -259,8 +402,10 @@ end
 local timed_out = core.now() >= deadline
 local run_time = core.now() - opt.t0
 for _, p in ipairs(hosts) do
-  p:signal("TERM")
-  stopped(p, "after the final TERM")
+  if not el or el.live[tostring(p.pid)] then -- (the scenario's killed and stopped hosts are gone)
+    p:signal("TERM")
+    stopped(p, "after the final TERM")
+  end
 end
 
 -- The checker ------------------------------------------------------------------
@@ -363,6 +508,38 @@ for idn = 1, IDS do
   for p in pairs(ok_count) do if p > pushed[idn] then example("unknown", "id " .. id .. " payload " .. p) end end
 end
 
+-- Shard overlaps: two calls of one shard at once (two holders, or two calls
+-- of one holder), whatever their ids. One record per call (its number n).
+local shard_overlaps = 0
+do
+  local by_shard, seen_call = {}, {}
+  for id, recs in pairs(records) do
+    local sh = keys.shard(id, opt.shards)
+    for _, r in ipairs(recs) do
+      if not seen_call[r.n] then
+        seen_call[r.n] = true
+        local l = by_shard[sh] or {}
+        by_shard[sh] = l
+        l[#l + 1] = r
+      end
+    end
+  end
+  for sh, l in pairs(by_shard) do
+    table.sort(l, function(a, b) if a.t0 ~= b.t0 then return a.t0 < b.t0 end return a.n < b.n end)
+    local max_t1, last = -math.huge, nil
+    for _, r in ipairs(l) do
+      if r.t0 < max_t1 then
+        shard_overlaps = shard_overlaps + 1
+        if #examples < 10 then
+          examples[#examples + 1] = ("shard overlap: shard %d: a call at %.6f (pid %s) started before %.6f-%.6f (pid %s) ended")
+            :format(sh, r.t0, r.pid, last.t0, last.t1, last.pid)
+        end
+      end
+      if r.t1 > max_t1 then max_t1, last = r.t1, r end
+    end
+  end
+end
+
 -- Calls in flight at once on one thread (the I/O mode's point): a sweep over
 -- each process.thread's recorded calls.
 local inflight = 0
@@ -391,13 +568,14 @@ for _, p in ipairs(logs) do
 end
 
 local ok = c.lost == 0 and c.overlaps == 0 and c.order == 0 and c.inner_order == 0 and c.unknown == 0
+  and shard_overlaps == 0 and not (el and (#el.failed > 0 or not el.done))
   and bad_records == 0 and not timed_out and host_errors == 0 and (stats.bad_exit or 0) == 0
   and c.succeeded + morgued - c.morgued_and_succeeded == N
 local out = io.stdout
 out:write(("soak %s: %d payloads over %d ids in %.1f s (%.0f payloads/s), seed %d\n"):format(
   ok and "PASSED" or "FAILED", N, IDS, run_time, N / run_time, seed))
-out:write(("  hosts %d x %d threads, %d shards, batch %d, fetch_size %s; faults: %d kill -9, %d TERM, %d Redis restarts, " ..
-  "~%.0f%% batches failing\n"):format(opt.hosts, opt.threads, opt.shards, opt.batch,
+out:write(("  hosts %s x %d threads, %d shards, batch %d, fetch_size %s; faults: %d kill -9, %d TERM, %d Redis restarts, " ..
+  "~%.0f%% batches failing\n"):format(el and "elastic, 1 to 3" or tostring(opt.hosts), opt.threads, opt.shards, opt.batch,
   opt["fetch-size"] > 0 and opt["fetch-size"] or "default", stats.kills, stats.terms,
   stats.redis_restarts, opt.fail * 100))
 out:write(("  %s; at most %d calls in flight on one thread\n"):format(
@@ -409,6 +587,16 @@ out:write(("  batches recorded %d (ids x batches %d); payload executions %d ok, 
 out:write(("  succeeded %d, in morgue %d (of which also succeeded %d), lost %d\n"):format(
   c.succeeded, morgued, c.morgued_and_succeeded, c.lost))
 out:write(("  duplicates %d (re-runs of batches killed before their ack: %d)\n"):format(c.duplicates, c.reruns))
+out:write(("  shard overlaps %d\n"):format(shard_overlaps))
+if el then
+  local parts = {}
+  for _, r in ipairs(el.results) do
+    parts[#parts + 1] = ("%s %.2f s (leases %s s) [%s]%s"):format(r.name, r.secs,
+      r.leased and ("%.2f"):format(r.leased) or "?", tostring(r.shares), r.ok and "" or " TIMED OUT")
+  end
+  out:write(("  elastic (lease_ttl %g s, %d shards): %s%s\n"):format(opt["lease-ttl"], opt.shards,
+    table.concat(parts, "; "), el.done and "" or "; scenario UNFINISHED"))
+end
 out:write(("  overlaps %d, order violations %d, unsorted batches %d, unknown payloads %d, bad records %d, " ..
   "host errors %d, bad exits %d%s\n"):format(c.overlaps, c.order, c.inner_order, c.unknown, bad_records, host_errors,
   stats.bad_exit or 0, timed_out and ", TIMED OUT" or ""))

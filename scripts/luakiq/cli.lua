@@ -54,7 +54,9 @@ MB; a progress line on a terminal). Prints how many jobs were enqueued.]],
   stats = [[usage: luakiq stats DIR [--redis URL]
 Prints {"total":{"length","morgue_length","lag"},"by_worker":{NAME:{...}}} (JSON).]],
   plan = [[usage: luakiq plan DIR [--threads N]
-Prints the splitter's result, one line per thread: "t0: A0, B0, B3, D1".]],
+Prints the splitter's result, one line per thread: "t0: A0, B0, B3, D1".
+With splitter = "elastic" the plan is dynamic: a first line says so, then
+what this host would take alone.]],
   morgue = [[usage: luakiq morgue DIR WORKER list|requeue|delete [ID...] [--all] [--redis URL]
 list prints JSON lines {"id","updated_at","payloads":[[payload,score],...],"error"};
 requeue and delete act on the given ids, or on every dead job with --all.]],
@@ -184,7 +186,15 @@ local commands = {}
 function commands.plan(argv)
   local pos, opt = parse(argv, 2, { threads = true, redis = true })
   local cfg = open(pos[1], opt, false)
-  for i, g in ipairs(plan(cfg)) do
+  local groups = plan(cfg)
+  if cfg.elastic then
+    local n = 0
+    for _, g in ipairs(groups) do n = n + #g end
+    io.stdout:write(string.format("elastic: the plan is dynamic: the live hosts share the %d shards evenly and " ..
+      "each host's %d threads share its part (docs/operations.md, \"Adding and removing hosts\"); " ..
+      "alone, this host would take all of them, e.g.:\n", n, #groups))
+  end
+  for i, g in ipairs(groups) do
     local names = {}
     for j, h in ipairs(g) do names[j] = h.worker .. h.shard end
     io.stdout:write("t", i - 1, ": ", table.concat(names, ", "), "\n")
@@ -466,32 +476,53 @@ function commands.run(argv)
   -- the lease token: HOST:PID:RANDOM (a job in flight names its host by it)
   local token = core.hostname() .. ":" .. core.getpid() .. ":" .. core.token()
   local boots, routes = {}, {}
-  for i, g in ipairs(groups) do
-    local hs = {}
-    for j, h in ipairs(g) do
-      hs[j] = { worker = h.worker, shard = h.shard }
-      local w = cfg.by_name[h.worker]
-      routes[keys.prefix(cfg.namespace, w.queue_name, h.shard)] = i - 1
+  local hosts = require "luakiq.hosts"
+  local beat_every, tokens = hosts.BEAT, nil
+  if cfg.elastic then
+    -- Elastic hosts (luakiq.elastic): every thread gets every shard and a
+    -- lease token of its own, takes its share as the live hosts change, and
+    -- every thread gets every wake-up (route -1). The host beats faster.
+    local elastic = require "luakiq.elastic"
+    local beat, dead_after = elastic.timing(cfg.lease_ttl, hosts.BEAT, hosts.TIMEOUT)
+    beat_every, tokens = beat, {}
+    local all = runtime.handlers(cfg)
+    for _, h in ipairs(all) do routes[keys.prefix(cfg.namespace, cfg.by_name[h.worker].queue_name, h.shard)] = -1 end
+    for i = 1, #groups do
+      tokens[i] = elastic.thread_token(token, i - 1)
+      boots[i] = json.encode { dir = pos[1], overrides = overrides(opt), handlers = all, token = tokens[i],
+                               log_json = fmt == "json", log_level = opt["log-level"],
+                               elastic = { host = token, threads = #groups, index = i - 1, beat = beat,
+                                           dead_after = dead_after } }
     end
-    boots[i] = json.encode { dir = pos[1], overrides = overrides(opt), handlers = hs, token = token,
-                             log_json = fmt == "json", log_level = opt["log-level"] }
+  else
+    for i, g in ipairs(groups) do
+      local hs = {}
+      for j, h in ipairs(g) do
+        hs[j] = { worker = h.worker, shard = h.shard }
+        local w = cfg.by_name[h.worker]
+        routes[keys.prefix(cfg.namespace, w.queue_name, h.shard)] = i - 1
+      end
+      boots[i] = json.encode { dir = pos[1], overrides = overrides(opt), handlers = hs, token = token,
+                               log_json = fmt == "json", log_level = opt["log-level"] }
+    end
   end
   log.info(string.format("luakiq %s starting: %d threads, %d workers, Redis %s, pid %d",
     require("luakiq").version, #groups, #cfg.workers, runtime.redact(cfg.redis), core.getpid()))
   -- The heartbeat (luakiq.hosts): from the main loop's timer, on a
   -- connection of its own with a 1 s timeout (the loop waits while it does).
-  local hosts, started, beat_conn = require "luakiq.hosts", core.now(), runtime.lazy_conn(cfg.redis, 1)
+  local started, beat_conn = core.now(), runtime.lazy_conn(cfg.redis, 1)
   local reload = require "luakiq.reload"
   local reload_arg = json.encode { dir = pos[1], overrides = overrides(opt) }
   local running = json.decode(json.encode(reload.summary(cfg, groups))) -- as the check's, through JSON
   local function beat(leave)
     if leave then return hosts.leave(beat_conn(), cfg.namespace, token) end
-    hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web))
+    hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web, cfg.elastic))
   end
   local code, stuck, signalled = core.host_run {
     boots = boots, routes = routes, redis = cfg.redis,
     wake_channel = keys.wake_channel(cfg.namespace),
-    token = token, lease_ms = math.floor(cfg.lease_ttl * 1000), renew_ms = math.floor(cfg.lease_renew * 1000),
+    token = token, tokens = tokens,
+    lease_ms = math.floor(cfg.lease_ttl * 1000), renew_ms = math.floor(cfg.lease_renew * 1000),
     dump_path = cfg.dump_path or (os.getenv("TMPDIR") or "/tmp") .. "/luakiq_ttin_" .. core.getpid() .. ".txt",
     -- The web server runs on a thread of its own, in a VM of its own
     -- (luakiq.web.open(boot)): no request ever delays this loop.
@@ -501,7 +532,7 @@ function commands.run(argv)
       max_connections = cfg.web_max_connections, header_timeout = cfg.web_header_timeout,
       idle_timeout = cfg.web_idle_timeout,
     } or nil,
-    tick = { ms = hosts.BEAT * 1000, fn = function()
+    tick = { ms = math.floor(beat_every * 1000), fn = function()
       local ok, e = pcall(beat)
       if not ok then error("hosts heartbeat: " .. tostring(e), 0) end -- logged at most once a minute
     end },

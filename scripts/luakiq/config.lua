@@ -67,6 +67,11 @@ local checks = {
   delivery = function(v)
     if v ~= "at_least_once" and v ~= "at_most_once" then return '"at_least_once" or "at_most_once"' end
   end,
+  splitter = function(v)
+    if v ~= "elastic" and type(v) ~= "function" then
+      return '"elastic" or a function(handlers, threads_per_node), e.g. luakiq.splitters.default'
+    end
+  end,
   scheduler = function(v)
     if v ~= "lag" and v ~= "seq" and type(v) ~= "function" then return '"lag", "seq" or a function(ctx)' end
   end,
@@ -75,7 +80,7 @@ local checks = {
 -- Settings of config.lua: key -> check. Defaults are in M.defaults().
 local SETTINGS = {
   threads_per_node = "pos_int", poll_interval = "pos_num", redis = "str", namespace = "name",
-  workers = "names", splitter = "func", scheduler = "scheduler",
+  workers = "names", splitter = "splitter", scheduler = "scheduler",
   middlewares = "funcs", client_middlewares = "funcs",
   on_server_init = "func", last_words = "func",
   dump_payload = "func", load_payload = "func",
@@ -330,6 +335,9 @@ function M.load(dir, list_dir)
     end
   end
   cfg.lease_renew = cfg.lease_renew or cfg.lease_ttl / 3
+  -- elastic hosts (luakiq.elastic): the string or the splitter itself
+  if cfg.splitter == "elastic" then cfg.splitter = splitters.elastic end
+  cfg.elastic = cfg.splitter == splitters.elastic
   if cfg.scheduler == "lag" then cfg.scheduler = schedulers.lag
   elseif cfg.scheduler == "seq" then cfg.scheduler = schedulers.seq end
 

@@ -17,12 +17,22 @@ M.BEAT, M.TIMEOUT = 2, 10 -- seconds
 
 -- This host's JSON. groups: the splitter's groups ({{worker=, shard=}...}
 -- per thread); started: when it started (core.now()); web: its address or nil.
-function M.info(groups, started, web)
+-- elastic: the threads' shards are the ones each holds now (its own account,
+-- core.thread_stats' held), and the JSON says elastic = true (the elastic
+-- threads of every host count only such hosts as their peers).
+function M.info(groups, started, web, elastic)
   local stats = core.thread_stats()
   local threads = json.array()
   for i, g in ipairs(groups) do
     local shards = json.array()
-    for j, h in ipairs(g) do shards[j] = { worker = h.worker, shard = h.shard } end
+    if elastic then
+      local ok, held = pcall(json.decode, stats[i] and stats[i].held or "[]")
+      for _, h in ipairs(ok and type(held) == "table" and held or {}) do
+        shards[#shards + 1] = { worker = h.worker, shard = h.shard }
+      end
+    else
+      for j, h in ipairs(g) do shards[j] = { worker = h.worker, shard = h.shard } end
+    end
     local calls = json.array()
     for _, c in ipairs(stats[i] and stats[i].calls or {}) do
       calls[#calls + 1] = { worker = c.worker, shard = c.shard, running = math.floor(c.age * 10 + 0.5) / 10,
@@ -31,7 +41,7 @@ function M.info(groups, started, web)
     threads[i] = { thread = "t" .. (i - 1), shards = shards, calls = calls, jobs = stats[i] and stats[i].jobs or 0 }
   end
   return { hostname = core.hostname(), pid = core.getpid(), version = require("luakiq").version,
-           started = started, web = web, threads = threads }
+           started = started, web = web, threads = threads, elastic = elastic or nil }
 end
 
 -- Runs a two-key script (conn:script takes one key); raises its error.

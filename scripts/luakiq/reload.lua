@@ -36,6 +36,10 @@ function M.summary(cfg, groups)
     s.groups[i] = table.concat(names, ", ")
   end
   for _, k in ipairs(FIXED) do s.settings[k] = cfg[k] end
+  -- elastic hosts: the groups are only the count of threads (each thread
+  -- takes its share as the hosts come and go), but switching to or from
+  -- elastic changes what every thread serves: a restart
+  s.elastic = cfg.elastic or false
   return s
 end
 
@@ -75,11 +79,14 @@ function M.compare(old, new)
   for _, k in ipairs(FIXED) do
     if old.settings[k] ~= new.settings[k] then return "config.lua: " .. k .. " changed" end
   end
+  if (old.elastic or false) ~= (new.elastic or false) then
+    return new.elastic and "the splitter is now elastic" or "the splitter is no longer elastic"
+  end
   if #old.groups ~= #new.groups then
     return string.format("the splitter now gives %d threads instead of %d", #new.groups, #old.groups)
   end
   for i, g in ipairs(old.groups) do
-    if new.groups[i] ~= g then return "the splitter gives thread t" .. (i - 1) .. " other shards" end
+    if new.groups[i] ~= g and not new.elastic then return "the splitter gives thread t" .. (i - 1) .. " other shards" end
   end
 end
 

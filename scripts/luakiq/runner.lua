@@ -65,6 +65,21 @@ local function setup(boot)
     -- cost more than a blank job's whole batch otherwise)
     debug = boot.log_level == "debug",
   }
+  -- Elastic hosts (luakiq.elastic): boot.handlers is every shard; the thread
+  -- serves its share, t.handlers, recomputed every beat (elastic_tick).
+  -- t.all keeps every handler (their state survives a move out and back).
+  local el = boot.elastic
+  if el then
+    t.el = {
+      host = el.host, threads = el.threads, index = el.index, beat = el.beat, dead_after = el.dead_after,
+      next = 0,          -- mono: the next look at the live hosts
+      hosts_key = nil,   -- the live hosts' tokens last computed with
+      held = {},         -- handler -> true while this thread holds its lease
+      leaving = {},      -- handler -> true: no longer ours, its lease to give back once its call is over
+      changed = false,   -- t.handlers changed: run() makes the scheduler anew
+    }
+  end
+  t.all = {}
   for i, h in ipairs(boot.handlers) do
     local w = cfg.by_name[h.worker]
     local handler = {
@@ -73,8 +88,11 @@ local function setup(boot)
       timing = t.timing,
       perform = middleware.chain(cfg.middlewares, function(worker, batch, call) return worker.perform(batch, call) end),
     }
-    t.handlers[i] = handler
-    t.by_prefix[handler.prefix] = i
+    t.all[i] = handler
+    if not el then
+      t.handlers[i] = handler
+      t.by_prefix[handler.prefix] = i
+    end
   end
   return t
 end
@@ -111,12 +129,19 @@ local function took(t, h, r)
   local res = queue.parse_fetch(r, h)
   if res.leased then
     h.batch = nil
+    if t.el then t.el.held[h] = nil end
     if not t.refused[h.prefix] then
-      log.warn("shard is leased by another host; skipping it", { worker = h.worker, shard = h.shard })
+      if t.el then
+        -- a hand-over in progress: the previous holder finishes its call first
+        log.info("shard is still held by its previous holder; waiting for it", { worker = h.worker, shard = h.shard })
+      else
+        log.warn("shard is leased by another host; skipping it", { worker = h.worker, shard = h.shard })
+      end
       t.refused[h.prefix] = true
     end
     return nil
   end
+  if t.el then t.el.held[h] = true end
   if t.refused[h.prefix] then
     log.info("shard lease acquired", { worker = h.worker, shard = h.shard })
     t.refused[h.prefix] = nil
@@ -252,10 +277,12 @@ end
 
 -- What the main VM needs to fail a call's jobs should the call never come
 -- back (a call past its timeout that cannot be stopped: M.fail_stuck).
-local function call_record(h, jobs, done)
+-- token: the thread's lease token (elastic threads each have their own).
+local function call_record(h, jobs, done, token)
   local list = {}
   for i, job in ipairs(jobs) do list[i] = { job.id, job.retry_count } end
-  return json.encode { worker = h.worker, shard = h.shard, batch = h.batch or "", jobs = list, done = done or {} }
+  return json.encode { worker = h.worker, shard = h.shard, batch = h.batch or "", jobs = list, done = done or {},
+                       token = token }
 end
 
 -- A wait of a call that cannot park its task (no task: the call runs from
@@ -431,7 +458,7 @@ local function perform(t, h, jobs, done)
   core.set_state(STATE.performing, w.name, h.shard, table.concat(ids, ","), h.prefix)
   local started = core.now()
   local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
-  local ok, err, tb, fenced = run_call(h, w, batch, call_record(h, loaded, done), #ids, call)
+  local ok, err, tb, fenced = run_call(h, w, batch, call_record(h, loaded, done, t.el and t.token or nil), #ids, call)
   flow.done(t, h)
   if fenced then
     -- nothing is recorded: the fetch stays in flight for the shard's holder
@@ -687,7 +714,8 @@ local function service(t, on_done)
     local u, answer = w.req["until"], wait.TIMEOUT
     if io_done(w.req) or (u and u <= now and u <= w.deadline) then answer = true end
     local ended, ok, head = task_step(t, h, answer)
-    if ended and on_done then on_done(h, ok, head) end
+    -- (a shard an elastic thread gave up meanwhile is no longer the scheduler's)
+    if ended and on_done and t.handlers[h.index] == h then on_done(h, ok, head) end
   end
   return true
 end
@@ -763,7 +791,7 @@ local function scheduler_ctx(t)
     if all then
       for i = 1, #t.handlers do woken[i] = i end
     else
-      for _, m in ipairs(msgs) do woken[#woken + 1] = t.by_prefix[m] end
+      for _, m in ipairs(msgs) do woken[#woken + 1] = t.by_prefix[m] end -- (nil: not ours)
     end
     return woken
   end
@@ -784,6 +812,9 @@ local function scheduler_ctx(t)
       timeout = math.max(math.min(timeout, t.wake_at - core.mono()), 0.001)
       t.wake_at = nil
     end
+    if t.el then -- the next look at the live hosts (elastic_tick)
+      timeout = math.max(math.min(timeout, t.el.next - core.mono()), 0.001)
+    end
     local woken
     local fds = proc_fds(t)
     -- a safety net: a process whose exit is not pollable (no pidfd) or past
@@ -800,6 +831,15 @@ local function scheduler_ctx(t)
       -- together)
       core.http_wait(timeout, true, fds)
       woken = woken_of(core.wait(0))
+    elseif t.el then
+      -- every thread of an elastic host gets every wake-up (host.c): one for
+      -- a shard this thread does not serve ends nothing, it waits on
+      local until_ = core.mono() + timeout
+      repeat
+        local msgs, all = core.wait(timeout)
+        woken = woken_of(msgs, all)
+        timeout = until_ - core.mono()
+      until #woken > 0 or all or #msgs == 0 or timeout <= 0 or core.stopping()
     else
       woken = woken_of(core.wait(timeout))
     end
@@ -820,6 +860,142 @@ local function scheduler_ctx(t)
   return ctx
 end
 
+-- --- elastic hosts (luakiq.elastic) -------------------------------------------
+
+-- Makes list the thread's handlers (h.index: the position the scheduler
+-- knows it by) and the wake-up lookup.
+local function set_active(t, list)
+  t.handlers, t.by_prefix = list, {}
+  for i, h in ipairs(list) do
+    h.index = i
+    t.by_prefix[h.prefix] = i
+  end
+end
+
+-- Tells the main thread (core.set_held: the hosts heartbeat lists it) which
+-- shards this thread holds now, when that changed.
+local function publish_held(t)
+  local el, list = t.el, json.array()
+  for _, h in ipairs(t.all) do
+    if el.held[h] then list[#list + 1] = { worker = h.worker, shard = h.shard } end
+  end
+  local text = json.encode(list)
+  if text ~= el.held_text then
+    el.held_text = text
+    core.set_held(text)
+  end
+end
+
+local function names_of(list)
+  local names = {}
+  for i, h in ipairs(list) do names[i] = h.worker .. h.shard end
+  return table.concat(names, ", ")
+end
+
+-- Gives back the leases of the shards this thread no longer owns, once
+-- their calls are over: their acks first (flush), then release.lua, so the
+-- new owner's next fetch takes them at once. A shard whose ack Redis refused
+-- keeps its lease (flush raises; tried again at the next tick).
+local function settle_leaving(t)
+  local el, done, ack = t.el, {}, false
+  for h in pairs(el.leaving) do
+    if not h.task then
+      done[#done + 1] = h
+      if t.pending[h] then ack = true end
+    end
+  end
+  if #done == 0 then return end
+  if ack then flush(t) end
+  queue.release(t.conn, done, t.token)
+  for _, h in ipairs(done) do
+    el.leaving[h], el.held[h], h.batch = nil, nil, nil
+    t.refused[h.prefix] = nil
+  end
+  table.sort(done, function(a, b) return a.prefix < b.prefix end)
+  log.info("shards handed over: " .. names_of(done))
+end
+
+-- Every beat (el.beat seconds; run() calls it between steps): reads the live
+-- elastic hosts, works out this thread's share (luakiq.elastic.share) when
+-- they changed, gives back what it no longer owns, and leases every owned
+-- shard that has no call in flight nor an ack pending (fetch.lua, limit 0):
+-- that takes a new shard as soon as its previous holder let it go (refused
+-- until then, or until its lease ran out: a killed holder; its in-flight
+-- jobs are restored to the queue then), and keeps idle ones'. Raises on a
+-- Redis error (the loop backs off; nothing changes meanwhile).
+local function elastic_tick(t)
+  local el = t.el
+  local now = core.mono()
+  if now < el.next then return end
+  el.next = now + el.beat
+  local tokens = {}
+  for _, v in ipairs(require("luakiq.hosts").list(t.conn, t.cfg.namespace)) do
+    if v.elastic and type(v.token) == "string" and (tonumber(v.seen) or math.huge) <= el.dead_after then
+      tokens[#tokens + 1] = v.token
+    end
+  end
+  table.sort(tokens)
+  local hosts_key = table.concat(tokens, "\n")
+  if hosts_key ~= el.hosts_key then
+    el.hosts_key = hosts_key
+    local mine = require("luakiq.elastic").share(t.all, tokens, el.host, el.threads)[el.index + 1]
+    local owned, changed = {}, #mine ~= #t.handlers
+    for i, h in ipairs(mine) do
+      owned[h] = true
+      if t.handlers[i] ~= h then changed = true end
+    end
+    if changed then
+      local gone, new = {}, {}
+      for _, h in ipairs(t.handlers) do
+        if not owned[h] then
+          el.leaving[h] = true
+          gone[#gone + 1] = h
+        end
+      end
+      local had = {}
+      for _, h in ipairs(t.handlers) do had[h] = true end
+      for _, h in ipairs(mine) do
+        el.leaving[h] = nil
+        if not had[h] then new[#new + 1] = h end
+      end
+      set_active(t, mine)
+      el.changed = true
+      log.info(string.format("elastic: %d live hosts; this thread serves %d shards (%d new, %d to hand over)",
+        math.max(#tokens, 1), #mine, #new, #gone), { new = #new > 0 and names_of(new) or nil,
+        leaving = #gone > 0 and names_of(gone) or nil })
+    end
+  end
+  settle_leaving(t)
+  local cmds, hs = {}, {}
+  for _, h in ipairs(t.handlers) do
+    if not h.task and not t.pending[h] then
+      hs[#hs + 1] = h
+      cmds[#cmds + 1] = queue.fetch_cmd(h, t, 0, false)
+    end
+  end
+  if #cmds > 0 then
+    local r = t.conn:pipeline(cmds)
+    for i, h in ipairs(hs) do
+      local res = queue.parse_fetch(r[i], h)
+      if res.leased then
+        el.held[h] = nil
+        -- try again as its lease ends (a killed holder's: taken then, not up to a beat later)
+        if res.pttl and res.pttl >= 0 then el.next = math.min(el.next, core.mono() + res.pttl / 1000 + 0.005) end
+      elseif not el.held[h] then
+        el.held[h] = true
+        -- a scheduler anew: the old one may have struck the shard off while
+        -- it was refused (lag: until its next refresh), and it has work now
+        el.changed = true
+        if t.refused[h.prefix] then
+          t.refused[h.prefix] = nil
+          log.info("shard lease acquired", { worker = h.worker, shard = h.shard })
+        end
+      end
+    end
+  end
+  publish_held(t)
+end
+
 -- The main VM's side of a call that could not be stopped (its thread still
 -- runs; the host replaces the process or exits next): fails the call's jobs
 -- with the timeout error, acks the ids its fetch had done, puts the rest back
@@ -830,6 +1006,7 @@ function M.fail_stuck(cfg, conn, token, record, parked)
   local r = json.decode(record)
   local w = cfg.by_name[r.worker]
   if not w then error("fail_stuck: unknown worker " .. tostring(r.worker), 0) end
+  token = r.token or token -- an elastic thread's own
   local t = { cfg = cfg, conn = conn, token = token, lease_ms = math.floor(cfg.lease_ttl * 1000) }
   local h = { worker = w.name, shard = r.shard, def = w, batch = r.batch ~= "" and r.batch or nil,
               prefix = keys.prefix(cfg.namespace, w.queue_name, r.shard) }
@@ -926,9 +1103,9 @@ function M.open(boot_json, reloading)
   if not ok then error(select(2, require("luakiq.errors").describe(t)), 0) end
   local ctx = scheduler_ctx(t)
   local step = t.cfg.scheduler(ctx)
-  local names = {}
-  for i, h in ipairs(t.handlers) do names[i] = h.worker .. h.shard end
-  log.info((reloading and "thread reloaded: " or "thread started: ") .. table.concat(names, ", "))
+  local what = names_of(t.handlers)
+  if t.el then what = string.format("elastic, its share of %d shards (token %s)", #t.all, t.token) end
+  log.info((reloading and "thread reloaded: " or "thread started: ") .. what)
   core.set_state(STATE.idle)
   local ticker = core.thread_index() == 0 and #t.cfg.schedules > 0
   if ticker then t.sched, t.tick_every = {}, SCHEDULE_CHECK end
@@ -942,18 +1119,33 @@ end
 -- starts clean); its leases stay held under the same token. The caller
 -- swaps the VM, or calls run() again to go on with the old code.
 function M.run()
-  local t, ctx, step, ticker = current.t, current.ctx, current.step, current.ticker
+  local t, ctx, ticker = current.t, current.ctx, current.ticker
   local backoff = 0.1
   while not core.stopping() do
     local ok, err
-    if not core.reload_wanted() then
-      ok, err = xpcall(step, traceback)
+    if t.el and not core.reload_wanted() then
+      ok, err = xpcall(elastic_tick, traceback, t)
+      if t.el.changed then
+        -- the thread's shards changed: a scheduler anew over them (a call
+        -- in flight of a kept shard reports to it; of a dropped one, to none)
+        t.el.changed = false
+        ctx.handlers = t.handlers
+        current.step = t.cfg.scheduler(ctx)
+      end
+    end
+    if ok == false then
+      -- (an elastic tick's Redis error: the back-off below)
+    elseif not core.reload_wanted() then
+      ok, err = xpcall(current.step, traceback)
       if ok and ticker then ok, err = xpcall(schedules_tick, traceback, t) end
     elseif t.ntasks > 0 then
       -- no new fetch; the parked calls finish (each bounded by its timeout)
       ok, err = xpcall(ctx.wait, traceback, 0.05)
     else
       ok, err = xpcall(flush, traceback, t)
+      -- an elastic thread gives back what it was handing over (the new VM
+      -- starts from the live hosts again)
+      if ok and t.el then ok, err = xpcall(settle_leaving, traceback, t) end
       if ok then return "reload" end
     end
     if ok then
@@ -1001,8 +1193,13 @@ function M.run()
       core.sleep(0.2)
       if t.conn:broken() then t.conn:reconnect() end
     until core.now() > deadline
-    local back = {}
-    for _, h in ipairs(t.handlers) do
+    local back, all = {}, t.handlers
+    if t.el then -- and the shards it was handing over
+      all = {}
+      for _, h in ipairs(t.handlers) do all[#all + 1] = h end
+      for h in pairs(t.el.leaving) do all[#all + 1] = h end
+    end
+    for _, h in ipairs(all) do
       if t.pending[h] then
         local path, why = unacked.save(t.cfg, { prefix = h.prefix, token = t.token, batch = h.batch,
           lease_ms = t.lease_ms, worker = h.worker, shard = h.shard })
@@ -1016,6 +1213,7 @@ function M.run()
     end
     local ok, err = pcall(queue.release, t.conn, back, t.token)
     if not ok then log.warn("cannot give the leases back at stop: " .. tostring(err):match("^[^\n]*")) end
+    if t.el then core.set_held("[]") end
   end
   core.set_state(STATE.stopped)
   return 0

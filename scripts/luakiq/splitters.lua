@@ -9,6 +9,8 @@
 --
 -- Config:  splitter = luakiq.splitters.default
 --          splitter = luakiq.splitters.by_node(3, 1)   -- 3 nodes, this is node 1
+--          splitter = "elastic"  (or luakiq.splitters.elastic): the shards
+--          move between the live hosts as they come and go (luakiq.elastic)
 local M = {}
 
 local function is_int(x) return type(x) == "number" and x % 1 == 0 end
@@ -38,16 +40,22 @@ local function drop_empty(groups)
   return out
 end
 
+-- The arguments of a splitter `name` called as one (`write` says how to
+-- configure it when it was called instead); raises at the splitter's caller.
+local function check_args(name, write, handlers, threads_per_node)
+  if type(handlers) ~= "table" then
+    error("splitters." .. name .. ": handlers must be an array (write `" .. write .. "`, without a call)", 3)
+  end
+  if not is_int(threads_per_node) or threads_per_node < 1 then
+    error("splitters." .. name .. ": threads_per_node must be an integer >= 1, got " .. tostring(threads_per_node), 3)
+  end
+end
+
 -- default(handlers, threads_per_node) -> groups: deals the handlers into
 -- threads_per_node groups and drops the empty ones (fewer shards than threads
 -- means fewer threads). Use the function itself as the splitter; do not call it.
 function M.default(handlers, threads_per_node)
-  if type(handlers) ~= "table" then
-    error("splitters.default: handlers must be an array (write `splitter = luakiq.splitters.default`, without a call)", 2)
-  end
-  if not is_int(threads_per_node) or threads_per_node < 1 then
-    error("splitters.default: threads_per_node must be an integer >= 1, got " .. tostring(threads_per_node), 2)
-  end
+  check_args("default", "splitter = luakiq.splitters.default", handlers, threads_per_node)
   return drop_empty(M.transpose(handlers, threads_per_node))
 end
 
@@ -77,6 +85,19 @@ function M.by_node(number_of_nodes, node_number)
     if type(handlers) ~= "table" then error("splitters.by_node: handlers must be an array", 2) end
     return M.default(M.transpose(handlers, n)[k + 1], threads_per_node)
   end
+end
+
+-- elastic(handlers, threads_per_node) -> groups: the marker of elastic hosts
+-- (`splitter = "elastic"`). Called as a splitter it gives what this host would
+-- take alone: every shard, split evenly over its threads by the same hashing
+-- as a running elastic host's (luakiq.elastic; the thread of a shard depends
+-- on the host's token, random per start, so this is an example). `luakiq
+-- run` does not use the groups, only their count (threads), and gives every
+-- thread every handler; each thread then takes its share (runner.lua).
+function M.elastic(handlers, threads_per_node)
+  check_args("elastic", 'splitter = "elastic"', handlers, threads_per_node)
+  local elastic = require "luakiq.elastic"
+  return drop_empty(elastic.share(handlers, {}, "plan", threads_per_node))
 end
 
 return M

@@ -46,6 +46,8 @@ describe("bad script directories stop start-up with one line and exit 2", functi
     { "wrong type", { ["config.lua"] = "return { threads_per_node = 'many' }", ["workers/A.lua"] = WORKER }, "threads_per_node" },
     { "unknown key", { ["config.lua"] = "return { thread_per_node = 3 }", ["workers/A.lua"] = WORKER }, "thread_per_node" },
     { "no workers", { ["config.lua"] = "return {}" }, "workers" },
+    { "misspelt splitter", { ["config.lua"] = "return { splitter = 'elastik' }", ["workers/A.lua"] = WORKER },
+      'splitter must be "elastic" or a function' },
   }
   for _, c in ipairs(cases) do
     it(c[1], function()

@@ -170,6 +170,20 @@ describe("luakiq.config.load", function()
                      { worker = "A", shard = 3 } }, 1))
   end)
 
+  it("accepts splitter = \"elastic\" and luakiq.splitters.elastic, the same (cfg.elastic)", function()
+    for _, text in ipairs { "'elastic'", "require('luakiq.splitters').elastic" } do
+      local d = make {
+        ["config.lua"] = "return { splitter = " .. text .. " }",
+        ["workers/A.lua"] = "return { " .. PERFORM .. " }",
+      }
+      local cfg = config.load(d)
+      assert.equal(splitters.elastic, cfg.splitter)
+      assert.is_true(cfg.elastic)
+    end
+    local d = make { ["workers/A.lua"] = "return { " .. PERFORM .. " }" }
+    assert.is_false(config.load(d).elastic)
+  end)
+
   it("accepts a scheduler function", function()
     local d = make {
       ["config.lua"] = "return { scheduler = function(ctx) return function() end end }",
@@ -283,7 +297,8 @@ describe("luakiq.config.load errors", function()
     config_case("middlewares = { 1 }", { "middlewares must be an array of functions" })
     config_case("client_middlewares = print", { "client_middlewares must be an array of functions" })
     config_case("scheduler = 'fast'", { 'scheduler must be "lag", "seq" or a function(ctx), got "fast"' })
-    config_case("splitter = 'default'", { "splitter must be a function, got \"default\"" })
+    config_case("splitter = 'default'", { 'splitter must be "elastic" or a function', 'got "default"' })
+    config_case("splitter = 'elastik'", { 'splitter must be "elastic" or a function', 'got "elastik"' })
     config_case("last_words = true", { "last_words must be a function, got boolean" })
     config_case("dump_payload = {}", { "dump_payload must be a function, got table" })
     config_case("workers = 'A'", { "workers must be an array of worker names" })
