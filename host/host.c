@@ -374,6 +374,27 @@ int host_run(const struct host_plan *plan) {
         sub = store_subscribe(host.base, plan->redis_url, plan->wake_channel, host_on_wake, NULL, err, sizeof err);
         if (!sub) log_fmt(LOG_WARN, "no wake-up subscriber (%s): new jobs wait up to poll_interval", err);
     }
+    /* On a Redis Cluster the queue scripts SPUBLISH on each shard's own
+     * channel, in the shard's slot (the plain subscriber above still hears
+     * producers that PUBLISH on the namespace's channel). */
+    struct store_ssub *ssub = NULL;
+    if (plan->sharded_wake && plan->nroutes > 0) {
+        char **chans = calloc((size_t)plan->nroutes, sizeof *chans);
+        int nch = 0;
+        for (int i = 0; chans && i < plan->nroutes; i++) {
+            size_t len = strlen(plan->route_prefix[i]);
+            if (!(chans[nch] = malloc(len + 5))) break;
+            memcpy(chans[nch], plan->route_prefix[i], len);
+            memcpy(chans[nch++] + len, "wake", 5);
+        }
+        if (chans && nch == plan->nroutes)
+            ssub = store_ssubscribe(host.base, plan->redis_url, nch, (const char *const *)chans, host_on_wake, NULL,
+                                    err, sizeof err);
+        else snprintf(err, sizeof err, "out of memory");
+        if (!ssub) log_fmt(LOG_WARN, "no sharded wake-up subscriber (%s): new jobs wait up to poll_interval", err);
+        for (int i = 0; i < nch; i++) free(chans[i]);
+        free(chans);
+    }
     if (plan->lease_token && plan->lease_token[0] && plan->renew_ms > 0) {
         struct timeval tv = {plan->renew_ms / 1000, (plan->renew_ms % 1000) * 1000};
         host.renew_ev = event_new(host.base, -1, EV_PERSIST, host_on_renew, NULL);
@@ -407,6 +428,7 @@ int host_run(const struct host_plan *plan) {
     web_stop(web); /* the dashboard served while threads finished; not after */
     runner_join_all();
     store_sub_free(sub);
+    store_ssub_free(ssub);
     for (int i = 0; i < NSIGS; i++) event_free(sev[i]);
     event_free(host.done_ev);
     if (host.renew_ev) event_free(host.renew_ev);

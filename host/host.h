@@ -10,6 +10,7 @@ struct host_plan {
     int (*thread_main)(const char *boot); /* each worker thread's body */
     const char *redis_url;
     const char *wake_channel;     /* "" disables the subscriber */
+    int sharded_wake;             /* Redis Cluster: SSUBSCRIBE to each route's PREFIX "wake" too */
     int nroutes;                  /* shard prefix -> thread that owns it (-1: every thread) */
     const char *const *route_prefix;
     const int *route_thread;

@@ -204,6 +204,7 @@ static double hostlua_field_num(lua_State *L, const char *k, double dflt) {
 }
 
 /* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread (-1: all)},
+ *               sharded_wake = bool (a Redis Cluster: also SSUBSCRIBE to PREFIX.."wake" per route),
  *               tokens = {...} (optional: each thread's own lease token, for renewals),
  *               dump_path = p, web = {addr = "ADDR:PORT", boot = s (luakiq.web.open's),
  *                 max_body = n, max_connections = n, header_timeout = s, idle_timeout = s},
@@ -274,6 +275,9 @@ static int hostlua_run(lua_State *L) {
     }
     lua_pop(L, 1);
     plan.thread_tokens = tokens;
+    lua_getfield(L, 1, "sharded_wake");
+    plan.sharded_wake = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     plan.nthreads = n;
     plan.thread_main = ((const struct hostlua_entry *)lua_touserdata(L, lua_upvalueindex(1)))->thread_main;
     plan.boots = boots;

@@ -20,7 +20,10 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 #include <hiredis/adapters/libevent.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <sys/socket.h>
 #include "cluster.h"
 #include "embed.h"
 #include "log.h"
@@ -1050,4 +1053,214 @@ void store_sub_free(struct store_sub *sub) {
     }
     event_free(sub->retry);
     free(sub);
+}
+
+/* --- sharded subscriber (main thread, Redis Cluster) -------------------- */
+
+/* SSUBSCRIBE to one channel per shard on the master of its slot, one
+ * connection per master. hiredis 0.14's async API does not know sharded
+ * Pub/Sub's replies ("smessage"), so each connection is a bufferevent read
+ * with hiredis's reply parser directly. A channel whose slot moves gets a
+ * "sunsubscribe" from its old node; a connection lost is retried every
+ * second; either way the map is read again (store_refresh, blocking the
+ * main thread for at most a second per node asked) and every channel of the
+ * affected node subscribed again where its slot now is, then every thread
+ * woken (messages may have been missed). Everything here belongs to the
+ * main thread. */
+struct store_ssub_conn {
+    struct store_ssub *owner;
+    struct bufferevent *bev;
+    redisReader *reader;
+    int node;           /* map index; -1: unused */
+};
+
+struct store_ssub {
+    struct event_base *base;
+    store *map;         /* a cluster store, for its slot map */
+    struct event *retry;
+    int nch;
+    char **channels;
+    int *slot;          /* per channel */
+    int *on;            /* per channel: index into conns, -1: not subscribed */
+    struct store_ssub_conn conns[CLUSTER_MAX_NODES];
+    store_message_cb cb;
+    void *arg;
+    int down_logged;
+};
+
+static void store_ssub_drop(struct store_ssub_conn *c) {
+    if (c->bev) bufferevent_free(c->bev);
+    if (c->reader) redisReaderFree(c->reader);
+    c->bev = NULL;
+    c->reader = NULL;
+    c->node = -1;
+}
+
+/* Some channel lost its subscription: drop that state and try again soon. */
+static void store_ssub_later(struct store_ssub *ss, double seconds, const char *why) {
+    if (why && !ss->down_logged) {
+        log_fmt(LOG_WARN, "sharded wake-up subscriber: %s; subscribing again every second", why);
+        ss->down_logged = 1;
+    }
+    struct timeval tv = {(time_t)seconds, (suseconds_t)((seconds - (double)(time_t)seconds) * 1e6)};
+    if (!evtimer_pending(ss->retry, NULL)) evtimer_add(ss->retry, &tv);
+}
+
+static void store_ssub_on_read(struct bufferevent *bev, void *arg) {
+    struct store_ssub_conn *c = arg;
+    struct store_ssub *ss = c->owner;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t len = evbuffer_get_length(in);
+    if (len && redisReaderFeed(c->reader, (const char *)evbuffer_pullup(in, -1), len) != REDIS_OK) {
+        store_ssub_drop(c);
+        store_ssub_later(ss, 1, "bad reply");
+        return;
+    }
+    evbuffer_drain(in, len);
+    void *reply;
+    while (c->reader && redisReaderGetReply(c->reader, &reply) == REDIS_OK && reply) {
+        redisReply *r = reply;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING) {
+            const char *kind = r->element[0]->str;
+            if (strcmp(kind, "smessage") == 0 && r->element[2]->type == REDIS_REPLY_STRING) {
+                ss->cb(r->element[2]->str, r->element[2]->len, ss->arg);
+            } else if (strcmp(kind, "sunsubscribe") == 0 && r->element[1]->type == REDIS_REPLY_STRING) {
+                /* the slot moved away (a reshard or failover): subscribe there */
+                for (int i = 0; i < ss->nch; i++)
+                    if (strcmp(ss->channels[i], r->element[1]->str) == 0) ss->on[i] = -1;
+                store_ssub_later(ss, 0.05, NULL);
+            }
+        } else if (r->type == REDIS_REPLY_ERROR) {
+            /* a MOVED for a channel subscribed with a stale map, or AUTH refused */
+            for (int i = 0; i < ss->nch; i++)
+                if (ss->on[i] == (int)(c - ss->conns)) ss->on[i] = -1;
+            store_ssub_drop(c);
+            store_ssub_later(ss, 1, r->str);
+            freeReplyObject(r);
+            return;
+        }
+        freeReplyObject(r);
+    }
+}
+
+static void store_ssub_on_event(struct bufferevent *bev, short what, void *arg) {
+    (void)bev;
+    struct store_ssub_conn *c = arg;
+    struct store_ssub *ss = c->owner;
+    if (what & BEV_EVENT_CONNECTED) return;
+    for (int i = 0; i < ss->nch; i++)
+        if (ss->on[i] == (int)(c - ss->conns)) ss->on[i] = -1;
+    store_ssub_drop(c);
+    store_ssub_later(ss, 1, (what & BEV_EVENT_EOF) ? "a node closed the connection" : "a node is unreachable");
+}
+
+/* Writes a command (argv of n strings) in RESP to a bufferevent. */
+static void store_ssub_send(struct bufferevent *bev, int n, const char **argv) {
+    struct evbuffer *out = bufferevent_get_output(bev);
+    evbuffer_add_printf(out, "*%d\r\n", n);
+    for (int i = 0; i < n; i++) evbuffer_add_printf(out, "$%zu\r\n%s\r\n", strlen(argv[i]), argv[i]);
+}
+
+/* The connection to map node k, opened (and authenticated) when needed. */
+static struct store_ssub_conn *store_ssub_conn(struct store_ssub *ss, int k) {
+    struct store_ssub_conn *c = &ss->conns[k];
+    if (c->bev) return c;
+    struct store_url u;
+    char err[256];
+    if (store_parse_url(ss->map->url, &u, err, sizeof err) < 0) return NULL;
+    const struct cluster_node *nd = &ss->map->map->nodes[k];
+    c->owner = ss;
+    c->bev = bufferevent_socket_new(ss->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    c->reader = redisReaderCreate();
+    if (!c->bev || !c->reader || bufferevent_socket_connect_hostname(c->bev, NULL, AF_UNSPEC, nd->host, nd->port) < 0) {
+        store_ssub_drop(c);
+        return NULL;
+    }
+    c->node = k;
+    bufferevent_setcb(c->bev, store_ssub_on_read, NULL, store_ssub_on_event, c);
+    bufferevent_enable(c->bev, EV_READ);
+    if (u.user[0]) store_ssub_send(c->bev, 3, (const char *[]){"AUTH", u.user, u.password});
+    else if (u.password[0]) store_ssub_send(c->bev, 2, (const char *[]){"AUTH", u.password});
+    return c;
+}
+
+/* Subscribes every channel that is not, each on the master of its slot;
+ * reads the map first when some slot's master is unknown or a retry asked. */
+static void store_ssub_fill(struct store_ssub *ss, int reread) {
+    char err[256];
+    if (reread || store_broken(ss->map)) {
+        struct store_url u;
+        if (store_parse_url(ss->map->url, &u, err, sizeof err) < 0 || store_refresh(ss->map, &u, err, sizeof err) < 0) {
+            store_ssub_later(ss, 1, err);
+            return;
+        }
+    }
+    int missing = 0, any = 0;
+    for (int i = 0; i < ss->nch; i++) {
+        if (ss->on[i] >= 0) continue;
+        int k = cluster_map_lookup(ss->map->map, ss->slot[i]);
+        struct store_ssub_conn *c = k < 0 ? NULL : store_ssub_conn(ss, k);
+        if (!c) { missing = 1; continue; }
+        store_ssub_send(c->bev, 2, (const char *[]){"SSUBSCRIBE", ss->channels[i]});
+        ss->on[i] = k;
+        any = 1;
+    }
+    if (missing) store_ssub_later(ss, 1, "a shard's master is unknown or unreachable");
+    else if (any && ss->down_logged) {
+        log_fmt(LOG_INFO, "sharded wake-up subscriber subscribed again");
+        ss->down_logged = 0;
+    }
+    if (any) ss->cb(NULL, 0, ss->arg); /* messages may have been missed meanwhile */
+}
+
+static void store_ssub_retry(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    store_ssub_fill(arg, 1);
+}
+
+struct store_ssub *store_ssubscribe(struct event_base *base, const char *url, int n, const char *const *channels,
+                                    store_message_cb cb, void *arg, char *err, size_t errlen) {
+    store *s = store_open(url, 1, err, errlen);
+    if (!s) return NULL;
+    if (!s->map) {
+        snprintf(err, errlen, "not a Redis Cluster");
+        store_close(s);
+        return NULL;
+    }
+    struct store_ssub *ss = calloc(1, sizeof *ss);
+    if (!ss) { store_close(s); snprintf(err, errlen, "out of memory"); return NULL; }
+    ss->base = base;
+    ss->map = s;
+    ss->cb = cb;
+    ss->arg = arg;
+    ss->nch = n;
+    ss->channels = calloc((size_t)n + 1, sizeof *ss->channels);
+    ss->slot = calloc((size_t)n + 1, sizeof *ss->slot);
+    ss->on = calloc((size_t)n + 1, sizeof *ss->on);
+    ss->retry = evtimer_new(base, store_ssub_retry, ss);
+    for (int k = 0; k < CLUSTER_MAX_NODES; k++) ss->conns[k].node = -1;
+    if (!ss->channels || !ss->slot || !ss->on || !ss->retry) {
+        snprintf(err, errlen, "out of memory");
+        store_ssub_free(ss);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!(ss->channels[i] = strdup(channels[i]))) { snprintf(err, errlen, "out of memory"); store_ssub_free(ss); return NULL; }
+        ss->slot[i] = cluster_key_slot(channels[i], strlen(channels[i]));
+        ss->on[i] = -1;
+    }
+    store_ssub_fill(ss, 0);
+    return ss;
+}
+
+void store_ssub_free(struct store_ssub *ss) {
+    if (!ss) return;
+    for (int k = 0; k < CLUSTER_MAX_NODES; k++) store_ssub_drop(&ss->conns[k]);
+    for (int i = 0; ss->channels && i < ss->nch; i++) free(ss->channels[i]);
+    free(ss->channels);
+    free(ss->slot);
+    free(ss->on);
+    if (ss->retry) event_free(ss->retry);
+    store_close(ss->map);
+    free(ss);
 }

@@ -90,4 +90,14 @@ struct store_sub *store_subscribe(struct event_base *base, const char *url, cons
                                   store_message_cb cb, void *arg, char *err, size_t errlen);
 void store_sub_free(struct store_sub *sub);
 
+/* Main thread only, Redis Cluster only: SSUBSCRIBEs each of the n channels
+ * (sharded Pub/Sub) on the master of its slot, calling cb for every
+ * message, and follows slots that move and nodes that go away (cb(NULL, 0)
+ * after subscribing again: wake everyone). NULL with err when url is not
+ * a cluster or cannot be reached now. */
+struct store_ssub;
+struct store_ssub *store_ssubscribe(struct event_base *base, const char *url, int n, const char *const *channels,
+                                    store_message_cb cb, void *arg, char *err, size_t errlen);
+void store_ssub_free(struct store_ssub *ss);
+
 #endif

@@ -4,6 +4,7 @@
 -- is asked in one pipeline.
 local core = require "luakiq.core"
 local keys = require "luakiq.keys"
+local runtime = require "luakiq.runtime"
 local errors = require "luakiq.errors"
 local client = require "luakiq.client"
 
@@ -545,7 +546,7 @@ end
 -- Each action returns {done = count}. ids nil means all.
 function M.morgue_requeue(conn, cfg, worker_name, ids)
   local w, now = worker_of(cfg, worker_name), core.now()
-  local ch = keys.wake_channel(cfg.namespace)
+  local ch = runtime.wake_arg(conn, cfg)
   return { requeued = per_shard(conn, cfg, w, ids, function(p, list)
     return with_ids({ script = "morgue_requeue", p, ch, now, PAGE }, list)
   end) }
@@ -568,7 +569,7 @@ end
 -- ids nil: every queued job not yet due; else only those ids.
 function M.perform_all_now(conn, cfg, worker_name, ids)
   local w, now = worker_of(cfg, worker_name), core.now()
-  local ch = keys.wake_channel(cfg.namespace)
+  local ch = runtime.wake_arg(conn, cfg)
   return { changed = per_shard(conn, cfg, w, ids, function(p, list)
     return with_ids({ script = "perform_now", p, ch, now, PAGE }, list)
   end) }

@@ -520,7 +520,7 @@ function commands.run(argv)
   end
   local code, stuck, signalled = core.host_run {
     boots = boots, routes = routes, redis = cfg.redis,
-    wake_channel = keys.wake_channel(cfg.namespace),
+    wake_channel = keys.wake_channel(cfg.namespace), sharded_wake = runtime.sharded(conn),
     token = token, tokens = tokens,
     lease_ms = math.floor(cfg.lease_ttl * 1000), renew_ms = math.floor(cfg.lease_renew * 1000),
     dump_path = cfg.dump_path or (os.getenv("TMPDIR") or "/tmp") .. "/luakiq_ttin_" .. core.getpid() .. ".txt",

@@ -4,6 +4,7 @@
 -- and sent as one push.lua call per shard (in chunks), all in one pipeline.
 local core = require "luakiq.core"
 local keys = require "luakiq.keys"
+local runtime = require "luakiq.runtime"
 local errors = require "luakiq.errors"
 local middleware = require "luakiq.middleware"
 local windows = require "luakiq.windows"
@@ -232,7 +233,7 @@ local function push_now(conn, cfg, worker, jobs)
   end
   if n == 0 then return 0 end
   check_registry(conn, cfg, worker)
-  local channel = keys.wake_channel(cfg.namespace)
+  local channel = runtime.wake_arg(conn, cfg)
   -- The defaults as strings, formatted once here rather than per job in C
   -- (the same %.17g digits; push.lua normalizes every number anyway).
   local now_s = string.format("%.17g", now)

@@ -21,6 +21,9 @@ end
 
 function M.registry(ns) return ns .. ":queues" end
 function M.wake_channel(ns) return ns .. ":wake" end
+-- The queue scripts' channel argument that makes them SPUBLISH on the
+-- shard's own channel PREFIX .. "wake" (a Redis Cluster; lib/keys.lua wake).
+M.SHARDED = "!"
 -- concurrency: the calls holding units of a queue, on every host (ZSET
 -- member -> expiry) and their costs (HASH); tag {QUEUE}, a slot apart from
 -- the shards'. host/host.c derives the running key from a shard prefix.

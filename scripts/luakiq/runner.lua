@@ -1068,7 +1068,7 @@ local function schedules_tick(t)
       end
       local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(s.id, w.shards_count))
       local r = t.conn:pipeline({ { script = "schedule", P, s.name, string.format("%.17g", tick),
-                                    string.format("%.17g", now), keys.wake_channel(cfg.namespace), s.id, payload } })[1]
+                                    string.format("%.17g", now), runtime.wake_arg(t.conn, cfg), s.id, payload } })[1]
       if type(r) == "table" and r.err then error("schedule.lua failed: " .. r.err, 0) end
       st.claimed = tick
       if r == 1 then

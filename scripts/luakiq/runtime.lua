@@ -94,6 +94,30 @@ function M.maxmemory_policy(conn)
   return ok and type(text) == "string" and text:match("maxmemory_policy:([%w%-]+)") or nil
 end
 
+-- Whether conn's wake-ups go by sharded Pub/Sub: a Redis Cluster of Redis
+-- >= 7 (SPUBLISH/SSUBSCRIBE keep a message in its shard's slot; a PUBLISH
+-- on a cluster goes to every node). Asked once per connection.
+local sharded = setmetatable({}, { __mode = "k" })
+function M.sharded(conn)
+  local v = sharded[conn]
+  if v == nil then
+    v = false
+    if conn.cluster and conn:cluster() then
+      local ok, info = pcall(conn.call, conn, "INFO", "server")
+      local major = ok and tonumber(tostring(info):match("redis_version:(%d+)"))
+      v = major ~= nil and major >= 7
+    end
+    sharded[conn] = v
+  end
+  return v
+end
+
+-- The channel argument of the queue scripts that wake hosts (push,
+-- schedule, perform_now, morgue_requeue) on conn.
+function M.wake_arg(conn, cfg)
+  return M.sharded(conn) and keys.SHARDED or keys.wake_channel(cfg.namespace)
+end
+
 -- Records each worker's shards_count in the queue registry; refuses a worker
 -- whose count differs from the stored one (its ids would land in other shards).
 function M.register(conn, cfg)

@@ -41,5 +41,5 @@ for _, id in ipairs(ids) do
   redis.call("ZREM", K.morgue_ids, id)
   redis.call("HDEL", K.morgue_errors, id)
 end
-if count > 0 and ARGV[1] ~= "" then redis.call("PUBLISH", ARGV[1], P) end
+if count > 0 then wake(ARGV[1], P) end
 return { tostring(count), tostring(redis.call("ZCARD", K.morgue)) }

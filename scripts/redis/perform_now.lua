@@ -34,5 +34,5 @@ else
     remaining = remaining + redis.call("ZCOUNT", q[1], "(" .. now_s, "+inf")
   end
 end
-if changed > 0 and ARGV[1] ~= "" then redis.call("PUBLISH", ARGV[1], P) end
+if changed > 0 then wake(ARGV[1], P) end
 return { tostring(changed), tostring(remaining) }

@@ -242,6 +242,6 @@ if expiry or redis.call("EXISTS", K.expiring) == 1 then
 end
 local head = queue_head(P, K)
 if channel ~= "" and head and (not before or tonumber(head) < tonumber(before)) then
-  redis.call("PUBLISH", channel, P)
+  wake(channel, P)
 end
 return { added, head or false }

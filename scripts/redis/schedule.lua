@@ -30,6 +30,6 @@ redis.call("ZADD", K.ids, "NX", 0, id)
 redis.call("ZADD", payloads_key(P, id), "LT", tick_s, payload)
 local head = queue_head(P, K)
 if channel ~= "" and head and (not before or tonumber(head) < tonumber(before)) then
-  redis.call("PUBLISH", channel, P)
+  wake(channel, P)
 end
 return 1

@@ -114,6 +114,15 @@ describe("a Redis Cluster", function()
     -- wake-ups cross the cluster (a PUBLISH reaches every node)
     enqueue(dir, cl.url, 60, 4, 4)
     host.eventually(function() return all_ran(dir, 60, 4) end, 5, "the new jobs ran")
+    -- by sharded Pub/Sub: SPUBLISH in the shard's slot, no PUBLISH broadcast
+    local spub, pub = 0, 0
+    for _, m in ipairs(cl:masters()) do
+      local info = m.conn:call("INFO", "commandstats")
+      spub = spub + tonumber(info:match("cmdstat_spublish:calls=(%d+)") or 0)
+      pub = pub + tonumber(info:match("cmdstat_publish:calls=(%d+)") or 0)
+    end
+    assert.is_true(spub >= 6, "SPUBLISH calls: " .. spub)
+    assert.are.equal(0, pub)
     rc, out, err = host.exec("stats " .. q(dir), nil, "REDIS_URL=" .. cl.url)
     assert.are.equal(0, rc, err)
     local total = json.decode(out).total
@@ -158,8 +167,13 @@ describe("a Redis Cluster", function()
     error("no replica of " .. master.port .. " (" .. id .. ")")
   end
 
+  -- (poll_interval 30 s: the jobs enqueued after the failover run at once
+  -- only if the sharded subscriber followed the shard's channel to its new
+  -- master)
+  local LONG_POLL = { ["config.lua"] = "return { threads_per_node = 3, poll_interval = 30, redis_timeout = 2 }" }
+
   it("follows a manual failover (its old master answers MOVED): nothing lost, order kept", function()
-    local dir = scriptdir()
+    local dir = scriptdir(LONG_POLL)
     local p = host.spawn("run " .. q(dir), "REDIS_URL=" .. cl.url)
     enqueue(dir, cl.url, 30, 1, 5)
     local master, replica = shard0_pair()
@@ -169,7 +183,10 @@ describe("a Redis Cluster", function()
       return role[1] == "master"
     end, 15, "the replica took over")
     enqueue(dir, cl.url, 30, 6, 10)
-    host.eventually(function() return all_ran(dir, 30, 10) end, 30, "every job ran")
+    host.eventually(function() return all_ran(dir, 30, 10) end, 10, "every job ran")
+    -- settled: new jobs of every shard run on a wake-up, not a poll
+    enqueue(dir, cl.seeds, 30, 11, 11)
+    host.eventually(function() return all_ran(dir, 30, 11) end, 5, "the jobs after the failover ran at once")
     assert.is_true(p:alive(), p:log())
     assert.is_true(p:signal("TERM"))
     assert.are.equal(0, p:wait(10), p:log())
@@ -178,7 +195,7 @@ describe("a Redis Cluster", function()
   end)
 
   it("follows a master killed and its replica promoted; jobs the replica had are not lost", function()
-    local dir = scriptdir()
+    local dir = scriptdir(LONG_POLL)
     local p = host.spawn("run " .. q(dir), "REDIS_URL=" .. cl.seeds)
     enqueue(dir, cl.url, 30, 1, 5)
     local master, replica = shard0_pair()
@@ -188,7 +205,10 @@ describe("a Redis Cluster", function()
     master.pid, master.conn = nil, nil
     host.eventually(function() return replica.conn:call("ROLE")[1] == "master" end, 20, "the replica was promoted")
     enqueue(dir, cl.seeds, 30, 6, 10)
-    host.eventually(function() return all_ran(dir, 30, 10) end, 30, "every job ran")
+    host.eventually(function() return all_ran(dir, 30, 10) end, 10, "every job ran")
+    -- settled: new jobs of every shard run on a wake-up, not a poll
+    enqueue(dir, cl.seeds, 30, 11, 11)
+    host.eventually(function() return all_ran(dir, 30, 11) end, 5, "the jobs after the failover ran at once")
     assert.is_true(p:alive(), p:log())
     assert.is_true(p:signal("TERM"))
     assert.are.equal(0, p:wait(10), p:log())

@@ -6,6 +6,18 @@
 -- NS:queues (KEYS[1] of register.lua) and the wake channel NS:wake. A key
 -- renamed here changes the wire protocol: change docs/redis.md with it.
 
+-- Wakes the hosts serving shard P. channel: "" none; "!" SPUBLISH on the
+-- shard's own channel P .. "wake" (a Redis Cluster of Redis >= 7: sharded
+-- Pub/Sub keeps the message in the shard's slot instead of broadcasting it
+-- to every node); any other name: PUBLISH there (NS:wake). The message is P.
+local function wake(channel, P)
+  if channel == "!" then
+    redis.call("SPUBLISH", P .. "wake", P)
+  elseif channel ~= "" then
+    redis.call("PUBLISH", channel, P)
+  end
+end
+
 -- The shard's keys, by name: shard_keys(P).busy_errors == P .. "busy:errors".
 -- (One table constructor: measured cheaper per script call than building
 -- the names on first use through a metatable.)
