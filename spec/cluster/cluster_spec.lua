@@ -154,6 +154,33 @@ describe("a Redis Cluster", function()
     assert.are.equal(0, json.decode(out).total.length)
   end)
 
+  it("follows ASK while a slot migrates and MOVED after, for keys of that slot", function()
+    -- two keys of one slot ({m}), one moved to the target before the other
+    local slot = core.key_slot("{m}")
+    local source = cl:node_of("{m}")
+    local target
+    for _, m in ipairs(cl:masters()) do if m ~= source then target = m break end end
+    local sid, tid = source.conn:call("CLUSTER", "MYID"), target.conn:call("CLUSTER", "MYID")
+    cl.conn:call("SET", "{m}a", "1")
+    cl.conn:call("SET", "{m}b", "2")
+    assert.are.equal("OK", target.conn:call("CLUSTER", "SETSLOT", slot, "IMPORTING", sid))
+    assert.are.equal("OK", source.conn:call("CLUSTER", "SETSLOT", slot, "MIGRATING", tid))
+    assert.are.equal("OK", source.conn:call("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", "{m}a"))
+    -- {m}a is on the target now: the source answers ASK, followed with ASKING
+    assert.are.same({ "1", "2" }, { cl.conn:call("GET", "{m}a"), cl.conn:call("GET", "{m}b") })
+    local r = cl.conn:pipeline { { "GET", "{m}b" }, { "GET", "{m}a" }, { "INCR", "{m}a" } }
+    assert.are.same({ "2", "1", 2 }, r)
+    assert.are.equal("OK", source.conn:call("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", "{m}b"))
+    for _, m in ipairs(cl:masters()) do
+      assert.are.equal("OK", m.conn:call("CLUSTER", "SETSLOT", slot, "NODE", tid))
+    end
+    -- the slot is the target's: MOVED, then the map knows it
+    assert.are.same({ "2", "2" }, { cl.conn:call("GET", "{m}a"), cl.conn:call("GET", "{m}b") })
+    assert.are.equal("OK", cl.conn:call("SET", "{m}c", "3"))
+    assert.are.equal("3", target.conn:call("GET", "{m}c"))
+    cl:await_ok()
+  end)
+
   -- The master of shard 0's slot and its replica.
   local function shard0_pair()
     local master = cl:node_of("luakiq:{W:0}:x")
