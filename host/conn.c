@@ -280,6 +280,42 @@ static int conn_script(lua_State *L) {
     return conn_call_impl(L, 0, name);
 }
 
+/* conn:each(cmd, arg...) -> {{node = "host:port", reply = r}...}: the
+ * command on every master of a cluster, or on the one Redis (store_each).
+ * Raises on I/O errors; error replies are {err = msg} like pipeline's. */
+static int conn_each(lua_State *L) {
+    core_safe_point(L);
+    conn_obj *r = conn_check(L);
+    int n = lua_gettop(L) - 1;
+    const char *argv[64];
+    size_t lens[64];
+    char nums[64][32], err[512], names[CLUSTER_MAX_NODES][64];
+    store_reply *out[CLUSTER_MAX_NODES];
+    if (n < 1 || n > 64) return luaL_error(L, "redis: each takes a command of 1 to 64 arguments");
+    for (int i = 0; i < n; i++) {
+        argv[i] = conn_arg(L, 2 + i, &lens[i], nums[i], sizeof nums[i]);
+        if (!argv[i]) return luaL_error(L, "redis: argument %d must be a string or a finite number", i + 1);
+    }
+    struct store_cmd c = {NULL, 0, n, argv, lens};
+    int got = store_each(r->s, &c, CLUSTER_MAX_NODES, out, names, err, sizeof err);
+    if (got < 0) {
+        lua_pushstring(L, err);
+        return lua_error(L);
+    }
+    lua_createtable(L, got, 0);
+    for (int i = 0; i < got; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, names[i]);
+        lua_setfield(L, -2, "node");
+        conn_push_reply(L, out[i]);
+        store_reply_free(out[i]);
+        out[i] = NULL;
+        lua_setfield(L, -2, "reply");
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
 /* conn:reconnect() -> true | nil, err */
 static int conn_reconnect(lua_State *L) {
     conn_obj *r = conn_check(L);
@@ -341,7 +377,7 @@ static const luaL_Reg conn_methods[] = {
     {"script", conn_script},       {"pipeline", conn_pipeline},
     {"ppipeline", conn_ppipeline}, {"reconnect", conn_reconnect},
     {"broken", conn_broken},       {"close", conn_close},
-    {"cluster", conn_cluster},
+    {"cluster", conn_cluster},     {"each", conn_each},
     {NULL, NULL}};
 
 /* core.redact_url(url) -> the URL without credentials (store_redact_url:

@@ -923,6 +923,39 @@ io:
     return -1;
 }
 
+/* One plain command to every master of a cluster (every node that serves a
+ * slot now), one after another: out[i] its reply, names[i] "host:port"; on
+ * one Redis, to it. Returns how many replies (at most max), or -1 with err
+ * (an I/O error marks the store broken). For INFO-like commands that
+ * describe a server, not a key. Caller's thread. */
+int store_each(store *s, const struct store_cmd *cmd, int max, store_reply **out, char (*names)[64],
+               char *err, size_t errlen) {
+    if (store_broken(s)) { snprintf(err, errlen, "Redis connection is down"); return -1; }
+    if (!s->map) {
+        if (max < 1) return 0;
+        snprintf(names[0], 64, "%.63s", s->shown);
+        return store_pipeline(s, 1, cmd, out, err, errlen) < 0 ? -1 : 1;
+    }
+    int n = 0, serves[CLUSTER_MAX_NODES] = {0};
+    for (int i = 0; i < CLUSTER_SLOTS; i++) if (s->map->slot_node[i] >= 0) serves[s->map->slot_node[i]] = 1;
+    for (int k = 0; k < s->map->nnodes && n < max; k++) {
+        if (!serves[k]) continue;
+        redisContext *c = store_node(s, k, err, errlen);
+        void *r = NULL;
+        if (!c || redisAppendCommandArgv(c, cmd->argc, cmd->argv, cmd->lens) != REDIS_OK ||
+            redisGetReply(c, &r) != REDIS_OK || !r) {
+            if (c) snprintf(err, errlen, "Redis I/O error at %s:%d: %s", s->map->nodes[k].host, s->map->nodes[k].port,
+                            c->errstr);
+            for (int j = 0; j < n; j++) freeReplyObject(out[j]);
+            s->broken = 1;
+            return -1;
+        }
+        snprintf(names[n], 64, "%.40s:%d", s->map->nodes[k].host, s->map->nodes[k].port);
+        out[n++] = r;
+    }
+    return n;
+}
+
 /* --- replies ------------------------------------------------------------ */
 
 void store_reply_free(store_reply *r) { if (r) freeReplyObject(r); }

@@ -65,6 +65,12 @@ struct store_cmd {
  * (then no reply is returned and the connection is marked broken). */
 int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **out, char *err, size_t errlen);
 
+/* One plain command to every master of a cluster (or to the one Redis):
+ * out[i] and names[i] ("host:port") per server, up to max; the count, or
+ * -1 with err. For commands about a server (INFO), not a key. */
+int store_each(store *s, const struct store_cmd *cmd, int max, store_reply **out, char (*names)[64],
+               char *err, size_t errlen);
+
 void store_reply_free(store_reply *r);
 int store_reply_type(const store_reply *r);
 const char *store_reply_str(const store_reply *r, size_t *len); /* string, status, error */

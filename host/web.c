@@ -52,6 +52,9 @@
 #include <time.h>
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -489,8 +492,15 @@ static int web_open(struct web *w) {
     w->listening = 1;
     web_self = w;
     evconnlistener_set_error_cb(w->lev, web_on_accept_error);
-    log_fmt(LOG_INFO, "web: listening on http://%s/ (up to %d connections; fd limit %ld)", w->opts.addr, w->cap,
-            nofile);
+    /* the port bound, which port 0 leaves to the kernel */
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int bound_port = port;
+    if (getsockname(evhttp_bound_socket_get_fd(bound), (struct sockaddr *)&ss, &sl) == 0)
+        bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                              : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    log_fmt(LOG_INFO, "web: listening on http://%s%s%s:%d/ (up to %d connections; fd limit %ld)",
+            strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "", bound_port, w->cap, nofile);
     return 0;
 }
 

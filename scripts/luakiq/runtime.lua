@@ -88,10 +88,18 @@ function M.eviction_warning(policy)
   end
 end
 
--- Redis's maxmemory-policy from INFO memory, or nil.
+-- Redis's maxmemory-policy from INFO memory, or nil; on a Redis Cluster
+-- the first master's that may evict, else the first master's.
 function M.maxmemory_policy(conn)
-  local ok, text = pcall(conn.call, conn, "INFO", "memory")
-  return ok and type(text) == "string" and text:match("maxmemory_policy:([%w%-]+)") or nil
+  local ok, all = pcall(conn.each, conn, "INFO", "memory")
+  if not ok then return nil end
+  local first
+  for _, e in ipairs(all) do
+    local p = type(e.reply) == "string" and e.reply:match("maxmemory_policy:([%w%-]+)")
+    if p and p ~= "noeviction" then return p end
+    first = first or p
+  end
+  return first or nil
 end
 
 -- Whether conn's wake-ups go by sharded Pub/Sub: a Redis Cluster of Redis

@@ -209,21 +209,49 @@ local function api(ctx)
 
   function A.stats(c) return reply(200, admin.stats(c.conn(), cfg)) end
 
+  -- One server's INFO, or a Redis Cluster's: every master's (conn:each),
+  -- memory and clients summed, the oldest uptime, the first eviction
+  -- warning; nodes lists each master's own figures.
+  local function human(bytes)
+    local units, i = { "B", "K", "M", "G", "T" }, 1
+    while bytes >= 1024 and i < #units do bytes, i = bytes / 1024, i + 1 end
+    return i == 1 and string.format("%dB", bytes) or string.format("%.2f%s", bytes, units[i])
+  end
   local function redis_info(conn)
-    local text = conn:call("INFO")
-    local info = {}
-    for k, v in text:gmatch("([%w_]+):([^\r\n]*)") do info[k] = v end
-    return {
+    local all = conn:each("INFO")
+    local sum = { clients = 0, mem = 0, peak = 0 }
+    local first, nodes, warning = nil, json.array(), nil
+    for _, e in ipairs(all) do
+      if type(e.reply) == "table" then error("redis: INFO at " .. e.node .. ": " .. tostring(e.reply.err), 0) end
+      local info = {}
+      for k, v in e.reply:gmatch("([%w_]+):([^\r\n]*)") do info[k] = v end
+      first = first or info
+      sum.clients = sum.clients + (tonumber(info.connected_clients) or 0)
+      sum.mem = sum.mem + (tonumber(info.used_memory) or 0)
+      sum.peak = sum.peak + (tonumber(info.used_memory_peak) or 0)
+      warning = warning or runtime.eviction_warning(info.maxmemory_policy)
+      nodes[#nodes + 1] = { node = e.node, used_memory_human = info.used_memory_human,
+                            connected_clients = tonumber(info.connected_clients),
+                            maxmemory_policy = info.maxmemory_policy }
+    end
+    first = first or {}
+    local out = {
       url = runtime.redact(cfg.redis),
-      version = info.redis_version,
-      uptime_in_seconds = tonumber(info.uptime_in_seconds),
-      uptime_in_days = tonumber(info.uptime_in_days),
-      connected_clients = tonumber(info.connected_clients),
-      used_memory_human = info.used_memory_human,
-      used_memory_peak_human = info.used_memory_peak_human,
-      maxmemory_policy = info.maxmemory_policy,
-      eviction_warning = runtime.eviction_warning(info.maxmemory_policy),
+      version = first.redis_version,
+      uptime_in_seconds = tonumber(first.uptime_in_seconds),
+      uptime_in_days = tonumber(first.uptime_in_days),
+      connected_clients = tonumber(first.connected_clients),
+      used_memory_human = first.used_memory_human,
+      used_memory_peak_human = first.used_memory_peak_human,
+      maxmemory_policy = first.maxmemory_policy,
+      eviction_warning = warning,
     }
+    if conn:cluster() then
+      out.cluster, out.nodes = true, nodes
+      out.connected_clients, out.used_memory_human, out.used_memory_peak_human =
+        sum.clients, human(sum.mem), human(sum.peak)
+    end
+    return out
   end
 
   function A.dashboard(c)

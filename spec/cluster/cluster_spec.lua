@@ -127,6 +127,18 @@ describe("a Redis Cluster", function()
     assert.are.equal(0, rc, err)
     local total = json.decode(out).total
     assert.are.same({ 0, 0 }, { total.length, total.morgue_length })
+    -- the dashboard's Redis figures are every master's
+    local port = p:log():match("listening on http://127%.0%.0%.1:(%d+)/")
+    local body = host.capture("curl -s http://127.0.0.1:" .. port .. "/api/web/dashboard")
+    local info = json.decode(body).redis_info
+    assert.is_true(info.cluster, body)
+    assert.are.equal(3, #info.nodes)
+    local clients = 0
+    for _, n in ipairs(info.nodes) do
+      assert.matches("^127%.0%.0%.1:%d+$", n.node)
+      clients = clients + n.connected_clients
+    end
+    assert.are.equal(clients, info.connected_clients)
     assert.is_true(p:signal("TERM"))
     assert.are.equal(0, p:wait(10), p:log())
     assert.is_nil(p:log():find("MOVED", 1, true), p:log())

@@ -247,7 +247,7 @@ function M.cluster_server()
       return routed[m](routed, name, ...)
     end
   end
-  for _, m in ipairs { "pipeline", "ppipeline", "script", "reconnect", "broken", "cluster" } do
+  for _, m in ipairs { "pipeline", "ppipeline", "script", "reconnect", "broken", "cluster", "each" } do
     conn[m] = function(_, ...) return routed[m](routed, ...) end
   end
   conn.close = function() end
