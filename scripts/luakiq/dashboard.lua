@@ -227,7 +227,8 @@ return [==[<!doctype html>
       statusEl.className = "status";
       document.getElementById("signout").style.display = d.host.auth ? "" : "none";
       document.getElementById("hostinfo").textContent = "v" + d.host.version + " \u00b7 pid " + d.host.pid +
-        " \u00b7 " + d.host.threads + " threads \u00b7 Redis " + (d.redis_info.version || "?");
+        " \u00b7 " + d.host.threads + " threads \u00b7 Redis " + (d.redis_info.version || "?") +
+        (d.redis_info.cluster ? " (cluster of " + d.redis_info.nodes.length + " masters)" : "");
       if (route().page === "dashboard") renderDashboard(); else if (autoRefresh()) render(false);
     }).catch(function (e) {
       pending = false;
