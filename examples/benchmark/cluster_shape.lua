@@ -1,0 +1,336 @@
+-- The Redis Cluster comparison of the benchmark (bench.lua --cluster):
+-- the same shapes against (a) one redis-server and (b) a Redis Cluster of
+-- 3 masters (no replicas), each started here on free ports and stopped by
+-- pid. Per shape and target: enqueue and drain jobs/s, the host's CPU per
+-- job, and per Redis node its CPU time per job (INFO's used_cpu_user +
+-- used_cpu_sys: the whole redis-server process, in microseconds), the requests clients sent it per job
+-- (EVALSHA... from INFO commandstats) and the commands it ran per job
+-- (scripts' commands too), minus the driver's own polling and INFO.
+--
+-- On one machine the masters share its cores with each other and with the
+-- host, so jobs/s says little about a cluster of machines; the per-job costs
+-- do, and the model (printed after the tables, and in docs/benchmarks.md,
+-- "Redis Cluster") turns them into ceilings for N masters.
+--
+-- run(B, shapes, n, masters) with B the driver's helpers; returns the rows.
+local core = require "luakiq.core"
+local keys = require "luakiq.keys"
+local runtime = require "luakiq.runtime"
+local client = require "luakiq.client"
+
+local M = {}
+
+-- Requests a client sends itself (as bench.lua's TOP).
+local TOP = { evalsha = true, eval = true, evalsha_ro = true, eval_ro = true, ["script|load"] = true,
+              subscribe = true, select = true, auth = true, ping = true, hello = true }
+
+local function free_ports(k, taken)
+  local out = {}
+  while #out < k do
+    local p = core.free_port()
+    if not taken[p] then taken[p] = true out[#out + 1] = p end
+  end
+  return out
+end
+
+-- Starts one redis-server (not daemonized: B.spawn gives its pid and a
+-- watchdog) in a dir of its own; waits until it answers.
+local function start_node(B, name, port, extra)
+  local dir = B.TMP .. "/" .. name
+  assert(B.ok("mkdir -p " .. B.q(dir)))
+  local pid = B.spawn(nil, "redis-server --port " .. port .. " --bind 127.0.0.1 --save '' --appendonly no"
+    .. " --dir " .. B.q(dir) .. (extra or ""), dir .. "/redis.log")
+  local url = "redis://127.0.0.1:" .. port
+  for _ = 1, 250 do
+    local c = core.connect(url, 5, "node")
+    if c and c:pcall("PING") == "PONG" then
+      return { name = name, port = port, pid = pid, url = url, conn = c, dir = dir }
+    end
+    if c then c:close() end
+    core.sleep(0.02)
+  end
+  error("redis-server " .. name .. " did not come up, see " .. dir .. "/redis.log", 0)
+end
+
+local function stop_all(B, target)
+  for _, n in ipairs(target.nodes) do
+    if n.conn then n.conn:close() n.conn = nil end
+    os.execute("kill -TERM " .. n.pid .. " 2>/dev/null")
+  end
+  for _, n in ipairs(target.nodes) do B.stop(n.pid) end
+end
+
+local function single(B, taken)
+  local port = free_ports(1, taken)[1]
+  local n = start_node(B, "single", port)
+  return { name = "1 redis-server", nodes = { n }, url = n.url .. "/0" }
+end
+
+-- A cluster of `masters` masters, no replicas, as `redis-cli --cluster
+-- create` makes one. cluster-node-timeout 15 s: a node starved of CPU by
+-- this benchmark must not be marked failing.
+local function cluster(B, taken, masters)
+  local ports, bus = free_ports(masters, taken), free_ports(masters, taken)
+  local t = { name = masters .. "-master cluster", nodes = {} }
+  local ok_, err = pcall(function()
+    for i = 1, masters do
+      t.nodes[i] = start_node(B, "node" .. i, ports[i], " --cluster-enabled yes --cluster-config-file nodes.conf"
+        .. " --cluster-port " .. bus[i] .. " --cluster-node-timeout 15000")
+    end
+    local addrs = {}
+    for i, n in ipairs(t.nodes) do addrs[i] = "127.0.0.1:" .. n.port end
+    local log = B.TMP .. "/cluster-create.log"
+    if not B.ok("redis-cli --cluster create " .. table.concat(addrs, " ") .. " --cluster-replicas 0 --cluster-yes >"
+        .. B.q(log) .. " 2>&1") then
+      error("redis-cli --cluster create failed, see " .. log, 0)
+    end
+    local deadline = core.now() + 30
+    while true do
+      local all = true
+      for _, n in ipairs(t.nodes) do
+        local info = n.conn:pcall("CLUSTER", "INFO")
+        if not (type(info) == "string" and info:find("cluster_state:ok", 1, true)
+            and info:find("cluster_known_nodes:" .. masters, 1, true)) then all = false end
+      end
+      if all then break end
+      if core.now() > deadline then error("the cluster did not become ok", 0) end
+      core.sleep(0.1)
+    end
+    t.url = "redis://" .. table.concat(addrs, ",")
+  end)
+  if not ok_ then stop_all(B, t) error(err, 0) end
+  return t
+end
+
+-- The node (index into target.nodes) serving each slot range.
+local function node_of_prefix(target, prefix)
+  if #target.nodes == 1 then return 1 end
+  local slot = core.key_slot(prefix)
+  for _, r in ipairs(target.nodes[1].conn:call("CLUSTER", "SLOTS")) do
+    if slot >= r[1] and slot <= r[2] then
+      for i, n in ipairs(target.nodes) do
+        if n.port == tonumber(r[3][2]) then return i end
+      end
+    end
+  end
+  error("no node serves slot " .. slot)
+end
+
+local function flush(target)
+  for _, n in ipairs(target.nodes) do
+    n.conn:call("FLUSHALL")
+    n.conn:call("MEMORY", "PURGE")
+  end
+  core.sleep(0.05)
+end
+
+-- One INFO per node: its commands' calls and its CPU seconds (user +
+-- system, every thread of the process: getrusage, microseconds).
+local function snapshot(n)
+  local text = n.conn:call("INFO", "cpu", "commandstats")
+  local t = {}
+  for name, calls in text:gmatch("cmdstat_([^:]+):calls=(%d+),usec=%d+") do t[name] = tonumber(calls) end
+  local sys, user = text:match("used_cpu_sys:([%d%.]+)"), text:match("used_cpu_user:([%d%.]+)")
+  return t, tonumber(sys) + tonumber(user)
+end
+
+local function cpus(B, target)
+  local t = {}
+  for i, n in ipairs(target.nodes) do t[i] = select(2, snapshot(n)) end
+  return t
+end
+
+-- Redis CPU per second of each node while nothing runs (the cluster bus's
+-- pings and cron): measured over `secs`.
+local function idle_cpu(B, target, secs)
+  local c0 = cpus(B, target)
+  core.sleep(secs)
+  local c1 = cpus(B, target)
+  local out = {}
+  for i = 1, #c0 do out[i] = (c1[i] - c0[i]) / secs end
+  return out
+end
+
+local function run_shape(B, target, s, n)
+  flush(target)
+  local cfg = runtime.load(B.APP)
+  local w = cfg.by_name.Blank
+  w.shards_count, w.batch_size = s.shards, s.batch
+  w.fetch_size = s.fetch or math.max(s.batch, w.fetch_size)
+  cfg.redis = target.url
+  local rconn = assert(runtime.connect(cfg, 5))
+  assert(runtime.register(rconn, cfg))
+  local jobs = {}
+  for i = 1, n do jobs[i] = { id = i } end
+  collectgarbage()
+  local ecpu0 = cpus(B, target)
+  local t0 = core.now()
+  for from = 1, n, B.ENQUEUE_CALL do
+    local chunk = {}
+    for i = from, math.min(from + B.ENQUEUE_CALL - 1, n) do chunk[#chunk + 1] = jobs[i] end
+    client.push(rconn, cfg, "Blank", chunk)
+  end
+  local enq = n / (core.now() - t0)
+  local ecpu1 = cpus(B, target)
+  rconn:close()
+  jobs = nil
+
+  -- the driver polls each node for its own shards: it knows what it sent where
+  local poll, shards_on = {}, {}
+  for i = 1, #target.nodes do poll[i], shards_on[i] = {}, 0 end
+  for sh = 0, s.shards - 1 do
+    local p = keys.prefix(cfg.namespace, "Blank", sh)
+    local i = node_of_prefix(target, p)
+    shards_on[i] = shards_on[i] + 1
+    poll[i][#poll[i] + 1] = { "ZCARD", p .. "queue" }
+    poll[i][#poll[i] + 1] = { "HLEN", p .. "busy" }
+  end
+  local driver = {}
+  local function pending()
+    local sum = 0
+    for i, node in ipairs(target.nodes) do
+      if #poll[i] > 0 then
+        driver[i] = driver[i] + #poll[i]
+        for _, r in ipairs(node.conn:pipeline(poll[i])) do sum = sum + r end
+      end
+    end
+    return sum
+  end
+  for i = 1, #target.nodes do driver[i] = 0 end
+  assert(pending() == n, "enqueue lost jobs")
+
+  local before, rcpu0 = {}, {}
+  for i, node in ipairs(target.nodes) do driver[i] = 1 before[i], rcpu0[i] = snapshot(node) end -- that INFO counts
+  local t_spawn = core.now()
+  local env = { BENCH_SHARDS = s.shards, BENCH_BATCH = s.batch, BENCH_FETCH = s.fetch or "",
+                BENCH_SCHEDULER = s.scheduler, BENCH_THREADS = B.THREADS, REDIS_URL = target.url, BENCH_THROTTLE = "" }
+  local log = B.TMP .. "/host-" .. s.key .. "-" .. (#target.nodes > 1 and "cluster" or "single") .. ".log"
+  local pid = B.spawn(env, B.q(B.LUAKIQ) .. " run " .. B.q(B.APP), log)
+  local ok_, rate = pcall(B.wait_drain, n, pending, t_spawn)
+  local hcpu = B.cpu_secs(pid)
+  local per, rcpu1 = {}, {}
+  for i, node in ipairs(target.nodes) do
+    local after
+    after, rcpu1[i] = snapshot(node)
+    local total, top = 0, 0
+    for name, c in pairs(after) do
+      local d = c - (before[i][name] or 0)
+      total = total + d
+      if TOP[name] then top = top + d end
+    end
+    per[i] = { calls = top / n, cmds = (total - driver[i]) / n, rcpu = (rcpu1[i] - rcpu0[i]) / n,
+               ercpu = (ecpu1[i] - ecpu0[i]) / n, shards = shards_on[i] }
+  end
+  B.stop(pid)
+  if not ok_ then error(rate .. "; host log: " .. log, 0) end
+  local r = { shape = s.name, target = target.name, enqueue = enq, drain = rate, hcpu = hcpu / n, per = per,
+              calls = 0, cmds = 0, rcpu = 0, ercpu = 0, maxshare = 0 }
+  for _, p in ipairs(per) do
+    r.calls, r.cmds, r.rcpu, r.ercpu = r.calls + p.calls, r.cmds + p.cmds, r.rcpu + p.rcpu, r.ercpu + p.ercpu
+  end
+  for _, p in ipairs(per) do r.maxshare = math.max(r.maxshare, p.rcpu / r.rcpu) end
+  return r
+end
+
+function M.run(B, shapes, n, masters)
+  local taken = {}
+  local rows, idle = {}, {}
+  for _, which in ipairs { "single", "cluster" } do
+    io.stderr:write("  " .. (which == "single" and "one redis-server" or (masters .. "-master cluster")) .. " ...\n")
+    local target = which == "single" and single(B, taken) or cluster(B, taken, masters)
+    local ok_, err = pcall(function()
+      idle[which] = idle_cpu(B, target, 2)
+      for _, key in ipairs(shapes) do
+        local s = B.SHAPES[key]
+        io.stderr:write("    luakiq " .. s.name .. " ...\n")
+        local r = run_shape(B, target, setmetatable({ key = key }, { __index = s }), n)
+        r.key, r.which = key, which
+        rows[#rows + 1] = r
+      end
+    end)
+    stop_all(B, target)
+    if not ok_ then error(err, 0) end
+  end
+  return rows, idle
+end
+
+local function us(x) return string.format("%.1f", x * 1e6) end
+local function list(per, f)
+  local out = {}
+  for i, p in ipairs(per) do out[i] = f(p) end
+  return table.concat(out, " / ")
+end
+
+function M.print(B, rows, idle, masters)
+  print()
+  local cells = {}
+  for _, r in ipairs(rows) do
+    cells[#cells + 1] = { r.shape, r.target, B.fmt_int(r.enqueue), B.fmt_int(r.drain), us(r.hcpu),
+      us(r.ercpu), us(r.rcpu), #r.per > 1 and list(r.per, function(p) return us(p.rcpu) end) or "-",
+      string.format("%.3f", r.calls), #r.per > 1 and list(r.per, function(p) return string.format("%.3f", p.calls) end) or "-",
+      string.format("%.1f", r.cmds), #r.per > 1 and list(r.per, function(p) return string.format("%.1f", p.cmds) end) or "-",
+      #r.per > 1 and list(r.per, function(p) return tostring(p.shards) end) or "-" }
+  end
+  B.print_table({ "shape", "Redis", "enqueue jobs/s", "drain jobs/s", "host CPU us/job", "enqueue Redis CPU us/job",
+    "drain Redis CPU us/job", "per node", "calls/job", "per node", "cmds/job", "per node", "shards per node" }, cells)
+  print()
+  local function fmt_idle(t)
+    local out = {}
+    for i, x in ipairs(t) do out[i] = string.format("%.2f", x * 1000) end
+    return table.concat(out, " / ")
+  end
+  print("Redis CPU: used_cpu_user + used_cpu_sys (INFO) of each redis-server over the enqueue or the drain, per job;")
+  print("calls: requests clients sent (EVALSHA, SCRIPT LOAD...), cmds: every command run, scripts' too, both from")
+  print("INFO commandstats minus the driver's polling and INFO; per node in node order. Idle Redis CPU (ms/s):")
+  print("one redis-server " .. fmt_idle(idle.single or {}) .. "; cluster " .. fmt_idle(idle.cluster or {}) .. ".")
+
+  -- The model: N masters, each on a machine of its own, saturate at one CPU
+  -- second per second; a drain costs c us of Redis CPU per job (the
+  -- cluster's sum over nodes), spread evenly: ceiling N / c. With the
+  -- measured spread the busiest master bounds it first: 1 / (c * maxshare).
+  -- The hosts: h us of CPU per job, 1 / h jobs/s per host core.
+  print()
+  local mrows = {}
+  for _, r in ipairs(rows) do
+    if r.which == "cluster" then
+      local c, h = r.rcpu, r.hcpu
+      local cells_ = { r.shape, us(c), string.format("%.0f %%", r.maxshare * 100), B.fmt_int(1 / (c * r.maxshare)), B.fmt_int(1 / h) }
+      for _, N in ipairs { 1, 3, 6, 12 } do cells_[#cells_ + 1] = B.fmt_int(N / c) end
+      mrows[#mrows + 1] = cells_
+    end
+  end
+  B.print_table({ "model (cluster's per-job costs)", "Redis CPU us/job", "busiest node's share",
+    masters .. " masters as measured: ceiling/s", "per host core/s", "N=1 even", "N=3 even", "N=6 even", "N=12 even" }, mrows)
+  -- The spread: a shard is one slot, N masters hold equal ranges of the
+  -- 16384 slots (as redis-cli --cluster create splits them), so how evenly
+  -- S shards load N masters is a matter of their names' CRC16. Mean over
+  -- 1000 queue names of the busiest master's share of a queue's shards
+  -- (1/N is even): the cluster's ceiling is 1 / (c x share), not N / c.
+  print()
+  local counts = { 5, 24, 48, 96, 200 }
+  local srows = {}
+  for _, N in ipairs { 3, 6, 12 } do
+    local row = { tostring(N), string.format("%.1f %%", 100 / N) }
+    for _, S in ipairs(counts) do
+      local sum = 0
+      for qn = 1, 1000 do
+        local per = {}
+        for sh = 0, S - 1 do
+          local node = math.floor(core.key_slot(keys.prefix("bench", "Q" .. qn, sh)) * N / 16384) + 1
+          per[node] = (per[node] or 0) + 1
+        end
+        local mx = 0
+        for _, c in pairs(per) do mx = math.max(mx, c) end
+        sum = sum + mx / S
+      end
+      row[#row + 1] = string.format("%.1f %%", sum / 1000 * 100)
+    end
+    srows[#srows + 1] = row
+  end
+  local cols = { "masters", "even share" }
+  for _, S in ipairs(counts) do cols[#cols + 1] = S .. " shards" end
+  B.print_table(cols, srows)
+  print("(the busiest master's share of a queue's shards, mean over 1000 queue names; slots split evenly)")
+end
+
+return M
