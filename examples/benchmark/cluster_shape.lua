@@ -267,7 +267,7 @@ function M.print(B, rows, idle, masters)
   for _, r in ipairs(rows) do
     cells[#cells + 1] = { r.shape, r.target, B.fmt_int(r.enqueue), B.fmt_int(r.drain), us(r.hcpu),
       us(r.ercpu), us(r.rcpu), #r.per > 1 and list(r.per, function(p) return us(p.rcpu) end) or "-",
-      string.format("%.3f", r.calls), #r.per > 1 and list(r.per, function(p) return string.format("%.3f", p.calls) end) or "-",
+      string.format("%.4f", r.calls), #r.per > 1 and list(r.per, function(p) return string.format("%.4f", p.calls) end) or "-",
       string.format("%.1f", r.cmds), #r.per > 1 and list(r.per, function(p) return string.format("%.1f", p.cmds) end) or "-",
       #r.per > 1 and list(r.per, function(p) return tostring(p.shards) end) or "-" }
   end
