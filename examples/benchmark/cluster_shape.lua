@@ -285,22 +285,34 @@ function M.print(B, rows, idle, masters)
   print("one redis-server " .. fmt_idle(idle.single or {}) .. "; cluster " .. fmt_idle(idle.cluster or {}) .. ".")
 
   -- The model: N masters, each on a machine of its own, saturate at one CPU
-  -- second per second; a drain costs c us of Redis CPU per job (the
-  -- cluster's sum over nodes), spread evenly: ceiling N / c. With the
-  -- measured spread the busiest master bounds it first: 1 / (c * maxshare).
-  -- The hosts: h us of CPU per job, 1 / h jobs/s per host core.
+  -- second per second; a job costs c us of Redis CPU (the cluster's sum over
+  -- its nodes): the drain of a backlog c = drain's, a steady state (jobs
+  -- enqueued as fast as they run) c = enqueue's + drain's. Spread evenly
+  -- the ceiling is N / c; with the measured spread the busiest master
+  -- bounds it first: 1 / (c x its share). The hosts: h us of CPU per job,
+  -- 1 / h jobs/s per host core (and per shard: one thread serves a shard).
   print()
   local mrows = {}
   for _, r in ipairs(rows) do
     if r.which == "cluster" then
-      local c, h = r.rcpu, r.hcpu
-      local cells_ = { r.shape, us(c), string.format("%.0f %%", r.maxshare * 100), B.fmt_int(1 / (c * r.maxshare)), B.fmt_int(1 / h) }
-      for _, N in ipairs { 1, 3, 6, 12 } do cells_[#cells_ + 1] = B.fmt_int(N / c) end
-      mrows[#mrows + 1] = cells_
+      for _, kind in ipairs { "drain", "enqueue + drain" } do
+        local c, mx = 0, 0
+        for _, p in ipairs(r.per) do
+          local x = p.rcpu + (kind == "drain" and 0 or p.ercpu)
+          c, mx = c + x, math.max(mx, x)
+        end
+        local cells_ = { r.shape, kind, us(c), string.format("%.0f %%", mx / c * 100), B.fmt_int(1 / mx),
+                         kind == "drain" and B.fmt_int(1 / r.hcpu) or "" }
+        for _, N in ipairs { 1, 3, 6, 12 } do cells_[#cells_ + 1] = B.fmt_int(N / c) end
+        mrows[#mrows + 1] = cells_
+      end
     end
   end
-  B.print_table({ "model (cluster's per-job costs)", "Redis CPU us/job", "busiest node's share",
-    masters .. " masters as measured: ceiling/s", "per host core/s", "N=1 even", "N=3 even", "N=6 even", "N=12 even" }, mrows)
+  B.print_table({ "model (the cluster's costs)", "of", "Redis CPU us/job", "busiest node", masters .. " masters as measured/s",
+    "host core/s", "N=1 even/s", "N=3 even/s", "N=6 even/s", "N=12 even/s" }, mrows)
+  print("(ceilings in jobs/s: N masters each with a CPU of its own, Redis CPU per job as measured, spread evenly or as")
+  print("measured here; host core: 1 / host CPU per job)")
+  print()
   -- The spread: a shard is one slot, N masters hold equal ranges of the
   -- 16384 slots (as redis-cli --cluster create splits them), so how evenly
   -- S shards load N masters is a matter of their names' CRC16. Mean over
