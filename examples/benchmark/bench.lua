@@ -31,7 +31,7 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
                       redis-server and a cluster of --masters masters (no replicas), each started here on
                       free ports; alone it runs nothing else (as --shapes none --latency 0 --io 0)
   --cluster-shapes L  shapes for --cluster (default lag1,b100)
-  --masters N         masters of the --cluster cluster (default 3)]]
+  --masters N         masters of the --cluster cluster (default 3; 1: one cluster-enabled node with every slot)]]
 
 local SHAPES = {
   lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },
