@@ -321,14 +321,16 @@ function M.print(B, rows, idle, masters)
   print()
   -- The spread: a shard is one slot, N masters hold equal ranges of the
   -- 16384 slots (as redis-cli --cluster create splits them), so how evenly
-  -- S shards load N masters is a matter of their names' CRC16. Mean over
-  -- 1000 queue names of the busiest master's share of a queue's shards
-  -- (1/N is even): the cluster's ceiling is 1 / (c x share), not N / c.
+  -- S shards load N masters is a matter of their names' CRC16. The busiest
+  -- master's load over the even load (its share of a queue's shards x N),
+  -- mean over 1000 queue names: the ceiling is N / (c x this), not N / c.
   print()
-  local counts = { 5, 24, 48, 96, 200 }
   local srows = {}
+  local mults = { 1, 2, 4, 8, 16, 32 }
   for _, N in ipairs { 3, 6, 12 } do
-    local row = { tostring(N), string.format("%.1f %%", 100 / N) }
+    local row = { tostring(N) }
+    local counts = { 5, 24 }
+    for _, k in ipairs(mults) do counts[#counts + 1] = k * N end
     for _, S in ipairs(counts) do
       local sum = 0
       for qn = 1, 1000 do
@@ -339,16 +341,16 @@ function M.print(B, rows, idle, masters)
         end
         local mx = 0
         for _, c in pairs(per) do mx = math.max(mx, c) end
-        sum = sum + mx / S
+        sum = sum + mx / S * N
       end
-      row[#row + 1] = string.format("%.1f %%", sum / 1000 * 100)
+      row[#row + 1] = string.format("%.2fx", sum / 1000)
     end
     srows[#srows + 1] = row
   end
-  local cols = { "masters", "even share" }
-  for _, S in ipairs(counts) do cols[#cols + 1] = S .. " shards" end
+  local cols = { "masters N", "5 shards", "24 shards" }
+  for _, k in ipairs(mults) do cols[#cols + 1] = (k == 1 and "" or k) .. "N shards" end
   B.print_table(cols, srows)
-  print("(the busiest master's share of a queue's shards, mean over 1000 queue names; slots split evenly)")
+  print("(the busiest master's load / the even load, mean over 1000 queue names; the slots split evenly)")
 end
 
 return M
