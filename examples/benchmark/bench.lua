@@ -31,7 +31,9 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
                       redis-server and a cluster of --masters masters (no replicas), each started here on
                       free ports; alone it runs nothing else (as --shapes none --latency 0 --io 0)
   --cluster-shapes L  shapes for --cluster (default lag1,b100)
-  --masters N         masters of the --cluster cluster (default 3; 1: one cluster-enabled node with every slot)]]
+  --masters N         masters of the --cluster cluster (default 3; 1: one cluster-enabled node with every slot)
+  --trickle N         --cluster also pushes N jobs one at a time, 1 ms apart, to an idle host (default 3000;
+                      0 = skip): wake-up PUBLISHes, Redis CPU per node, latency]]
 
 local SHAPES = {
   lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },
@@ -51,7 +53,7 @@ local POLL = 0.01
 
 -- --- options ------------------------------------------------------------------
 local opt = { jobs = 100000, shapes = SHAPE_ORDER, latency = 1000, io = 5000, sidekiq = "auto",
-              cluster_shapes = { "lag1", "b100" }, masters = 3 }
+              cluster_shapes = { "lag1", "b100" }, masters = 3, trickle = 3000 }
 do
   local given = {}
   local i = 1
@@ -83,6 +85,7 @@ do
         opt.cluster_shapes[#opt.cluster_shapes + 1] = s
       end
     elseif a == "--masters" then opt.masters = assert(tonumber(val()), "--masters: a number")
+    elseif a == "--trickle" then opt.trickle = assert(tonumber(val()), "--trickle: a number")
     else io.stderr:write(USAGE, "\n") os.exit(a == "--help" and 0 or 2) end
     given[a] = true
     i = i + 1
@@ -578,13 +581,13 @@ local main_ok, main_err = xpcall(function()
     io_lk, io_sk = io_shape.run(B, opt.io)
     io_shape.B = B
   end
-  local cl_shape, cl_rows, cl_idle
+  local cl_shape, cl_rows, cl_idle, cl_pub, cl_tr
   if opt.cluster then
     cl_shape = dofile(BENCH_DIR .. "/cluster_shape.lua")
     local B = { ok = ok, q = q, spawn = spawn, stop = stop, cpu_secs = cpu_secs, wait_drain = wait_drain,
                 TMP = TMP, APP = APP, LUAKIQ = LUAKIQ, THREADS = THREADS, SHAPES = SHAPES,
-                ENQUEUE_CALL = ENQUEUE_CALL, print_table = print_table, fmt_int = fmt_int }
-    cl_rows, cl_idle = cl_shape.run(B, opt.cluster_shapes, opt.jobs, opt.masters)
+                ENQUEUE_CALL = ENQUEUE_CALL, print_table = print_table, fmt_int = fmt_int, COMMANDSTATS = opt.commandstats }
+    cl_rows, cl_idle, cl_pub, cl_tr = cl_shape.run(B, opt.cluster_shapes, opt.jobs, opt.masters, opt.trickle)
     cl_shape.B = B
   end
   local rtt, floor_w, floor_l
@@ -650,7 +653,7 @@ local main_ok, main_err = xpcall(function()
     io_shape.print(io_shape.B, io_lk, io_sk)
   end
 
-  if cl_rows then cl_shape.print(cl_shape.B, cl_rows, cl_idle, opt.masters) end
+  if cl_rows then cl_shape.print(cl_shape.B, cl_rows, cl_idle, opt.masters, cl_pub, cl_tr) end
 
   -- The issue's targets.
   if #results == 0 and not lat and not io_lk then return end

@@ -238,9 +238,114 @@ local function run_shape(B, target, s, n)
   return r
 end
 
-function M.run(B, shapes, n, masters)
+-- A wake-up's cost: push.lua PUBLISHes a shard's prefix on NS:wake when it
+-- makes the shard's head earlier (one job into an idle shard), and on a
+-- cluster a PUBLISH goes to every node over the cluster bus. K PUBLISHes
+-- sent to the first node, pipelined, one subscriber (redis-cli, reading as
+-- a host's subscriber would) on the last node; per node the CPU per
+-- PUBLISH, less its idle rate over the time taken.
+local PUBLISHES = 20000
+local function publish_cost(B, target, idle)
+  local last = target.nodes[#target.nodes]
+  local sub = B.spawn(nil, "redis-cli -p " .. last.port .. " subscribe bench:wake", B.TMP .. "/subscriber.log")
+  local deadline = core.now() + 10
+  while tonumber(last.conn:call("PUBSUB", "NUMSUB", "bench:wake")[2]) < 1 do
+    if core.now() > deadline then B.stop(sub) error("the subscriber did not subscribe", 0) end
+    core.sleep(0.02)
+  end
+  local cmds = {}
+  for i = 1, 1000 do cmds[i] = { "PUBLISH", "bench:wake", "bench:{Blank:0}:" } end
+  local c0, t0 = cpus(B, target), core.now()
+  for _ = 1, PUBLISHES / 1000 do target.nodes[1].conn:pipeline(cmds) end
+  core.sleep(0.2) -- the bus delivers after the replies
+  local c1, secs = cpus(B, target), core.now() - t0
+  B.stop(sub)
+  local out = {}
+  for i = 1, #c0 do out[i] = math.max(0, c1[i] - c0[i] - idle[i] * secs) / PUBLISHES end
+  return out
+end
+
+-- A trickle: an idle host (lag, 5 shards, 5 threads), the driver pushes m
+-- jobs one at a time, 1 ms apart, each carrying its enqueue time (the
+-- latency mode of bench.lua). Most pushes find their shard empty and
+-- PUBLISH a wake-up. Per node: Redis CPU per job less the idle rate, and
+-- the PUBLISHes per job (those run inside push.lua count on the node that
+-- ran it); the enqueue -> perform latency percentiles.
+local function run_trickle(B, target, m, idle)
+  flush(target)
+  local s = B.SHAPES.lag1
+  local cfg = runtime.load(B.APP)
+  local w = cfg.by_name.Blank
+  w.shards_count, w.batch_size = s.shards, s.batch
+  w.fetch_size = math.max(s.batch, w.fetch_size)
+  cfg.redis = target.url
+  local rconn = assert(runtime.connect(cfg, 5))
+  assert(runtime.register(rconn, cfg))
+  local dir = B.TMP .. "/trickle-" .. #target.nodes
+  assert(B.ok("mkdir -p " .. B.q(dir)))
+  local env = { BENCH_SHARDS = s.shards, BENCH_BATCH = s.batch, BENCH_FETCH = "", BENCH_SCHEDULER = s.scheduler,
+                BENCH_THREADS = B.THREADS, REDIS_URL = target.url, BENCH_THROTTLE = "", BENCH_LATENCY_DIR = dir }
+  local log = B.TMP .. "/host-trickle-" .. #target.nodes .. ".log"
+  local pid = B.spawn(env, B.q(B.LUAKIQ) .. " run " .. B.q(B.APP), log)
+  local polls = {}
+  for sh = 0, s.shards - 1 do
+    local p = keys.prefix(cfg.namespace, "Blank", sh)
+    polls[#polls + 1] = { "ZCARD", p .. "queue" }
+    polls[#polls + 1] = { "HLEN", p .. "busy" }
+  end
+  local function pending()
+    local sum = 0
+    for _, r in ipairs(rconn:pipeline(polls)) do sum = sum + r end
+    return sum
+  end
+  local function wait_empty(limit)
+    local deadline = core.now() + limit
+    while pending() > 0 do
+      if core.now() > deadline then B.stop(pid) error("trickle: jobs left; host log: " .. log, 0) end
+      core.sleep(0.01)
+    end
+  end
+  -- warm-up, not recorded: every thread fetches once, the host goes idle
+  client.push(rconn, cfg, "Blank", { { id = "w1" }, { id = "w2" }, { id = "w3" }, { id = "w4" }, { id = "w5" } })
+  wait_empty(15)
+  core.sleep(0.3)
+  local before, c0 = {}, {}
+  for i, node in ipairs(target.nodes) do before[i], c0[i] = snapshot(node) end
+  local t0 = core.now()
+  for i = 1, m do
+    client.push(rconn, cfg, "Blank", { { id = "t" .. i, payload = { t = core.now() } } })
+    core.sleep(0.001)
+  end
+  wait_empty(15)
+  local secs = core.now() - t0
+  local per = {}
+  for i, node in ipairs(target.nodes) do
+    local after, c1 = snapshot(node)
+    if B.COMMANDSTATS then -- --commandstats: what ran per job, on each node
+      for name, c in pairs(after) do
+        local d = c - (before[i][name] or 0)
+        if d > 0 then io.stderr:write(("      node %d %-20s %8.3f calls/job\n"):format(i, name, d / m)) end
+      end
+    end
+    per[i] = { rcpu = math.max(0, c1 - c0[i] - idle[i] * secs) / m,
+               publish = ((after.publish or 0) - (before[i].publish or 0)) / m }
+  end
+  B.stop(pid)
+  rconn:close()
+  local lat = {}
+  local p = io.popen("cat " .. B.q(dir) .. "/lat-*.txt 2>/dev/null")
+  for line in p:lines() do lat[#lat + 1] = tonumber(line) end
+  p:close()
+  table.sort(lat)
+  local function pct(x) return lat[math.max(1, math.ceil(#lat * x))] end
+  local r = { per = per, n = #lat, m = m, rate = m / secs, p50 = pct(0.5), p99 = pct(0.99), rcpu = 0, publish = 0 }
+  for _, x in ipairs(per) do r.rcpu, r.publish = r.rcpu + x.rcpu, r.publish + x.publish end
+  return r
+end
+
+function M.run(B, shapes, n, masters, trickle)
   local taken = {}
-  local rows, idle = {}, {}
+  local rows, idle, pub, tr = {}, {}, {}, {}
   for _, which in ipairs { "single", "cluster" } do
     io.stderr:write("  " .. (which == "single" and "one redis-server" or (masters .. "-master cluster")) .. " ...\n")
     local target = which == "single" and single(B, taken) or cluster(B, taken, masters)
@@ -253,11 +358,18 @@ function M.run(B, shapes, n, masters)
         r.key, r.which = key, which
         rows[#rows + 1] = r
       end
+      if trickle and trickle > 0 then
+        io.stderr:write("    trickle: " .. trickle .. " jobs pushed one at a time ...\n")
+        tr[which] = run_trickle(B, target, trickle, idle[which])
+      end
+      io.stderr:write("    " .. PUBLISHES .. " PUBLISHes ...\n")
+      flush(target)
+      pub[which] = publish_cost(B, target, idle[which])
     end)
     stop_all(B, target)
     if not ok_ then error(err, 0) end
   end
-  return rows, idle
+  return rows, idle, pub, tr
 end
 
 local function us(x) return string.format("%.1f", x * 1e6) end
@@ -267,7 +379,7 @@ local function list(per, f)
   return table.concat(out, " / ")
 end
 
-function M.print(B, rows, idle, masters)
+function M.print(B, rows, idle, masters, pub, tr)
   print()
   local cells = {}
   for _, r in ipairs(rows) do
@@ -289,6 +401,31 @@ function M.print(B, rows, idle, masters)
   print("calls: requests clients sent (EVALSHA, SCRIPT LOAD...), cmds: every command run, scripts' too, both from")
   print("INFO commandstats minus the driver's polling and INFO; per node in node order. Idle Redis CPU (ms/s):")
   print("one redis-server " .. fmt_idle(idle.single or {}) .. "; cluster " .. fmt_idle(idle.cluster or {}) .. ".")
+  if pub and pub.single and pub.cluster then
+    local function fmt_pub(t)
+      local o = {}
+      for i, x in ipairs(t) do o[i] = string.format("%.2f", x * 1e6) end
+      return table.concat(o, " / ")
+    end
+    print(string.format("A wake-up PUBLISH (%d sent to the first node, a subscriber on the last) cost Redis CPU per"
+      .. " message (us): one redis-server %s; cluster %s.", PUBLISHES, fmt_pub(pub.single), fmt_pub(pub.cluster)))
+  end
+  if tr and tr.single then
+    print()
+    local trows = {}
+    for _, which in ipairs { "single", "cluster" } do
+      local r = tr[which]
+      if r then
+        trows[#trows + 1] = { which == "single" and "1 redis-server" or (masters .. "-master cluster"), r.n .. "/" .. r.m,
+          B.fmt_int(r.rate), string.format("%.3f ms", (r.p50 or 0) * 1e3), string.format("%.3f ms", (r.p99 or 0) * 1e3),
+          us(r.rcpu), #r.per > 1 and list(r.per, function(p) return us(p.rcpu) end) or "-",
+          string.format("%.2f", r.publish), #r.per > 1 and list(r.per, function(p) return string.format("%.2f", p.publish) end) or "-" }
+      end
+    end
+    B.print_table({ "trickle (lag, 5 shards; one job a push, 1 ms apart)", "jobs", "jobs/s", "p50", "p99",
+      "Redis CPU us/job", "per node", "PUBLISH/job", "per node" }, trows)
+    print("(Redis CPU less each node's idle rate; p50/p99: enqueue -> start of perform)")
+  end
 
   -- The model: N masters, each on a machine of its own, saturate at one CPU
   -- second per second; a job costs c us of Redis CPU (the cluster's sum over
