@@ -33,7 +33,8 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
   --cluster-shapes L  shapes for --cluster (default lag1,b100)
   --masters N         masters of the --cluster cluster (default 3; 1: one cluster-enabled node with every slot)
   --trickle N         --cluster also pushes N jobs one at a time, 1 ms apart, to an idle host (default 3000;
-                      0 = skip): wake-up PUBLISHes, Redis CPU per node, latency]]
+                      0 = skip): wake-up PUBLISHes, Redis CPU per node, latency
+  --replicas N        replicas per master of the --cluster cluster (default 0; needs --masters >= 3)]]
 
 local SHAPES = {
   lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },
@@ -53,7 +54,7 @@ local POLL = 0.01
 
 -- --- options ------------------------------------------------------------------
 local opt = { jobs = 100000, shapes = SHAPE_ORDER, latency = 1000, io = 5000, sidekiq = "auto",
-              cluster_shapes = { "lag1", "b100" }, masters = 3, trickle = 3000 }
+              cluster_shapes = { "lag1", "b100" }, masters = 3, trickle = 3000, replicas = 0 }
 do
   local given = {}
   local i = 1
@@ -86,6 +87,7 @@ do
       end
     elseif a == "--masters" then opt.masters = assert(tonumber(val()), "--masters: a number")
     elseif a == "--trickle" then opt.trickle = assert(tonumber(val()), "--trickle: a number")
+    elseif a == "--replicas" then opt.replicas = assert(tonumber(val()), "--replicas: a number")
     else io.stderr:write(USAGE, "\n") os.exit(a == "--help" and 0 or 2) end
     given[a] = true
     i = i + 1
@@ -587,7 +589,7 @@ local main_ok, main_err = xpcall(function()
     local B = { ok = ok, q = q, spawn = spawn, stop = stop, cpu_secs = cpu_secs, wait_drain = wait_drain,
                 TMP = TMP, APP = APP, LUAKIQ = LUAKIQ, THREADS = THREADS, SHAPES = SHAPES,
                 ENQUEUE_CALL = ENQUEUE_CALL, print_table = print_table, fmt_int = fmt_int, COMMANDSTATS = opt.commandstats }
-    cl_rows, cl_idle, cl_pub, cl_tr = cl_shape.run(B, opt.cluster_shapes, opt.jobs, opt.masters, opt.trickle)
+    cl_rows, cl_idle, cl_pub, cl_tr = cl_shape.run(B, opt.cluster_shapes, opt.jobs, opt.masters, opt.trickle, opt.replicas)
     cl_shape.B = B
   end
   local rtt, floor_w, floor_l

@@ -69,13 +69,17 @@ end
 -- A cluster of `masters` masters, no replicas, as `redis-cli --cluster
 -- create` makes one. cluster-node-timeout 15 s: a node starved of CPU by
 -- this benchmark must not be marked failing.
-local function cluster(B, taken, masters)
-  local ports, bus = free_ports(masters, taken), free_ports(masters, taken)
-  local t = { name = masters .. "-master cluster", nodes = {} }
+local function cluster(B, taken, masters, replicas)
+  replicas = replicas or 0
+  if replicas > 0 and masters < 3 then error("--replicas needs --masters 3 or more", 0) end
+  local total = masters * (1 + replicas)
+  local ports, bus = free_ports(total, taken), free_ports(total, taken)
+  local t = { name = masters .. "-master cluster" .. (replicas > 0 and (", " .. replicas .. " replica each") or ""),
+              nodes = {} }
   local ok_, err = pcall(function()
-    for i = 1, masters do
+    for i = 1, total do
       t.nodes[i] = start_node(B, "node" .. i, ports[i], " --cluster-enabled yes --cluster-config-file nodes.conf"
-        .. " --cluster-port " .. bus[i] .. " --cluster-node-timeout 15000")
+        .. " --cluster-port " .. bus[i] .. " --cluster-node-timeout 15000 --repl-diskless-sync-delay 0")
     end
     local addrs = {}
     for i, n in ipairs(t.nodes) do addrs[i] = "127.0.0.1:" .. n.port end
@@ -86,23 +90,45 @@ local function cluster(B, taken, masters)
           tostring(math.floor(i * 16384 / masters) - 1))
         if i > 1 then n.conn:call("CLUSTER", "MEET", "127.0.0.1", tostring(t.nodes[1].port), tostring(bus[1])) end
       end
-    elseif not B.ok("redis-cli --cluster create " .. table.concat(addrs, " ") .. " --cluster-replicas 0 --cluster-yes >"
-        .. B.q(log) .. " 2>&1") then
+    elseif not B.ok("redis-cli --cluster create " .. table.concat(addrs, " ") .. " --cluster-replicas " .. replicas
+        .. " --cluster-yes >" .. B.q(log) .. " 2>&1") then
       error("redis-cli --cluster create failed, see " .. log, 0)
     end
-    local deadline = core.now() + 30
+    local deadline = core.now() + 60
     while true do
       local all = true
       for _, n in ipairs(t.nodes) do
         local info = n.conn:pcall("CLUSTER", "INFO")
         if not (type(info) == "string" and info:find("cluster_state:ok", 1, true)
-            and info:find("cluster_known_nodes:" .. masters, 1, true)) then all = false end
+            and info:find("cluster_known_nodes:" .. total, 1, true)) then all = false end
+        local repl = n.conn:pcall("INFO", "replication")
+        if type(repl) ~= "string" or (repl:find("role:slave", 1, true) and not repl:find("master_link_status:up", 1, true)) then
+          all = false
+        end
       end
       if all then break end
       if core.now() > deadline then error("the cluster did not become ok", 0) end
       core.sleep(0.1)
     end
-    t.url = "redis://" .. table.concat(addrs, ",")
+    -- node order: the masters by their first slot, then the replicas in
+    -- the order of their masters (the tables list nodes in this order)
+    local first, ms, rs = {}, {}, {}
+    for _, r in ipairs(t.nodes[1].conn:call("CLUSTER", "SLOTS")) do
+      local port = tonumber(r[3][2])
+      first[port] = math.min(first[port] or math.huge, r[1])
+    end
+    for _, n in ipairs(t.nodes) do
+      local role = n.conn:call("ROLE")
+      if role[1] == "master" then n.role = "master" ms[#ms + 1] = n
+      else n.role, n.master_port = "replica", tonumber(role[3]) rs[#rs + 1] = n end
+    end
+    table.sort(ms, function(a, b) return first[a.port] < first[b.port] end)
+    local rank = {}
+    for i, n in ipairs(ms) do rank[n.port] = i end
+    table.sort(rs, function(a, b) return (rank[a.master_port] or 0) < (rank[b.master_port] or 0) end)
+    t.nodes = ms
+    for _, n in ipairs(rs) do t.nodes[#t.nodes + 1] = n end
+    t.url = "redis://" .. table.concat(addrs, ",", 1, math.min(3, #addrs))
   end)
   if not ok_ then stop_all(B, t) error(err, 0) end
   return t
@@ -124,9 +150,9 @@ end
 
 local function flush(target)
   for _, n in ipairs(target.nodes) do
-    n.conn:call("FLUSHALL")
-    n.conn:call("MEMORY", "PURGE")
+    if n.role ~= "replica" then n.conn:call("FLUSHALL") end
   end
+  for _, n in ipairs(target.nodes) do n.conn:call("MEMORY", "PURGE") end
   core.sleep(0.05)
 end
 
@@ -231,10 +257,15 @@ local function run_shape(B, target, s, n)
   if not ok_ then error(rate .. "; host log: " .. log, 0) end
   local r = { shape = s.name, target = target.name, enqueue = enq, drain = rate, hcpu = hcpu / n, per = per,
               calls = 0, cmds = 0, rcpu = 0, ercpu = 0, maxshare = 0 }
-  for _, p in ipairs(per) do
-    r.calls, r.cmds, r.rcpu, r.ercpu = r.calls + p.calls, r.cmds + p.cmds, r.rcpu + p.rcpu, r.ercpu + p.ercpu
+  r.replicas = 0
+  for i, p in ipairs(per) do
+    if target.nodes[i].role == "replica" then
+      p.replica, r.replicas = true, r.replicas + p.rcpu + p.ercpu
+    else
+      r.calls, r.cmds, r.rcpu, r.ercpu = r.calls + p.calls, r.cmds + p.cmds, r.rcpu + p.rcpu, r.ercpu + p.ercpu
+    end
   end
-  for _, p in ipairs(per) do r.maxshare = math.max(r.maxshare, p.rcpu / r.rcpu) end
+  for _, p in ipairs(per) do if not p.replica then r.maxshare = math.max(r.maxshare, p.rcpu / r.rcpu) end end
   return r
 end
 
@@ -339,16 +370,18 @@ local function run_trickle(B, target, m, idle)
   table.sort(lat)
   local function pct(x) return lat[math.max(1, math.ceil(#lat * x))] end
   local r = { per = per, n = #lat, m = m, rate = m / secs, p50 = pct(0.5), p99 = pct(0.99), rcpu = 0, publish = 0 }
-  for _, x in ipairs(per) do r.rcpu, r.publish = r.rcpu + x.rcpu, r.publish + x.publish end
+  for i, x in ipairs(per) do
+    if target.nodes[i].role ~= "replica" then r.rcpu, r.publish = r.rcpu + x.rcpu, r.publish + x.publish end
+  end
   return r
 end
 
-function M.run(B, shapes, n, masters, trickle)
+function M.run(B, shapes, n, masters, trickle, replicas)
   local taken = {}
   local rows, idle, pub, tr = {}, {}, {}, {}
   for _, which in ipairs { "single", "cluster" } do
     io.stderr:write("  " .. (which == "single" and "one redis-server" or (masters .. "-master cluster")) .. " ...\n")
-    local target = which == "single" and single(B, taken) or cluster(B, taken, masters)
+    local target = which == "single" and single(B, taken) or cluster(B, taken, masters, replicas)
     local ok_, err = pcall(function()
       idle[which] = idle_cpu(B, target, 2)
       for _, key in ipairs(shapes) do
@@ -401,6 +434,12 @@ function M.print(B, rows, idle, masters, pub, tr)
   print("calls: requests clients sent (EVALSHA, SCRIPT LOAD...), cmds: every command run, scripts' too, both from")
   print("INFO commandstats minus the driver's polling and INFO; per node in node order. Idle Redis CPU (ms/s):")
   print("one redis-server " .. fmt_idle(idle.single or {}) .. "; cluster " .. fmt_idle(idle.cluster or {}) .. ".")
+  for _, r in ipairs(rows) do
+    if r.replicas > 0 then
+      print(string.format("%s: the sums are the masters'; per node the masters, then their replicas, whose CPU"
+        .. " (enqueue + drain, all replicas) was %s us/job", r.shape, us(r.replicas / 1)))
+    end
+  end
   if pub and pub.single and pub.cluster then
     local function fmt_pub(t)
       local o = {}
@@ -441,8 +480,10 @@ function M.print(B, rows, idle, masters, pub, tr)
       for _, kind in ipairs { "drain", "enqueue + drain" } do
         local c, mx = 0, 0
         for _, p in ipairs(r.per) do
-          local x = p.rcpu + (kind == "drain" and 0 or p.ercpu)
-          c, mx = c + x, math.max(mx, x)
+          if not p.replica then
+            local x = p.rcpu + (kind == "drain" and 0 or p.ercpu)
+            c, mx = c + x, math.max(mx, x)
+          end
         end
         local cells_ = { r.shape, kind, us(c), string.format("%.0f %%", mx / c * 100), B.fmt_int(1 / mx),
                          kind == "drain" and B.fmt_int(1 / r.hcpu) or "" }
