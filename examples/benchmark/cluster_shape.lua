@@ -1,18 +1,23 @@
--- The Redis Cluster comparison of the benchmark (bench.lua --cluster):
--- the same shapes against (a) one redis-server and (b) a Redis Cluster of
--- 3 masters (no replicas), each started here on free ports and stopped by
--- pid. Per shape and target: enqueue and drain jobs/s, the host's CPU per
--- job, and per Redis node its CPU time per job (INFO's used_cpu_user +
--- used_cpu_sys: the whole redis-server process, in microseconds), the requests clients sent it per job
--- (EVALSHA... from INFO commandstats) and the commands it ran per job
--- (scripts' commands too), minus the driver's own polling and INFO.
+-- The Redis Cluster comparison of the benchmark (bench.lua --cluster): the
+-- same shapes against (a) one redis-server and (b) a Redis Cluster of 3
+-- masters (--masters; --replicas per master, none by default), each
+-- started here on free ports and stopped by pid. Per shape and target:
+-- enqueue and drain jobs/s, the host's CPU per job, and per Redis node its
+-- CPU time per job (INFO's used_cpu_user + used_cpu_sys: the whole
+-- redis-server process, in microseconds), the requests clients sent it per
+-- job (EVALSHA... from INFO commandstats) and the commands it ran per job
+-- (scripts' commands too), minus the driver's own polling and INFO. Then,
+-- per target, a trickle (jobs pushed one at a time to an idle host) and
+-- what a wake-up PUBLISH costs each node.
 --
 -- On one machine the masters share its cores with each other and with the
 -- host, so jobs/s says little about a cluster of machines; the per-job costs
 -- do, and the model (printed after the tables, and in docs/benchmarks.md,
 -- "Redis Cluster") turns them into ceilings for N masters.
 --
--- run(B, shapes, n, masters) with B the driver's helpers; returns the rows.
+-- run(B, shapes, n, masters, trickle, replicas) with B the driver's
+-- helpers returns rows, idle, pub, tr; print(B, rows, idle, masters, pub, tr)
+-- prints them.
 local core = require "luakiq.core"
 local keys = require "luakiq.keys"
 local runtime = require "luakiq.runtime"
@@ -183,7 +188,9 @@ local function idle_cpu(B, target, secs)
   return out
 end
 
-local function run_shape(B, target, s, n)
+-- The app's config for shape s on target, the queue registered (flushed
+-- first); returns cfg and a client connection.
+local function prepare(B, target, s)
   flush(target)
   local cfg = runtime.load(B.APP)
   local w = cfg.by_name.Blank
@@ -192,6 +199,11 @@ local function run_shape(B, target, s, n)
   cfg.redis = target.url
   local rconn = assert(runtime.connect(cfg, 5))
   assert(runtime.register(rconn, cfg))
+  return cfg, rconn
+end
+
+local function run_shape(B, target, s, n)
+  local cfg, rconn = prepare(B, target, s)
   local jobs = {}
   for i = 1, n do jobs[i] = { id = i } end
   collectgarbage()
@@ -303,15 +315,8 @@ end
 -- the PUBLISHes per job (those run inside push.lua count on the node that
 -- ran it); the enqueue -> perform latency percentiles.
 local function run_trickle(B, target, m, idle)
-  flush(target)
   local s = B.SHAPES.lag1
-  local cfg = runtime.load(B.APP)
-  local w = cfg.by_name.Blank
-  w.shards_count, w.batch_size = s.shards, s.batch
-  w.fetch_size = math.max(s.batch, w.fetch_size)
-  cfg.redis = target.url
-  local rconn = assert(runtime.connect(cfg, 5))
-  assert(runtime.register(rconn, cfg))
+  local cfg, rconn = prepare(B, target, s)
   local dir = B.TMP .. "/trickle-" .. #target.nodes
   assert(B.ok("mkdir -p " .. B.q(dir)))
   local env = { BENCH_SHARDS = s.shards, BENCH_BATCH = s.batch, BENCH_FETCH = "", BENCH_SCHEDULER = s.scheduler,
