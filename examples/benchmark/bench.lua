@@ -16,7 +16,8 @@ local keys = require "luakiq.keys"
 local USAGE = [[
 usage: luakiq lua examples/benchmark/bench.lua [options]
   --jobs N            jobs per shape (default 100000)
-  --shapes LIST       comma-separated, from lag1,seq1,lag1x,b10,b100,thr1 (default all; none: skip)
+  --shapes LIST       comma-separated, from lag1,seq1,lag1x,b10,b100,thr1 (default all; none: skip),
+                      and one1,one100 (one shard: one thread at a time; not in the default)
   --latency N         latency mode over N jobs (default 1000; 0 = skip)
   --io N              I/O-bound shape: N jobs of one 100 ms HTTP request each (default 5000; 0 = skip;
                       Sidekiq runs N/10 of them); needs python3 and curl
@@ -46,6 +47,10 @@ local SHAPES = {
   -- lag1 with a throttle that lets everything run: what the running-set
   -- snapshot and the registration cost per call
   thr1 = { name = "lag, 5 shards, batch 1, throttle", shards = 5, batch = 1, scheduler = "lag", throttle = true },
+  -- one shard (not in the default run): what one shard, so one thread at
+  -- a time, can do; docs/benchmarks.md, "Redis Cluster", the model
+  one1 = { name = "lag, 1 shard, batch 1", shards = 1, batch = 1, scheduler = "lag" },
+  one100 = { name = "lag, 1 shard, batch 100", shards = 1, batch = 100, scheduler = "lag" },
 }
 local SHAPE_ORDER = { "lag1", "seq1", "lag1x", "b10", "b100", "thr1" }
 local THREADS = 5
