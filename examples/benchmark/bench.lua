@@ -16,7 +16,8 @@ local keys = require "luakiq.keys"
 local USAGE = [[
 usage: luakiq lua examples/benchmark/bench.lua [options]
   --jobs N            jobs per shape (default 100000)
-  --shapes LIST       comma-separated, from lag1,seq1,lag1x,b10,b100,thr1 (default all; none: skip)
+  --shapes LIST       comma-separated, from lag1,seq1,lag1x,b10,b100,thr1 (default all; none: skip),
+                      and one1,one100 (one shard: one thread at a time; not in the default)
   --latency N         latency mode over N jobs (default 1000; 0 = skip)
   --io N              I/O-bound shape: N jobs of one 100 ms HTTP request each (default 5000; 0 = skip;
                       Sidekiq runs N/10 of them); needs python3 and curl
@@ -26,7 +27,15 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
   --redis-server PATH redis-server binary (default: from PATH)
   --unix              every client talks to Redis over a Unix socket (default: TCP on 127.0.0.1)
   --keep              keep the temp dir (logs, Redis dir)
-  --commandstats      also print, per shape, each Redis command's calls and time per job]]
+  --commandstats      also print, per shape, each Redis command's calls and time per job
+  --cluster           the Redis Cluster comparison (cluster_shape.lua): the --cluster-shapes against one
+                      redis-server and a cluster of --masters masters (no replicas), each started here on
+                      free ports; alone it runs nothing else (as --shapes none --latency 0 --io 0)
+  --cluster-shapes L  shapes for --cluster (default lag1,b100)
+  --masters N         masters of the --cluster cluster (default 3; 1: one cluster-enabled node with every slot)
+  --trickle N         --cluster also pushes N jobs one at a time, 1 ms apart, to an idle host (default 3000;
+                      0 = skip): wake-up PUBLISHes, Redis CPU per node, latency
+  --replicas N        replicas per master of the --cluster cluster (default 0; needs --masters >= 3)]]
 
 local SHAPES = {
   lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },
@@ -38,6 +47,10 @@ local SHAPES = {
   -- lag1 with a throttle that lets everything run: what the running-set
   -- snapshot and the registration cost per call
   thr1 = { name = "lag, 5 shards, batch 1, throttle", shards = 5, batch = 1, scheduler = "lag", throttle = true },
+  -- one shard (not in the default run): what one shard, so one thread at
+  -- a time, can do; docs/benchmarks.md, "Redis Cluster", the model
+  one1 = { name = "lag, 1 shard, batch 1", shards = 1, batch = 1, scheduler = "lag" },
+  one100 = { name = "lag, 1 shard, batch 100", shards = 1, batch = 100, scheduler = "lag" },
 }
 local SHAPE_ORDER = { "lag1", "seq1", "lag1x", "b10", "b100", "thr1" }
 local THREADS = 5
@@ -45,8 +58,10 @@ local ENQUEUE_CALL = 10000 -- jobs per perform_async call (Lowkiq's benchmark: 1
 local POLL = 0.01
 
 -- --- options ------------------------------------------------------------------
-local opt = { jobs = 100000, shapes = SHAPE_ORDER, latency = 1000, io = 5000, sidekiq = "auto" }
+local opt = { jobs = 100000, shapes = SHAPE_ORDER, latency = 1000, io = 5000, sidekiq = "auto",
+              cluster_shapes = { "lag1", "b100" }, masters = 3, trickle = 3000, replicas = 0 }
 do
+  local given = {}
   local i = 1
   while arg[i] do
     local a = arg[i]
@@ -68,8 +83,24 @@ do
     elseif a == "--unix" then opt.unix = true
     elseif a == "--keep" then opt.keep = true
     elseif a == "--commandstats" then opt.commandstats = true
+    elseif a == "--cluster" then opt.cluster = true
+    elseif a == "--cluster-shapes" then
+      opt.cluster_shapes = {}
+      for s in val():gmatch("[^,]+") do
+        if not SHAPES[s] then io.stderr:write("unknown shape " .. s .. "\n", USAGE, "\n") os.exit(2) end
+        opt.cluster_shapes[#opt.cluster_shapes + 1] = s
+      end
+    elseif a == "--masters" then opt.masters = assert(tonumber(val()), "--masters: a number")
+    elseif a == "--trickle" then opt.trickle = assert(tonumber(val()), "--trickle: a number")
+    elseif a == "--replicas" then opt.replicas = assert(tonumber(val()), "--replicas: a number")
     else io.stderr:write(USAGE, "\n") os.exit(a == "--help" and 0 or 2) end
+    given[a] = true
     i = i + 1
+  end
+  if opt.cluster then -- --cluster alone: the cluster comparison only
+    if not given["--shapes"] then opt.shapes = {} end
+    if not given["--latency"] then opt.latency = 0 end
+    if not given["--io"] then opt.io = 0 end
   end
 end
 
@@ -557,6 +588,15 @@ local main_ok, main_err = xpcall(function()
     io_lk, io_sk = io_shape.run(B, opt.io)
     io_shape.B = B
   end
+  local cl_shape, cl_rows, cl_idle, cl_pub, cl_tr
+  if opt.cluster then
+    cl_shape = dofile(BENCH_DIR .. "/cluster_shape.lua")
+    local B = { ok = ok, q = q, spawn = spawn, stop = stop, cpu_secs = cpu_secs, wait_drain = wait_drain,
+                TMP = TMP, APP = APP, LUAKIQ = LUAKIQ, THREADS = THREADS, SHAPES = SHAPES,
+                ENQUEUE_CALL = ENQUEUE_CALL, print_table = print_table, fmt_int = fmt_int, COMMANDSTATS = opt.commandstats }
+    cl_rows, cl_idle, cl_pub, cl_tr = cl_shape.run(B, opt.cluster_shapes, opt.jobs, opt.masters, opt.trickle, opt.replicas)
+    cl_shape.B = B
+  end
   local rtt, floor_w, floor_l
   if #results > 0 then
     io.stderr:write("  redis-benchmark ...\n")
@@ -620,7 +660,10 @@ local main_ok, main_err = xpcall(function()
     io_shape.print(io_shape.B, io_lk, io_sk)
   end
 
+  if cl_rows then cl_shape.print(cl_shape.B, cl_rows, cl_idle, opt.masters, cl_pub, cl_tr) end
+
   -- The issue's targets.
+  if #results == 0 and not lat and not io_lk then return end
   print()
   local trows = {}
   local function target(name, value, goal, met)

@@ -5,6 +5,10 @@
 # used_memory growth per job. Usage: examples/benchmark/layout-memory.sh [N]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# the binary for free ports (tools/private-services.sh): as run.sh finds one
+if [ -z "${LUAKIQ_BIN:-}" ]; then
+  for b in build-bench/luakiq build/luakiq; do [ -x "$b" ] && { export LUAKIQ_BIN=$b; break; }; done
+fi
 . tools/private-services.sh
 private_session
 private_redis_start "$PRIVATE_TMP" >/dev/null
