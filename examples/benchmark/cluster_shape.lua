@@ -364,7 +364,9 @@ local function run_trickle(B, target, m, idle)
       end
     end
     per[i] = { rcpu = math.max(0, c1 - c0[i] - idle[i] * secs) / m,
-               publish = ((after.publish or 0) - (before[i].publish or 0)) / m }
+               -- wake-ups: PUBLISH on one server, SPUBLISH (sharded) on a cluster
+               publish = ((after.publish or 0) + (after.spublish or 0)
+                          - (before[i].publish or 0) - (before[i].spublish or 0)) / m }
   end
   B.stop(pid)
   rconn:close()
