@@ -480,6 +480,8 @@ end
 -- JSON {dir, overrides, token, threads} from `luakiq run`; loads the script
 -- directory as every worker thread does and returns the request handler.
 function M.open(boot)
+  -- enqueues from the API follow a reshard made while the host runs
+  require("luakiq.client").follow = true
   local b = json.decode(boot)
   local cfg = runtime.load(b.dir, b.overrides)
   return M.handler(cfg, { token = b.token, threads = b.threads })

@@ -14,6 +14,9 @@
 -- luakiq:include levels
 local P = KEYS[1]
 local K = shard_keys(P)
+-- a shard a reshard froze has nothing for anyone (fetch.lua refuses it);
+-- the reshard wakes it when it is done
+if redis.call("EXISTS", K.reshard) == 1 then return { "", "0" } end
 local head = queue_head(P, K) or ""
 local orphaned = false
 if redis.call("EXISTS", K.busy) == 1 then
