@@ -123,7 +123,8 @@ function M.run(conn, cfg, worker_name, n_text, opts)
 
   -- 2. freeze, 3. registry
   local cmds = {}
-  for s = 0, S - 1 do cmds[#cmds + 1] = { script = "reshard_shard", prefix[s], "freeze", token, tostring(B) } end
+  for s = 0, S - 1 do cmds[#cmds + 1] = { script = "reshard_shard", prefix[s], "freeze", token, tostring(B),
+                                    keys.wake_channel(ns) } end
   for _, x in ipairs(conn:pipeline(cmds)) do check(x, "reshard_shard freeze") end
   local frozen_at = core.mono()
   conn:call("HSET", reg, Q, tostring(B))

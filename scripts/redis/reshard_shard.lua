@@ -2,9 +2,11 @@
 -- jobs (luakiq.reshard; docs/redis.md, "Reshard"). One shard, one slot.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = operation, ARGV[2] =
 -- the reshard's token, then:
---   "freeze", COUNT: P reshard = token (fetch.lua then gives the shard to
---     no other holder and heads.lua shows it empty), P shards = COUNT (push.lua
---     refuses a push routed with another count). Returns "OK".
+--   "freeze", COUNT, CHANNEL: P reshard = token (fetch.lua then gives the
+--     shard to no other holder and heads.lua shows it empty), P shards = COUNT
+--     (push.lua refuses a push routed with another count); when a holder
+--     has the lease, the prefix is published on CHANNEL ("" = not), so that
+--     an idle holder fetches now and gives the lease back. Returns "OK".
 --   "drop", ids...: the staged records of those ids are imported: HDEL them
 --     from P reshard:out. Returns how many went.
 --   "counters_out": the first step of moving a removed shard's counters:
@@ -30,6 +32,8 @@ if op == "freeze" then
   if not (n and n:match("^[1-9]%d*$")) then error("luakiq reshard_shard: count must be a positive integer", 0) end
   redis.call("SET", K.reshard, token)
   redis.call("SET", K.shards, n)
+  -- a holder idle between calls fetches once more, and gives the lease back
+  if ARGV[4] and ARGV[4] ~= "" and redis.call("GET", K.lease) then redis.call("PUBLISH", ARGV[4], P) end
   return "OK"
 end
 if redis.call("GET", K.reshard) ~= token then
