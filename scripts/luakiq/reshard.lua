@@ -214,6 +214,7 @@ function M.run(conn, cfg, worker_name, n_text, opts)
             if opts.pace then core.sleep(opts.pace) end
           end
           if #ids > 0 then from = "(" .. ids[#ids] end
+          tick()
         until #ids < M.PAGE
       end
     end

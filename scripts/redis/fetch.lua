@@ -45,14 +45,16 @@ end
 local busy, berrs = K.busy, K.busy_errors
 
 -- Lease.
-local cur = redis.call("GET", K.lease)
+-- (one MGET: the lease, and whether a reshard froze the shard)
+local lf = redis.call("MGET", K.lease, K.reshard)
+local cur = lf[1]
 if cur and cur ~= token then
   return { "LEASE", tostring(redis.call("PTTL", K.lease)) }
 end
 -- A reshard froze the shard (P reshard = its token; luakiq.reshard): no
 -- holder but the reshard acquires it or fetches from it. Its holder may
 -- still ack (below), then gives the lease back so the reshard takes it.
-local frozen = redis.call("GET", K.reshard)
+local frozen = lf[2]
 frozen = frozen and frozen ~= token
 local restored = 0
 if not cur and redis.call("GET", K.holder) ~= token then
