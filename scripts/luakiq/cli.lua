@@ -179,12 +179,17 @@ local function connect(cfg, retry_for)
   connect_failed(err)
 end
 
--- Loads the script directory, connects, and returns cfg, conn.
+-- Loads the script directory, connects, and returns cfg, conn. Commands
+-- that read or change a queue use the registry's shards_count (a reshard may
+-- have changed it since the worker files were written); `reshard` itself
+-- passes need_redis = "as_files".
 local function open(dir, opt, need_redis)
   if not dir then usage("missing DIR") end
   local cfg = runtime.load(dir, overrides(opt))
   if not need_redis then return cfg end
-  return cfg, connect(cfg, 0)
+  local conn = connect(cfg, 0)
+  if need_redis ~= "as_files" then runtime.follow_registry(conn, cfg) end
+  return cfg, conn
 end
 
 local function print_json(v) io.stdout:write(json.clean(json.encode(v)), "\n") end
@@ -375,7 +380,7 @@ function commands.reshard(argv)
   if opt.batch and (not batch or batch < 1 or batch > 1000 or batch % 1 ~= 0) then
     usage("--batch must be an integer from 1 to 1000")
   end
-  local cfg, conn = open(dir, opt, true)
+  local cfg, conn = open(dir, opt, "as_files")
   local show = require("luakiq.feed").progress(core.isatty(2))
   -- (--pace SECONDS, not in the help: a pause after each move call, for specs)
   local st = require("luakiq.reshard").run(conn, cfg, worker, n,

@@ -190,6 +190,14 @@ describe("luakiq reshard", function()
           assert.are.same(before[i], after[i], "id" .. i)
         end
         assert.are.equal(0, conn:call("EXISTS", "luakiq:{W}:reshard", "luakiq:{W}:reshard:lock"))
+        -- the read commands find a job in its new shard with the old worker file
+        local moved_id
+        for i = 1, N do
+          if keys.shard("id" .. i, 4) ~= keys.shard("id" .. i, 7) then moved_id = "id" .. i break end
+        end
+        local rcj, outj, errj = host.exec("job " .. q(dir) .. " W " .. moved_id, nil, env())
+        assert.are.equal(0, rcj, errj)
+        assert.are.equal(moved_id, json.decode(outj).id)
         -- and down to 3, unpaced: the same jobs again
         local rc5, _, err5 = reshard(dir, "W 3")
         assert.are.equal(0, rc5, err5)
