@@ -27,6 +27,7 @@ if redis.call("GET", K.reshard) ~= token or redis.call("GET", K.lease) ~= token 
 end
 if redis.call("EXISTS", K.busy) == 1 then error("luakiq reshard_out: jobs are in flight", 0) end
 local out = {}
+local expiring = redis.call("EXISTS", K.expiring) == 1
 for i = 2, #ARGV do
   local id = ARGV[i]
   local rec = redis.call("HGET", K.reshard_out, id)
@@ -37,31 +38,35 @@ for i = 2, #ARGV do
     if pin then
       local pl = redis.call("ZRANGE", pk, 0, -1, "WITHSCORES")
       if #pl > 0 then
+        local ek = expires_key(P, id)
         r.q = { pin, redis.call("ZSCORE", K.retries, id) or "-1", redis.call("HGET", K.errors, id) or "",
                 prio or "", has_windows(K) and redis.call("HGET", K.windows, id) or "",
-                pl = pl, ex = redis.call("HGETALL", expires_key(P, id)) }
+                pl = pl, ex = expiring and redis.call("HGETALL", ek) or {} }
         any = true
       end
       unqueue(P, K, id)
+      redis.call("ZREM", K.retries, id)
+      redis.call("HDEL", K.errors, id)
+      redis.call("DEL", pk)
+      if expiring then
+        redis.call("DEL", expires_key(P, id))
+        redis.call("SREM", K.expiring, id)
+      end
     end
-    redis.call("ZREM", K.retries, id)
     redis.call("ZREM", K.ids, id)
-    redis.call("HDEL", K.errors, id)
-    redis.call("DEL", pk, expires_key(P, id))
-    redis.call("SREM", K.expiring, id)
     local upd = redis.call("ZSCORE", K.morgue, id)
-    local mk = morgue_payloads_key(P, id)
     if upd then
+      local mk = morgue_payloads_key(P, id)
       local pl = redis.call("ZRANGE", mk, 0, -1, "WITHSCORES")
       if #pl > 0 then
         r.d = { upd, redis.call("HGET", K.morgue_errors, id) or "", pl = pl }
         any = true
       end
+      redis.call("ZREM", K.morgue, id)
+      redis.call("HDEL", K.morgue_errors, id)
+      redis.call("DEL", mk)
     end
-    redis.call("ZREM", K.morgue, id)
     redis.call("ZREM", K.morgue_ids, id)
-    redis.call("HDEL", K.morgue_errors, id)
-    redis.call("DEL", mk)
     local text = has_tags(K) and redis.call("HGET", K.tags, id)
     if text then
       if any then r.t = text end
