@@ -183,8 +183,13 @@ function M.run(conn, cfg, worker_name, n_text, opts)
       end
     end
     for _, x in ipairs(conn:pipeline(cmds)) do check(x, "reshard_in") end
-    check(conn:pipeline({ { script = "reshard_shard", prefix[s], "drop", token, unpack(ids) } })[1], "reshard_shard drop")
     stats.moved = stats.moved + #ids
+    -- the drop, and the count so far in the reshard's record (for whoever
+    -- watches), in one round trip
+    local rs = conn:pipeline({ { script = "reshard_shard", prefix[s], "drop", token, unpack(ids) },
+                               { "HSET", skey, "moved", tostring(stats.moved) } })
+    check(rs[1], "reshard_shard drop")
+    check(rs[2], "HSET")
     return #ids
   end
   local function show()
@@ -208,7 +213,6 @@ function M.run(conn, cfg, worker_name, n_text, opts)
             local c = { script = "reshard_out", P, token }
             for j = i, math.min(i + batch - 1, #mis) do c[#c + 1] = mis[j] end
             moved = moved + move(s, check(conn:pipeline({ c })[1], "reshard_out"))
-            conn:call("HSET", skey, "moved", tostring(stats.moved))
             show()
             tick()
             if opts.pace then core.sleep(opts.pace) end
