@@ -22,7 +22,7 @@
 --      call ends and is acked; a dead host's in-flight jobs are restored, as
 --      by any new holder);
 --   5. move the misplaced jobs of shards 0..A-1, then check again;
---   6. counters of removed shards, schedules' last ticks;
+--   6. counters of removed shards (the schedules' last ticks moved at 2);
 --   7. thaw (release the leases, publish the wake-ups), unlock.
 -- The queue does not run from 2 to 7 (the "pause" the summary reports);
 -- pushes go on throughout.
@@ -127,6 +127,19 @@ function M.run(conn, cfg, worker_name, n_text, opts)
                                     keys.wake_channel(ns) } end
   for _, x in ipairs(conn:pipeline(cmds)) do check(x, "reshard_shard freeze") end
   local frozen_at = core.mono()
+  -- the schedules' last ticks follow their job id to its new shard before
+  -- any host routes with B (the registry, next): a host with A is refused
+  -- by schedule.lua from now on, one with B finds the last tick there
+  for _, sc in ipairs(cfg.schedules or {}) do
+    if sc.worker == w.name then
+      local old, new = prefix[keys.shard(sc.id, A)], prefix[keys.shard(sc.id, B)]
+      if old ~= new then
+        local v = conn:call("HGET", old .. "schedules", sc.name)
+        local nv = conn:call("HGET", new .. "schedules", sc.name)
+        if v and (not nv or tonumber(v) > tonumber(nv)) then conn:call("HSET", new .. "schedules", sc.name, v) end
+      end
+    end
+  end
   conn:call("HSET", reg, Q, tostring(B))
 
   -- 4. every shard's lease (restoring what dead holders left in flight)
@@ -231,7 +244,7 @@ function M.run(conn, cfg, worker_name, n_text, opts)
   until moved == 0 or passes >= 5
   stats.passes = passes
 
-  -- 6. counters of removed shards (into shard s % B), schedules' last ticks
+  -- 6. counters of removed shards (into shard s % B)
   for s = B, A - 1 do
     local flat = check(conn:pipeline({ { script = "reshard_shard", prefix[s], "counters_out", token } })[1], "counters")
     if #flat > 0 then
@@ -241,17 +254,6 @@ function M.run(conn, cfg, worker_name, n_text, opts)
     check(conn:pipeline({ { script = "reshard_shard", prefix[s], "counters_drop", token } })[1], "counters")
     tick()
   end
-  for _, sc in ipairs(cfg.schedules or {}) do
-    if sc.worker == w.name then
-      local old, new = prefix[keys.shard(sc.id, A)], prefix[keys.shard(sc.id, B)]
-      if old ~= new then
-        local v = conn:call("HGET", old .. "schedules", sc.name)
-        local nv = conn:call("HGET", new .. "schedules", sc.name)
-        if v and (not nv or tonumber(v) > tonumber(nv)) then conn:call("HSET", new .. "schedules", sc.name, v) end
-      end
-    end
-  end
-
   -- 7. thaw
   cmds = {}
   for s = 0, S - 1 do

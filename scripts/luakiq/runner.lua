@@ -1161,7 +1161,11 @@ local function schedules_tick(t)
       end
       local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(s.id, w.shards_count))
       local r = t.conn:pipeline({ { script = "schedule", P, s.name, string.format("%.17g", tick),
-                                    string.format("%.17g", now), keys.wake_channel(cfg.namespace), s.id, payload } })[1]
+                                    string.format("%.17g", now), keys.wake_channel(cfg.namespace), s.id, payload,
+                                    tostring(w.shards_count) } })[1]
+      -- (resharded since this thread last read the registry: the tick is
+      -- claimed in the id's new shard once registry_tick has the new count)
+      if type(r) == "table" and r.err and r.err:find("luakiq schedule: resharded", 1, true) then return end
       if type(r) == "table" and r.err then error("schedule.lua failed: " .. r.err, 0) end
       st.claimed = tick
       if r == 1 then

@@ -210,6 +210,29 @@ describe("luakiq reshard", function()
         assert.truthy(e.err and e.err:match("luakiq push: resharded: queue has 3 shards, the push used 7"), tostring(e.err))
       end)
 
+    it("moves the schedules' last ticks; a tick routed with the old count is refused", function()
+      local conn = srv.conn
+      local id = "sched-1"
+      for i = 1, 50 do
+        if keys.shard("sched-" .. i, 4) ~= keys.shard("sched-" .. i, 9) then id = "sched-" .. i break end
+      end
+      host.write(dir .. "/config.lua", "return { poll_interval = 0.2, lease_ttl = 1, schedules = { " ..
+        "{ name = 's1', worker = 'W', id = '" .. id .. "', every = 3600 } } }")
+      local old, new = keys.shard(id, 4), keys.shard(id, 9)
+      assert.are_not.equal(old, new)
+      conn:call("HSET", keys.prefix("luakiq", "W", old) .. "schedules", "s1", "1800000000")
+      local rc, _, err = reshard(dir, "W 9")
+      assert.are.equal(0, rc, err)
+      assert.are.equal("1800000000", conn:call("HGET", keys.prefix("luakiq", "W", new) .. "schedules", "s1"))
+      local r = conn:pipeline({ { script = "schedule", keys.prefix("luakiq", "W", old), "s1", "1800003600",
+                                  "1800003600", "", id, "p", "4" } })[1]
+      assert.truthy(r.err and r.err:match("luakiq schedule: resharded: queue has 9 shards, the schedule used 4"),
+        tostring(r.err))
+      r = conn:pipeline({ { script = "schedule", keys.prefix("luakiq", "W", new), "s1", "1800000000",
+                            "1800000000", "", id, "p", "9" } })[1]
+      assert.are.equal(0, r) -- claimed before the reshard: not again
+    end)
+
     it("refuses bad input with one line and exit 2", function()
       local cases = {
         { "X 3", "^luakiq: unknown worker 'X'\n$" },
