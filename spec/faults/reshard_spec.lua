@@ -9,7 +9,9 @@
 --      windows, expiries, tags, the morgue), in its new shard; jobs a dead
 --      holder left in flight are restored and moved; a second reshard while
 --      one runs, and one to another count while one is unfinished: refused.
---   3. bad input: one line, exit 2.
+--   3. a call in flight holds the reshard until it ends; a job of its id
+--      pushed meanwhile (under the new count) runs after it, not beside it;
+--      the schedules' last ticks move; bad input: one line, exit 2.
 --   4. stale hosts: a host started with the old count is refused (exit 2);
 --      a running host with a fixed plan stops serving the queue with one
 --      line and goes on with its other queues; an elastic one follows.
@@ -231,6 +233,37 @@ describe("luakiq reshard", function()
       r = conn:pipeline({ { script = "schedule", keys.prefix("luakiq", "W", new), "s1", "1800000000",
                             "1800000000", "", id, "p", "9" } })[1]
       assert.are.equal(0, r) -- claimed before the reshard: not again
+    end)
+
+    it("waits for a call in flight: its job runs once, the reshard after it", function()
+      local conn = srv.conn
+      local edir = host.scriptdir {
+        ["config.lua"] = "return { poll_interval = 0.2, lease_ttl = 1, splitter = 'elastic' }",
+        ["workers/W.lua"] = [[return { shards_count = 4, perform = function(b)
+          local luakiq = require "luakiq"
+          for id in pairs(b) do
+            luakiq.redis.call("RPUSH", "t:done", "start " .. id)
+            if id == "slow" then luakiq.sleep(2) end
+            luakiq.redis.call("RPUSH", "t:done", "end " .. id)
+          end
+        end }]],
+        ["workers/V.lua"] = (W:gsub("%%d", "2")),
+      }
+      local p = host.spawn("run " .. q(edir), env())
+      host.enqueue(dir, "W", { { id = "slow", payload = 1 } }, env())
+      host.eventually(function() return conn:call("LINDEX", "t:done", 0) == "start slow" end, 10, "the slow call")
+      local rs = host.spawn("reshard " .. q(dir) .. " W 5", env())
+      core.sleep(0.5)
+      assert.is_nil(rs:wait(0), "the reshard ended while the call ran")
+      host.enqueue(host.scriptdir { ["workers/W.lua"] = W:format(5) }, "W", { { id = "slow", payload = 2 } }, env())
+      assert.are.equal(0, rs:wait(10), rs:log())
+      local st = json.decode(host.read(rs.dir .. "/out"))
+      assert.is_true(st.waited >= 1, "waited " .. st.waited)
+      host.eventually(function() return conn:call("LLEN", "t:done") == 4 end, 10, "the second job of slow")
+      assert.are.same({ "start slow", "end slow", "start slow", "end slow" }, conn:call("LRANGE", "t:done", 0, -1))
+      p:signal("TERM")
+      assert.are.equal(0, p:wait(10), p:log())
+      host.sh("rm -rf " .. q(edir))
     end)
 
     it("refuses bad input with one line and exit 2", function()
