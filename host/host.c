@@ -76,8 +76,11 @@ static void host_on_wake(const char *msg, size_t len, void *arg) {
     buf[len] = 0;
     struct host_route key = {buf, 0};
     struct host_route *r = bsearch(&key, host.routes, (size_t)host.nroutes, sizeof key, host_route_cmp);
-    if (!r) return;
-    if (r->thread >= 0) { runner_wake(r->thread, buf); return; }
+    /* A prefix not routed: on an elastic host (per-thread tokens) it may be
+     * a shard a reshard created since the start (scripts/luakiq/reshard.lua),
+     * which the threads serve now: every thread gets it, as below. */
+    if (!r && !host.plan->thread_tokens) return;
+    if (r && r->thread >= 0) { runner_wake(r->thread, buf); return; }
     /* thread -1 (elastic hosts): the shard moves between threads, so every
      * thread gets the message; those not holding it ignore it */
     for (int i = 0; i < host.plan->nthreads; i++) runner_wake(i, buf);

@@ -42,6 +42,14 @@
 -- the kill and the stop: until the live hosts hold every shard again) and
 -- the shares after the joins. The checker also counts, in every mode,
 -- overlapping calls of one shard ("shard overlaps": two holders at once).
+--
+-- --reshard LIST: online reshards (docs/operations.md, "Resharding") through a
+-- fixed scenario: --hosts elastic hosts run while payloads are pushed at a
+-- steady --rate (the pusher follows the new counts), and `luakiq reshard` runs
+-- to each count of LIST in turn (e.g. --shards 4 --reshard 7,3), 2 s apart.
+-- After each one every job (queued, in flight, dead) must be in its shard,
+-- crc32(id) % count. The shard-overlap count then covers only the calls
+-- after the last reshard (a shard number names another set of ids before).
 local root = (arg and arg[0] or ""):match("^(.*)/tools/[^/]*$") or "."
 package.path = root .. "/spec/?.lua;" .. package.path
 
@@ -71,6 +79,12 @@ do
     if flags[name] then
       opt[name] = true
       i = i + 1
+    elseif name == "reshard" then
+      opt.reshard = {}
+      for c in tostring(a[i + 1]):gmatch("[^,]+") do
+        opt.reshard[#opt.reshard + 1] = tonumber(c) or error("soak: --reshard needs counts like 7,3", 0)
+      end
+      i = i + 2
     elseif name == "bin" then
       opt.bin = a[i + 1]
       i = i + 2
@@ -86,6 +100,12 @@ if opt.elastic then
   -- the scenario makes the faults; the stream lasts as long as it does
   opt.hosts, opt["kill-every"], opt["redis-restarts"], opt.payloads = 1, 0, 0, 1e9
 end
+if opt.reshard then
+  opt["kill-every"], opt["redis-restarts"], opt.payloads = 0, 0, 1e9
+  client.follow = true -- the pusher routes with the new counts as they come
+end
+local MAXSHARDS = opt.shards
+for _, c in ipairs(opt.reshard or {}) do MAXSHARDS = math.max(MAXSHARDS, c) end
 local N = math.floor(opt.payloads)
 local IDS = opt.ids > 0 and math.floor(opt.ids) or math.max(50, math.floor(math.min(N, 20000) / 50))
 local BACKLOG = opt.backlog > 0 and opt.backlog or math.max(2 * IDS, 1000) -- payloads not yet done
@@ -145,12 +165,12 @@ return {
   opt["fetch-size"] > 0 and tostring(opt["fetch-size"]) or "nil", opt["max-retry"])
 local dir = host.scriptdir {
   ["config.lua"] = ("return { threads_per_node = %d, poll_interval = 0.2, lease_ttl = %s, redis_retry = 60%s }")
-    :format(opt.threads, opt["lease-ttl"], opt.elastic and ', splitter = "elastic"' or ""),
+    :format(opt.threads, opt["lease-ttl"], (opt.elastic or opt.reshard) and ', splitter = "elastic"' or ""),
   ["workers/Soak.lua"] = WORKER,
 }
 local cfg = runtime.load(dir)
 local prefixes = {}
-for s = 0, opt.shards - 1 do prefixes[#prefixes + 1] = keys.prefix("luakiq", "Soak", s) end
+for s = 0, MAXSHARDS - 1 do prefixes[#prefixes + 1] = keys.prefix("luakiq", "Soak", s) end
 
 -- Hosts ----------------------------------------------------------------------
 local hosts, dead_pids, stats = {}, {}, { kills = 0, terms = 0, restarts = 0, redis_restarts = 0 }
@@ -172,7 +192,7 @@ local function start_host(i)
   hosts[i] = host.spawn("run " .. host.quote(dir), "REDIS_URL=" .. srv.url)
   logs[#logs + 1] = hosts[i]
 end
-if not opt.elastic then for i = 1, opt.hosts do start_host(i) end end
+if not opt.elastic and not opt.reshard then for i = 1, opt.hosts do start_host(i) end end
 
 local function conn() return srv.conn end
 
@@ -366,6 +386,50 @@ if opt.elastic then
     end
   end
 end
+-- The reshard scenario (--reshard) --------------------------------------------
+local rs
+if opt.reshard then
+  rs = { results = {}, i = 0, next_at = core.now() + 2 }
+  -- jobs of the queue not in shard crc32(id) % count: queued, dead, in flight
+  local function misplaced(count)
+    local bad = 0
+    for s, P in ipairs(prefixes) do
+      for _, k in ipairs { "ids", "morgue:ids" } do
+        for _, id in ipairs(conn():call("ZRANGE", P .. k, 0, -1)) do
+          if keys.shard(id, count) ~= s - 1 then bad = bad + 1 end
+        end
+      end
+      for _, id in ipairs(conn():call("HKEYS", P .. "busy")) do
+        if keys.shard(id, count) ~= s - 1 then bad = bad + 1 end
+      end
+    end
+    return bad
+  end
+  function rs.step()
+    if rs.done then return end
+    if rs.proc then
+      local rc = tonumber(host.read(rs.proc.dir .. "/rc"))
+      if not rc then return end
+      local r = rs.results[#rs.results]
+      r.rc, r.out = rc, rs.proc:log()
+      r.stats = rc == 0 and json.decode(host.read(rs.proc.dir .. "/out")) or nil
+      r.misplaced = misplaced(r.to)
+      r.after = core.now()
+      say(("reshard to %d: exit %d, %s, misplaced %d"):format(r.to, rc, r.out:gsub("\n", " "), r.misplaced))
+      rs.proc, rs.next_at = nil, core.now() + 2
+      if rs.i == #opt.reshard then rs.done = true end
+      return
+    end
+    if core.now() < rs.next_at then return end
+    rs.i = rs.i + 1
+    local to = opt.reshard[rs.i]
+    rs.results[#rs.results + 1] = { to = to, from = rs.cur or opt.shards, at = core.now() }
+    rs.cur = to
+    rs.proc = host.spawn("reshard " .. host.quote(dir) .. " Soak " .. to, "REDIS_URL=" .. srv.url)
+  end
+  for i = 1, opt.hosts do start_host(i) end
+end
+
 say(("soak: %d payloads over %d ids, %d hosts x %d threads, %d shards, batch %d, fetch_size %s, fail %.2f, " ..
   "kill every ~%gs, %d Redis restarts, seed %d, Redis %s%s"):format(N, IDS, opt.hosts, opt.threads, opt.shards, opt.batch,
   opt["fetch-size"] > 0 and opt["fetch-size"] or "default", opt.fail,
@@ -377,10 +441,14 @@ while core.now() < deadline do
     el.step()
     if el.done and total < N then N = total end -- the stream ends with the scenario
   end
+  if rs then
+    rs.step()
+    if rs.done and total < N and core.now() >= rs.next_at then N = total end -- 2 s after the last one
+  end
   local queued, busy = backlog()
   if total < N then
     local done = tonumber(conn():call("GET", "soak:done")) or 0
-    if el then
+    if el or rs then
       -- a steady stream: opt.rate payloads a second
       if total < opt.rate * (core.now() - opt.t0) then push_chunk(math.max(1, math.floor(opt.rate / 20)))
       else core.sleep(0.02) end
@@ -513,10 +581,14 @@ end
 local shard_overlaps = 0
 do
   local by_shard, seen_call = {}, {}
+  local count, since = opt.shards, -math.huge
+  if rs and #rs.results > 0 then
+    count, since = rs.results[#rs.results].to, rs.results[#rs.results].after or math.huge
+  end
   for id, recs in pairs(records) do
-    local sh = keys.shard(id, opt.shards)
+    local sh = keys.shard(id, count)
     for _, r in ipairs(recs) do
-      if not seen_call[r.n] then
+      if not seen_call[r.n] and r.t0 >= since then
         seen_call[r.n] = true
         local l = by_shard[sh] or {}
         by_shard[sh] = l
@@ -567,7 +639,15 @@ for _, p in ipairs(logs) do
   if log:match("worker thread failed") or log:match("fatal") then host_errors = host_errors + 1 end
 end
 
+local reshard_ok = true
+if rs then
+  reshard_ok = rs.done == true
+  for _, r in ipairs(rs.results) do
+    if r.rc ~= 0 or r.misplaced ~= 0 then reshard_ok = false end
+  end
+end
 local ok = c.lost == 0 and c.overlaps == 0 and c.order == 0 and c.inner_order == 0 and c.unknown == 0
+  and reshard_ok
   and shard_overlaps == 0 and not (el and (#el.failed > 0 or not el.done))
   and bad_records == 0 and not timed_out and host_errors == 0 and (stats.bad_exit or 0) == 0
   and c.succeeded + morgued - c.morgued_and_succeeded == N
@@ -596,6 +676,16 @@ if el then
   end
   out:write(("  elastic (lease_ttl %g s, %d shards): %s%s\n"):format(opt["lease-ttl"], opt.shards,
     table.concat(parts, "; "), el.done and "" or "; scenario UNFINISHED"))
+end
+if rs then
+  local parts = {}
+  for _, r in ipairs(rs.results) do
+    local st = r.stats or {}
+    parts[#parts + 1] = ("%d -> %d: exit %s, moved %s, paused %s s, took %s s, waited %s s for calls, misplaced %s")
+      :format(r.from, r.to, tostring(r.rc), tostring(st.moved), tostring(st.paused), tostring(st.seconds),
+        tostring(st.waited), tostring(r.misplaced))
+  end
+  out:write(("  reshards: %s%s\n"):format(table.concat(parts, "; "), rs.done and "" or "; scenario UNFINISHED"))
 end
 out:write(("  overlaps %d, order violations %d, unsorted batches %d, unknown payloads %d, bad records %d, " ..
   "host errors %d, bad exits %d%s\n"):format(c.overlaps, c.order, c.inner_order, c.unknown, bad_records, host_errors,

@@ -24,6 +24,7 @@ usage: luakiq COMMAND ...
   jobs DIR --tag T [--limit N]         list jobs as JSON lines (--tag: every worker's jobs tagged T)
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
+  reshard DIR WORKER N                 change WORKER's shards_count to N while hosts run (moves its jobs)
   schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
   hosts DIR                            the running hosts: threads, shards, calls (JSON lines)
   timing DIR WORKER [--day YYYY-MM-DD] wait and run times of one UTC day: count, mean, std, histogram (JSON)
@@ -79,6 +80,15 @@ enqueue goes on. Kept in Redis: a host started later stays paused. Prints
   resume = [[usage: luakiq resume DIR WORKER [--redis URL]
 Lets every host run WORKER again (its backlog drains). Prints
 {"changed":true|false,"paused":false,"worker":NAME}.]],
+  reshard = [[usage: luakiq reshard DIR WORKER N [--batch N] [--redis URL]
+Changes the shards_count of WORKER's queue to N while hosts run: the queue
+pauses (pushes go on), every job whose shard crc32(id) % N differs moves there
+(queued, retried, scheduled and dead jobs, with tags, priorities, windows and
+expiries), then the queue runs again on N shards. Resumable: run it again
+after a kill. Prints {"worker","queue","from","to","moved","restored","waited",
+"paused","seconds","passes"} (seconds). Then set shards_count = N in the worker
+file: a host started with the old count is refused (docs/operations.md,
+"Resharding"). --batch: ids per move call (default 200).]],
   job = [[usage: luakiq job DIR WORKER ID [--redis URL]
 Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","retry_count","error",
 "payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
@@ -169,12 +179,17 @@ local function connect(cfg, retry_for)
   connect_failed(err)
 end
 
--- Loads the script directory, connects, and returns cfg, conn.
+-- Loads the script directory, connects, and returns cfg, conn. Commands
+-- that read or change a queue use the registry's shards_count (a reshard may
+-- have changed it since the worker files were written); `reshard` itself
+-- passes need_redis = "as_files".
 local function open(dir, opt, need_redis)
   if not dir then usage("missing DIR") end
   local cfg = runtime.load(dir, overrides(opt))
   if not need_redis then return cfg end
-  return cfg, connect(cfg, 0)
+  local conn = connect(cfg, 0)
+  if need_redis ~= "as_files" then runtime.follow_registry(conn, cfg) end
+  return cfg, conn
 end
 
 local function print_json(v) io.stdout:write(json.clean(json.encode(v)), "\n") end
@@ -356,6 +371,29 @@ local function pause_command(argv, pause)
 end
 function commands.pause(argv) return pause_command(argv, true) end
 function commands.resume(argv) return pause_command(argv, false) end
+
+function commands.reshard(argv)
+  local pos, opt = parse(argv, 2, { redis = true, batch = true, pace = true })
+  local dir, worker, n = pos[1], pos[2], pos[3]
+  if not n or pos[4] then usage("usage: luakiq reshard DIR WORKER N") end
+  local batch = opt.batch and tonumber(opt.batch)
+  if opt.batch and (not batch or batch < 1 or batch > 1000 or batch % 1 ~= 0) then
+    usage("--batch must be an integer from 1 to 1000")
+  end
+  local cfg, conn = open(dir, opt, "as_files")
+  local show = require("luakiq.feed").progress(core.isatty(2))
+  -- (--pace SECONDS, not in the help: a pause after each move call, for specs)
+  local st = require("luakiq.reshard").run(conn, cfg, worker, n,
+    { batch = batch, progress = show, pace = opt.pace and tonumber(opt.pace) })
+  for _, k in ipairs { "waited", "paused", "seconds" } do st[k] = math.floor(st[k] * 1000 + 0.5) / 1000 end
+  print_json(st)
+  local w = cfg.by_name[worker]
+  if w.shards_count ~= st.to then
+    io.stderr:write(string.format("luakiq: now set shards_count = %d in %s: a host started with %d is refused\n",
+      st.to, w.file or w.name, w.shards_count))
+  end
+  return 0
+end
 
 function commands.job(argv)
   local pos, opt = parse(argv, 2, { redis = true })

@@ -196,54 +196,64 @@ end
 -- enqueue with another count would put ids in shards nobody serves.
 local registered = {}
 
+-- M.follow: this VM follows a reshard (luakiq reshard) made while it runs:
+-- the worker's shards_count becomes the registry's (host threads, the web
+-- thread, tools). Without it (the CLI) a count that differs from the
+-- registry's is refused: the worker file is stale.
+M.follow = false
+
 local function check_registry(conn, cfg, worker)
   local key = cfg.namespace .. "\0" .. worker.queue_name
   if registered[key] == worker.shards_count then return end
-  local stored = conn:call("HGET", keys.registry(cfg.namespace), worker.queue_name)
-  if stored and tonumber(stored) ~= worker.shards_count then
-    errors.input(string.format("%s: shards_count is %d but queue '%s' has %s shards in Redis; " ..
-      "nothing enqueued (see docs/configuration.md, 'Changing shards_count')",
-      worker.file or worker.name, worker.shards_count, worker.queue_name, stored))
+  local stored = tonumber(conn:call("HGET", keys.registry(cfg.namespace), worker.queue_name))
+  if stored and stored ~= worker.shards_count then
+    if not M.follow then
+      errors.input(string.format("%s: shards_count is %d but queue '%s' has %d shards in Redis; " ..
+        "nothing enqueued (see docs/configuration.md, 'Changing shards_count')",
+        worker.file or worker.name, worker.shards_count, worker.queue_name, stored))
+    end
+    worker.shards_count = stored
   end
   registered[key] = worker.shards_count
+end
+
+-- Forgets what check_registry learnt of worker's queue (a push was refused:
+-- the queue was resharded since).
+local function forget_registry(cfg, worker)
+  registered[cfg.namespace .. "\0" .. worker.queue_name] = nil
 end
 
 -- The optional fields of a prepared job that push.lua takes as sections.
 local SECTIONS = { { 6, "expires_at" }, { 7, "priority" }, { 8, "windows" }, { 9, "tags" } }
 
--- Validates and sends jobs of one worker; returns how many were enqueued.
-local function push_now(conn, cfg, worker, jobs)
-  if type(jobs) ~= "table" then errors.input("jobs must be an array") end
-  local n = #jobs
-  for k in pairs(jobs) do
-    if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then errors.input("jobs must be an array") end
-  end
-  local now = core.now()
-  -- without perform_in a job is due now, or at the next opening of its
-  -- worker's windows
-  local due = worker.windows_spec and worker.windows_spec:next_open(now) or now
-  local by_shard, order, memo, extras = {}, {}, {}, false
-  for i = 1, n do
-    local p = prepare(cfg, worker, jobs[i], i, now, due, memo)
-    if p[6] or p[7] or p[8] or p[9] then extras = true end
-    local s = keys.shard(p[1], worker.shards_count)
+-- Sends prepared jobs of one worker (prepare's tables), grouped by shard
+-- under the worker's shards_count, one push.lua call per shard and chunk,
+-- in one pipeline. Returns how many were stored, the first error (nil: none)
+-- and the prepared jobs of the calls push.lua refused because the queue was
+-- resharded (nothing of them written).
+local function send(conn, cfg, worker, prepared, now, extras)
+  local count = worker.shards_count
+  local by_shard, order = {}, {}
+  for i = 1, #prepared do
+    local p = prepared[i]
+    local s = keys.shard(p[1], count)
     local list = by_shard[s]
     if not list then list = {} by_shard[s] = list order[#order + 1] = s end
     list[#list + 1] = p
   end
-  if n == 0 then return 0 end
-  check_registry(conn, cfg, worker)
   local channel = runtime.wake_arg(conn, cfg)
   -- The defaults as strings, formatted once here rather than per job in C
   -- (the same %.17g digits; push.lua normalizes every number anyway).
   local now_s = string.format("%.17g", now)
-  local cmds, sizes = {}, {}
+  local count_s = tostring(count)
+  local cmds, parts = {}, {}
   for _, s in ipairs(order) do
     local list, prefix = by_shard[s], keys.prefix(cfg.namespace, worker.queue_name, s)
     for from = 1, #list, CHUNK do
+      local to = math.min(from + CHUNK - 1, #list)
       local cmd = { script = "push", prefix, channel, now_s }
       local k = 4
-      for j = from, math.min(from + CHUNK - 1, #list) do
+      for j = from, to do
         local p = list[j]
         cmd[k] = p[1]
         cmd[k + 1] = p[2] == now and now_s or p[2]
@@ -256,7 +266,7 @@ local function push_now(conn, cfg, worker, jobs)
       -- the jobs that have one)
       for _, sec in ipairs(extras and SECTIONS or {}) do
         local field, name, open = sec[1], sec[2], nil
-        for j = from, math.min(from + CHUNK - 1, #list) do
+        for j = from, to do
           local v = list[j][field]
           if v then
             if not open then open = true cmd[k], cmd[k + 1] = "", name k = k + 2 end
@@ -265,21 +275,72 @@ local function push_now(conn, cfg, worker, jobs)
           end
         end
       end
+      -- the count the jobs were routed with: push.lua refuses the call when
+      -- a reshard recorded another in the shard (nothing written)
+      cmd[k], cmd[k + 1], cmd[k + 2] = "", "shards", count_s
       cmds[#cmds + 1] = cmd
-      sizes[#cmds] = math.min(CHUNK, #list - from + 1)
+      parts[#cmds] = { list, from, to }
     end
   end
   -- Each push.lua call is atomic (a Redis out of memory refuses a script
   -- only before its first write; once it wrote, it runs to its end), so the
   -- jobs stored are exactly those of the calls that succeeded: say how many.
   local replies = conn:pipeline(cmds)
-  local stored, failed = 0, nil
+  local stored, failed, refused = 0, nil, {}
   for i, r in ipairs(replies) do
     if type(r) == "table" and r.err then
-      failed = failed or r.err:gsub(" script: %x+, on @user_script:%d+%.$", "")
+      if r.err:find("luakiq push: resharded", 1, true) then
+        local list, from, to = parts[i][1], parts[i][2], parts[i][3]
+        for j = from, to do refused[#refused + 1] = list[j] end
+        refused.have = refused.have or r.err:match("queue has (%d+) shards")
+      else
+        failed = failed or r.err:gsub(" script: %x+, on @user_script:%d+%.$", "")
+      end
     else
-      stored = stored + sizes[i]
+      stored = stored + (parts[i][3] - parts[i][2] + 1)
     end
+  end
+  return stored, failed, refused
+end
+
+-- Validates and sends jobs of one worker; returns how many were enqueued.
+local function push_now(conn, cfg, worker, jobs)
+  if type(jobs) ~= "table" then errors.input("jobs must be an array") end
+  local n = #jobs
+  for k in pairs(jobs) do
+    if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then errors.input("jobs must be an array") end
+  end
+  local now = core.now()
+  -- without perform_in a job is due now, or at the next opening of its
+  -- worker's windows
+  local due = worker.windows_spec and worker.windows_spec:next_open(now) or now
+  local prepared, memo, extras = {}, {}, false
+  for i = 1, n do
+    local p = prepare(cfg, worker, jobs[i], i, now, due, memo)
+    if p[6] or p[7] or p[8] or p[9] then extras = true end
+    prepared[i] = p
+  end
+  if n == 0 then return 0 end
+  check_registry(conn, cfg, worker)
+  local count = worker.shards_count
+  local stored, failed, refused = send(conn, cfg, worker, prepared, now, extras)
+  if #refused > 0 and not failed then
+    -- The queue was resharded since this VM last looked (luakiq reshard):
+    -- those calls wrote nothing. A VM that follows sends their jobs again
+    -- with the registry's count, once; the CLI's worker file is stale.
+    forget_registry(cfg, worker)
+    if not M.follow then
+      errors.input(string.format("%s: shards_count is %d but queue '%s' has %s shards now (resharded); " ..
+        "%d of the %d jobs were stored (see docs/configuration.md, 'Changing shards_count')",
+        worker.file or worker.name, count, worker.queue_name, tostring(refused.have), stored, n))
+    end
+    -- the count the shard named (the registry says the same a moment later)
+    worker.shards_count = tonumber(refused.have) or worker.shards_count
+    local more, f2, r2 = send(conn, cfg, worker, refused, now, extras)
+    stored, failed = stored + more, f2
+    if #r2 > 0 then failed = failed or "luakiq push: resharded again while pushing" end
+  elseif #refused > 0 then
+    failed = failed .. " (and the queue was resharded meanwhile)"
   end
   if failed then
     error(("redis: push failed: %s (%d of the %d jobs were stored)"):format(failed, stored, n), 0)

@@ -27,7 +27,7 @@ M.CHUNK = 2000
 local BLOCK = 1048576
 
 -- One progress line on stderr, at most every 0.25 s, only on a terminal.
-local function progress(tty)
+function M.progress(tty)
   if not tty then return function() end end
   local last = 0
   return function(text, final)
@@ -90,7 +90,7 @@ end
 -- connect() gives the Redis connection, asked for once the check passed;
 -- tty: write progress lines to stderr.
 function M.lines(connect, cfg, worker_name, f, tty)
-  local show = progress(tty)
+  local show = M.progress(tty)
   local check = client.checker(cfg, worker_name)
   -- pass 1: check every line, send nothing
   local total, n = 0, 0

@@ -43,6 +43,13 @@ function M.history(ns, queue, day) return ns .. ":{" .. queue .. "}:history:" ..
 -- the running hosts: ZSET token -> last beat (ms, Redis's clock), HASH
 -- token -> JSON (luakiq.hosts); one slot for both.
 function M.hosts(ns) return ns .. ":{hosts}:beats", ns .. ":{hosts}:info" end
+-- online reshard (luakiq.reshard): HASH from, to, token, started, moved of
+-- the reshard under way, and the lock of the running one (STRING token,
+-- PX ttl); tag {QUEUE}, one slot (reshard_lock.lua).
+function M.reshard(ns, queue)
+  local k = ns .. ":{" .. queue .. "}:reshard"
+  return k, k .. ":lock"
+end
 -- HASH queue -> "1" for paused queues (a key of its own slot: pause.lua).
 function M.paused(ns) return ns .. ":paused" end
 

@@ -19,14 +19,14 @@ end
 -- head = number|nil, batch = the batch id in flight or nil, best = the
 -- priority of the best due job left or nil (100 or none), windows = true
 -- when some job has windows of its own (job.windows, their text)}, or
--- {leased = true, pttl = ms left of its lease} when another holder has the
--- shard's lease. Raises on an
+-- {leased = true, pttl = ms left of its lease, reshard = true when a reshard
+-- froze the shard} when another holder has the shard's lease. Raises on an
 -- error reply. The caller keeps the batch id (the runner: h.batch).
 function M.parse_fetch(r, h)
   if type(r) ~= "table" or r.err then
     error("fetch failed on " .. h.prefix .. ": " .. tostring(r and r.err or r), 0)
   end
-  if r[1] == "LEASE" then return { leased = true, pttl = tonumber(r[2]) } end
+  if r[1] == "LEASE" then return { leased = true, pttl = tonumber(r[2]), reshard = r[3] == "reshard" } end
   local batch, head, restored = r[2], r[3], tonumber(r[4])
   if restored and restored > 0 then
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })

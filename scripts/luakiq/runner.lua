@@ -41,6 +41,16 @@ local function traceback(e)
   return e
 end
 
+-- A handler: the thread's state of one shard it serves (or may serve).
+function M.new_handler(t, w, shard)
+  return {
+    worker = w.name, shard = shard, def = w, index = 0,
+    prefix = keys.prefix(t.cfg.namespace, w.queue_name, shard),
+    timing = t.timing,
+    perform = middleware.chain(t.cfg.middlewares, function(worker, batch, call) return worker.perform(batch, call) end),
+  }
+end
+
 -- Builds the per-thread state and the scheduler context.
 local function setup(boot)
   local cfg = runtime.load(boot.dir, boot.overrides)
@@ -81,13 +91,8 @@ local function setup(boot)
   end
   t.all = {}
   for i, h in ipairs(boot.handlers) do
-    local w = cfg.by_name[h.worker]
-    local handler = {
-      worker = h.worker, shard = h.shard, def = w, index = i,
-      prefix = keys.prefix(cfg.namespace, w.queue_name, h.shard),
-      timing = t.timing,
-      perform = middleware.chain(cfg.middlewares, function(worker, batch, call) return worker.perform(batch, call) end),
-    }
+    local handler = M.new_handler(t, cfg.by_name[h.worker], h.shard)
+    handler.index = i
     t.all[i] = handler
     if not el then
       t.handlers[i] = handler
@@ -131,7 +136,9 @@ local function took(t, h, r)
     h.batch = nil
     if t.el then t.el.held[h] = nil end
     if not t.refused[h.prefix] then
-      if t.el then
+      if res.reshard then
+        log.info("shard frozen by a reshard of its queue; waiting for it", { worker = h.worker, shard = h.shard })
+      elseif t.el then
         -- a hand-over in progress: the previous holder finishes its call first
         log.info("shard is still held by its previous holder; waiting for it", { worker = h.worker, shard = h.shard })
       else
@@ -896,17 +903,26 @@ end
 -- their calls are over: their acks first (flush), then release.lua, so the
 -- new owner's next fetch takes them at once. A shard whose ack Redis refused
 -- keeps its lease (flush raises; tried again at the next tick).
-local function settle_leaving(t)
-  local el, done, ack = t.el, {}, false
-  for h in pairs(el.leaving) do
+-- (set: handler -> true. Returns the handlers given back, nil when none.)
+local function release_idle(t, set)
+  local done, ack = {}, false
+  for h in pairs(set) do
     if not h.task then
       done[#done + 1] = h
       if t.pending[h] then ack = true end
     end
   end
-  if #done == 0 then return end
+  if #done == 0 then return nil end
   if ack then flush(t) end
   queue.release(t.conn, done, t.token)
+  for _, h in ipairs(done) do set[h], h.batch = nil, nil end
+  return done
+end
+
+local function settle_leaving(t)
+  local el = t.el
+  local done = release_idle(t, el.leaving)
+  if not done then return end
   for _, h in ipairs(done) do
     el.leaving[h], el.held[h], h.batch = nil, nil, nil
     t.refused[h.prefix] = nil
@@ -996,6 +1012,83 @@ local function elastic_tick(t)
   publish_held(t)
 end
 
+-- --- online reshard (luakiq.reshard) ------------------------------------------
+
+-- Every REGISTRY_CHECK seconds (run() calls it between steps) the thread
+-- reads the queue registry: a worker whose count there is no longer its own
+-- was resharded (`luakiq reshard`) while this host runs. The shards are
+-- frozen by then (fetch.lua gives them to the reshard only), so nothing of
+-- the queue runs here until the reshard is done, whatever this thread does.
+--   Elastic threads follow: the worker's handlers become shards 0..N-1 (the
+--   same list, in the same order, on every host), and the next tick shares
+--   them anew; a shard beyond N that this thread holds is handed over
+--   (released) like any shard it no longer owns.
+--   Threads of a fixed plan (the default splitter, by_node, a custom one)
+--   cannot re-plan alone: the plan spans every thread of the host and all
+--   of them share one lease token, so two threads taking one shard would not
+--   be fenced. They stop serving the queue, with one line each, and go on
+--   with their other queues; a restart with shards_count = N serves it again.
+local REGISTRY_CHECK = 1
+local function resharded(t, w, n)
+  local old = w.shards_count
+  w.shards_count = n -- (luakiq.perform_async and the schedules route with it)
+  if t.el then
+    local all, have, rank = {}, {}, {}
+    for _, h in ipairs(t.all) do
+      if h.worker ~= w.name or h.shard < n then
+        all[#all + 1] = h
+        if h.worker == w.name then have[h.shard] = true end
+      end
+    end
+    for shard = 0, n - 1 do if not have[shard] then all[#all + 1] = M.new_handler(t, w, shard) end end
+    for i, x in ipairs(t.cfg.workers) do rank[x.name] = i end
+    table.sort(all, function(a, b)
+      if a.worker ~= b.worker then return rank[a.worker] < rank[b.worker] end
+      return a.shard < b.shard
+    end)
+    t.all = all
+    t.el.hosts_key, t.el.next = nil, 0 -- the share anew at the next tick
+    log.info(string.format("queue %s resharded from %d to %d shards; this elastic thread takes its share of the new ones",
+      w.queue_name, old, n), { worker = w.name })
+    return
+  end
+  local keep, gone = {}, 0
+  for _, h in ipairs(t.handlers) do
+    if h.worker == w.name then
+      t.dropped = t.dropped or {}
+      t.dropped[h] = true
+      gone = gone + 1
+    else
+      keep[#keep + 1] = h
+    end
+  end
+  if gone == 0 then return end
+  set_active(t, keep)
+  t.replan = true
+  log.error(string.format("queue %s was resharded from %d to %d shards; this host's plan is fixed, so this thread " ..
+    "no longer serves it (its other queues go on): restart the host with shards_count = %d, or use splitter = " ..
+    "\"elastic\" (docs/operations.md, 'Resharding')", w.queue_name, old, n, n), { worker = w.name })
+end
+
+local function registry_tick(t)
+  local now = core.mono()
+  if now < (t.registry_at or 0) then return end
+  t.registry_at = now + REGISTRY_CHECK
+  local flat = t.conn:call("HGETALL", keys.registry(t.cfg.namespace))
+  local counts = {}
+  for i = 1, #flat, 2 do counts[flat[i]] = tonumber(flat[i + 1]) end
+  for _, w in ipairs(t.cfg.workers) do
+    local n = counts[w.queue_name]
+    if n and n ~= w.shards_count then resharded(t, w, n) end
+  end
+end
+
+-- Gives back the leases of a fixed thread's shards of resharded queues once
+-- their calls are over (their acks first).
+local function settle_dropped(t)
+  if t.dropped then release_idle(t, t.dropped) end
+end
+
 -- The main VM's side of a call that could not be stopped (its thread still
 -- runs; the host replaces the process or exits next): fails the call's jobs
 -- with the timeout error, acks the ids its fetch had done, puts the rest back
@@ -1068,7 +1161,11 @@ local function schedules_tick(t)
       end
       local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(s.id, w.shards_count))
       local r = t.conn:pipeline({ { script = "schedule", P, s.name, string.format("%.17g", tick),
-                                    string.format("%.17g", now), runtime.wake_arg(t.conn, cfg), s.id, payload } })[1]
+                                    string.format("%.17g", now), runtime.wake_arg(t.conn, cfg), s.id, payload,
+                                    tostring(w.shards_count) } })[1]
+      -- (resharded since this thread last read the registry: the tick is
+      -- claimed in the id's new shard once registry_tick has the new count)
+      if type(r) == "table" and r.err and r.err:find("luakiq schedule: resharded", 1, true) then return end
       if type(r) == "table" and r.err then error("schedule.lua failed: " .. r.err, 0) end
       st.claimed = tick
       if r == 1 then
@@ -1093,6 +1190,8 @@ local current
 -- the scheduler. reloading: a fresh VM replacing an old one on SIGHUP (only
 -- the log line differs). Raises a one-line error when DIR does not load.
 function M.open(boot_json, reloading)
+  -- perform_async in a worker thread follows a reshard made meanwhile
+  require("luakiq.client").follow = true
   -- os.execute in a worker thread: core.execute (host/sys.c) keeps the
   -- host's INT handler (system(3) ignores INT process-wide while it waits)
   -- and ends the command at the running call's timeout.
@@ -1123,7 +1222,19 @@ function M.run()
   local backoff = 0.1
   while not core.stopping() do
     local ok, err
-    if t.el and not core.reload_wanted() then
+    if not core.reload_wanted() then
+      ok, err = xpcall(registry_tick, traceback, t)
+      if ok then ok, err = xpcall(settle_dropped, traceback, t) end
+      if t.replan then
+        t.replan = false
+        ctx.handlers = t.handlers
+        current.step = t.cfg.scheduler(ctx)
+      end
+      if ok then ok, err = nil, nil end
+    end
+    if ok == false then
+      -- (a Redis error: the back-off below)
+    elseif t.el and not core.reload_wanted() then
       ok, err = xpcall(elastic_tick, traceback, t)
       if t.el.changed then
         -- the thread's shards changed: a scheduler anew over them (a call

@@ -141,6 +141,20 @@ function M.register(conn, cfg)
   return true
 end
 
+-- Makes each worker's shards_count the registry's where a reshard changed
+-- it (luakiq reshard) since the worker files were written: for the readers
+-- and admin actions of the CLI and the web thread, which find every job in
+-- its shard so. (`luakiq run` and `luakiq enqueue` refuse a stale file.)
+function M.follow_registry(conn, cfg)
+  local flat = conn:call("HGETALL", keys.registry(cfg.namespace))
+  local counts = {}
+  for i = 1, #flat, 2 do counts[flat[i]] = tonumber(flat[i + 1]) end
+  for _, w in ipairs(cfg.workers) do
+    local n = counts[w.queue_name]
+    if n and n >= 1 and n ~= w.shards_count then w.shards_count = n end
+  end
+end
+
 -- Checks a splitter's result: an array of non-empty arrays of {worker =
 -- a worker of cfg, shard = 0..shards_count-1}, no shard twice. Threads of one
 -- host share its lease token, so a shard given to two threads would not be

@@ -508,6 +508,8 @@ end
 -- JSON {dir, overrides, token, threads} from `luakiq run`; loads the script
 -- directory as every worker thread does and returns the request handler.
 function M.open(boot)
+  -- enqueues from the API follow a reshard made while the host runs
+  require("luakiq.client").follow = true
   local b = json.decode(boot)
   local cfg = runtime.load(b.dir, b.overrides)
   return M.handler(cfg, { token = b.token, threads = b.threads })
@@ -526,6 +528,17 @@ function M.handler(cfg, opts)
   -- waiting on it delays only other requests, never the main loop.
   local conn_broken
   c.conn, conn_broken = runtime.lazy_conn(cfg.redis, math.min(cfg.redis_timeout or 10, 5))
+  -- the shards_count of each queue as the registry has it, read again at
+  -- most once a second (a reshard changes it while the host runs)
+  local get, registry_at = c.conn, -math.huge
+  c.conn = function()
+    local conn = get()
+    if core.mono() - registry_at >= 1 then
+      registry_at = core.mono()
+      pcall(runtime.follow_registry, conn, cfg)
+    end
+    return conn
+  end
 
   local function route(req)
     local method = req.method == "HEAD" and "GET" or req.method

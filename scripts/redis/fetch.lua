@@ -20,6 +20,9 @@
 -- a new batch id, and busy:fetched_at = now (once per batch, not per job).
 -- Payloads whose expires_at has passed never leave the queue for perform:
 -- they go to the morgue ("expired"; counters.expired) as their id is fetched.
+-- Reshard (P reshard holds another token): a new holder is refused, the
+-- holder's ack is done, its lease given back when nothing is in flight, and
+-- the reply is {"LEASE", "-2", "reshard", acked} (docs/redis.md, "Reshard").
 -- Returns {"OK", batch, head, restored, acked, n, then per job: id,
 -- perform_in, retry_count, error or "", npayloads, payload1, payload2, ...};
 -- batch = id of the returned jobs ("" when n = 0), head = lowest perform_in
@@ -42,12 +45,20 @@ end
 local busy, berrs = K.busy, K.busy_errors
 
 -- Lease.
-local cur = redis.call("GET", K.lease)
+-- (one MGET: the lease, and whether a reshard froze the shard)
+local lf = redis.call("MGET", K.lease, K.reshard)
+local cur = lf[1]
 if cur and cur ~= token then
   return { "LEASE", tostring(redis.call("PTTL", K.lease)) }
 end
+-- A reshard froze the shard (P reshard = its token; luakiq.reshard): no
+-- holder but the reshard acquires it or fetches from it. Its holder may
+-- still ack (below), then gives the lease back so the reshard takes it.
+local frozen = lf[2]
+frozen = frozen and frozen ~= token
 local restored = 0
 if not cur and redis.call("GET", K.holder) ~= token then
+  if frozen then return { "LEASE", "-2", "reshard" } end
   local flat, now_s = redis.call("HGETALL", busy), string.format("%.17g", now)
   for i = 1, #flat, 2 do
     local id = flat[i]
@@ -107,6 +118,11 @@ if ack ~= "" and ack == redis.call("GET", K.batch) then
   inflight = false
 else
   inflight = redis.call("EXISTS", busy) == 1
+end
+
+if frozen then
+  if redis.call("EXISTS", busy) == 0 then redis.call("DEL", K.lease) end
+  return { "LEASE", "-2", "reshard", tostring(acked) }
 end
 
 -- Fetch.

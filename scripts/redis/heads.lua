@@ -14,6 +14,13 @@
 -- luakiq:include levels
 local P = KEYS[1]
 local K = shard_keys(P)
+-- a shard a reshard froze has nothing for anyone (fetch.lua refuses it;
+-- the reshard wakes it when it is done), but a caller that still holds its
+-- lease should fetch once: that fetch gives the lease back to the reshard
+if redis.call("EXISTS", K.reshard) == 1 then
+  local mine = ARGV[1] ~= nil and ARGV[1] ~= "" and redis.call("GET", K.lease) == ARGV[1]
+  return { "", mine and "1" or "0" }
+end
 local head = queue_head(P, K) or ""
 local orphaned = false
 if redis.call("EXISTS", K.busy) == 1 then

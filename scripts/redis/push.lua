@@ -20,6 +20,10 @@
 --   "tags": the job's tags, sorted and joined by "\n" (1 to 16, each 1 to 64
 --     bytes, no control character; lib/tags.lua): united with the tags of
 --     the id while it is queued, in flight or dead, else they replace them.
+--   "shards": one value, not pairs ("", "shards", COUNT): the shards_count
+--     the caller routed with. When a reshard recorded another count in the
+--     shard (P shards), the push is refused, nothing written
+--     ("luakiq push: resharded: queue has N shards, the push used M").
 -- Returns {added, head}: added = ids newly queued (integer), head = the
 -- shard's lowest perform_in after the push (Redis score string) or false.
 -- Publishes the prefix on the channel when the head got earlier (an empty
@@ -50,18 +54,28 @@ local function finite(v, what, n)
 end
 -- The sections: they start where a group would have id "" and a section
 -- name as perform_in.
-local SECTIONS = { expires_at = true, priority = true, windows = true, tags = true }
+local SECTIONS = { expires_at = true, priority = true, windows = true, tags = true, shards = true }
 local last = #ARGV -- the last ARGV of the groups
 local expiry, prio, wins, tagsec -- group number -> expires_at (normalized) / priority / windows / tags
+local shards -- the shards_count the caller routed the jobs with (section "shards")
 for i = 3, #ARGV, 5 do
   if ARGV[i] == "" and SECTIONS[ARGV[i + 1]] then
     last = i - 1
     local j, vals = i, nil
     while j <= #ARGV do
-      if ARGV[j] == "" then
+      if ARGV[j] == "" and ARGV[j + 1] == "shards" and SECTIONS.shards then
+        -- one value, not per job: "", "shards", COUNT
+        shards = ARGV[j + 2]
+        if not (shards and shards:match("^%d+$")) then
+          error("luakiq push: shards must be the queue's shards_count, got '" .. tostring(shards) .. "'", 0)
+        end
+        SECTIONS.shards = false
+        j = j + 3
+      elseif ARGV[j] == "" then
         local name = ARGV[j + 1]
         if not SECTIONS[name] then
-          error("luakiq push: unknown section '" .. tostring(name) .. "' (expires_at, priority, windows, tags)", 0)
+          error("luakiq push: unknown section '" .. tostring(name) .. "' (expires_at, priority, windows, tags, " ..
+            "shards)", 0)
         end
         vals = {}
         if name == "expires_at" then expiry = vals elseif name == "priority" then prio = vals
@@ -107,6 +121,14 @@ if (last - 2) % 5 ~= 0 then
     "job/value pairs", 0)
 end
 finite(ARGV[2], "now")
+-- A queue resharded (luakiq.reshard) records its count in each shard: a
+-- push routed with another count would put ids in the wrong shard.
+if shards then
+  local have = redis.call("GET", K.shards)
+  if have and have ~= shards then
+    error("luakiq push: resharded: queue has " .. have .. " shards, the push used " .. shards, 0)
+  end
+end
 -- Validate everything before the first write: a script error does not roll
 -- back. The arguments of the variadic ZADDs are built on the way.
 local qargs, iargs = {}, {}

@@ -228,14 +228,15 @@ function M.count(text, pattern)
 end
 
 -- Waits until fn() is truthy (polling), up to timeout seconds.
-function M.eventually(fn, timeout, what)
+-- explain (optional): a function whose text the error adds (logs, state).
+function M.eventually(fn, timeout, what, explain)
   local deadline = core.now() + (timeout or 10)
   while core.now() < deadline do
     local v = fn()
     if v then return v end
     core.sleep(0.02)
   end
-  error("timed out waiting for " .. (what or "condition"), 2)
+  error("timed out waiting for " .. (what or "condition") .. (explain and (":\n" .. explain()) or ""), 2)
 end
 
 return M

@@ -43,6 +43,11 @@ local function shard_keys(P)
     levels = P .. "levels",                   -- ZSET N -> N: the priorities N ~= 100 queued (lib/levels.lua)
     windows = P .. "windows",                 -- HASH id -> "ZONE|HH:MM-HH:MM,..." (queued jobs with windows)
     tags = P .. "tags",                       -- HASH id -> its tags, sorted, "\n"-joined (lib/tags.lua)
+    reshard = P .. "reshard",                 -- STRING: token of the reshard that froze the shard (no fetch)
+    shards = P .. "shards",                   -- STRING: the queue's shards_count, written by a reshard (push checks it)
+    reshard_out = P .. "reshard:out",         -- HASH id -> record, staged by reshard_out.lua for its new shard
+    reshard_counters = P .. "reshard:counters", -- HASH: a removed shard's counters on their way to another
+    reshard_got = P .. "reshard:got",         -- SET: removed shards whose counters this shard took in
   }
 end
 

@@ -1,0 +1,85 @@
+-- reshard_out.lua: the first step of moving jobs to their shard under a new
+-- shards_count (luakiq.reshard; docs/redis.md, "Reshard"). Each given id's
+-- queued job, dead job, tags and expiries leave the shard's keys and are
+-- staged, as one record, in P reshard:out (same slot, one atomic step), so a
+-- reshard killed at any point loses nothing: its next run imports what is
+-- staged (reshard_in.lua on the new shard) before it drops it here
+-- (reshard_shard.lua "drop"). Importing twice is harmless (the merge is
+-- idempotent).
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = the reshard's token,
+-- then ids. The shard must be frozen and leased by that token, with nothing
+-- in flight (else an error, nothing changed).
+-- An id already staged keeps its record (the caller imports it first); an
+-- id with nothing here stages nothing.
+-- Record (cmsgpack; every value a string, binary safe): {q = false or {pin,
+-- rc, error, priority, windows, pl = {payload, score, ...}, ex = {payload,
+-- expires_at, ...}}, d = false or {updated_at, error, pl = {...}}, t = tags}
+-- ("" = none). Returns {id, record, ...} of every given id that is staged.
+-- luakiq:include keys
+-- luakiq:include levels
+-- luakiq:include tags
+local P = KEYS[1]
+local K = shard_keys(P)
+local token = ARGV[1]
+if not token or token == "" then error("luakiq reshard_out: token is empty", 0) end
+if redis.call("GET", K.reshard) ~= token or redis.call("GET", K.lease) ~= token then
+  error("luakiq reshard_out: the shard is not frozen and leased by this reshard", 0)
+end
+if redis.call("EXISTS", K.busy) == 1 then error("luakiq reshard_out: jobs are in flight", 0) end
+local out = {}
+local expiring = redis.call("EXISTS", K.expiring) == 1
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local rec = redis.call("HGET", K.reshard_out, id)
+  if not rec then
+    local r, any = { q = false, d = false, t = "" }, false
+    local pin, prio = queued_at(P, K, id)
+    local pk = payloads_key(P, id)
+    if pin then
+      local pl = redis.call("ZRANGE", pk, 0, -1, "WITHSCORES")
+      if #pl > 0 then
+        local ek = expires_key(P, id)
+        r.q = { pin, redis.call("ZSCORE", K.retries, id) or "-1", redis.call("HGET", K.errors, id) or "",
+                prio or "", has_windows(K) and redis.call("HGET", K.windows, id) or "",
+                pl = pl, ex = expiring and redis.call("HGETALL", ek) or {} }
+        any = true
+      end
+      unqueue(P, K, id)
+      redis.call("ZREM", K.retries, id)
+      redis.call("HDEL", K.errors, id)
+      redis.call("DEL", pk)
+      if expiring then
+        redis.call("DEL", expires_key(P, id))
+        redis.call("SREM", K.expiring, id)
+      end
+    end
+    redis.call("ZREM", K.ids, id)
+    local upd = redis.call("ZSCORE", K.morgue, id)
+    if upd then
+      local mk = morgue_payloads_key(P, id)
+      local pl = redis.call("ZRANGE", mk, 0, -1, "WITHSCORES")
+      if #pl > 0 then
+        r.d = { upd, redis.call("HGET", K.morgue_errors, id) or "", pl = pl }
+        any = true
+      end
+      redis.call("ZREM", K.morgue, id)
+      redis.call("HDEL", K.morgue_errors, id)
+      redis.call("DEL", mk)
+    end
+    redis.call("ZREM", K.morgue_ids, id)
+    local text = has_tags(K) and redis.call("HGET", K.tags, id)
+    if text then
+      if any then r.t = text end
+      forget_tags(P, K, id, text)
+    end
+    if any then
+      rec = cmsgpack.pack(r)
+      redis.call("HSET", K.reshard_out, id, rec)
+    end
+  end
+  if rec then
+    out[#out + 1] = id
+    out[#out + 1] = rec
+  end
+end
+return out
