@@ -50,6 +50,20 @@ static const char *conn_arg(lua_State *L, int idx, size_t *len, char *buf, size_
     return NULL;
 }
 
+/* The n stack values from first on as command arguments (conn_arg each,
+ * nums: their number buffers). 0, or -1 with err naming the bad one. */
+static int conn_args(lua_State *L, int first, int n, const char **argv, size_t *lens, char (*nums)[32],
+                     char *err, size_t errlen) {
+    for (int i = 0; i < n; i++) {
+        argv[i] = conn_arg(L, first + i, &lens[i], nums[i], sizeof nums[i]);
+        if (!argv[i]) {
+            snprintf(err, errlen, "redis: argument %d must be a string or a finite number", i + 1);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Pushes a reply. Errors inside arrays become {err = msg}; nil becomes false
  * (so arrays have no holes), as in Redis's own scripting. */
 static void conn_push_reply(lua_State *L, const store_reply *r) {
@@ -251,10 +265,7 @@ static int conn_call_impl(lua_State *L, int protected, const char *script) {
     int ok = 0;
     if (n > 64) { snprintf(err, sizeof err, "redis: too many arguments (max 64 with call; use pipeline)"); goto done; }
     if (n < 1 && !script) { snprintf(err, sizeof err, "redis: no command"); goto done; }
-    for (int i = 0; i < n; i++) {
-        stackv[i] = conn_arg(L, first + i, &stackl[i], nums[i], sizeof nums[i]);
-        if (!stackv[i]) { snprintf(err, sizeof err, "redis: argument %d must be a string or a finite number", i + 1); goto done; }
-    }
+    if (conn_args(L, first, n, stackv, stackl, nums, err, sizeof err) < 0) goto done;
     struct store_cmd c = {script, 1, n, stackv, stackl};
     if (conn_io(r, 1, &c, &reply, err, sizeof err) < 0) goto done;
     if (store_reply_type(reply) == STORE_ERROR) {
@@ -292,9 +303,9 @@ static int conn_each(lua_State *L) {
     char nums[64][32], err[512], names[CLUSTER_MAX_NODES][64];
     store_reply *out[CLUSTER_MAX_NODES];
     if (n < 1 || n > 64) return luaL_error(L, "redis: each takes a command of 1 to 64 arguments");
-    for (int i = 0; i < n; i++) {
-        argv[i] = conn_arg(L, 2 + i, &lens[i], nums[i], sizeof nums[i]);
-        if (!argv[i]) return luaL_error(L, "redis: argument %d must be a string or a finite number", i + 1);
+    if (conn_args(L, 2, n, argv, lens, nums, err, sizeof err) < 0) {
+        lua_pushstring(L, err);
+        return lua_error(L);
     }
     struct store_cmd c = {NULL, 0, n, argv, lens};
     int got = store_each(r->s, &c, CLUSTER_MAX_NODES, out, names, err, sizeof err);

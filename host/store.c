@@ -40,6 +40,7 @@ struct store {
     int next_seed;      /* where the next map read starts (rotates) */
     int node_only;      /* store_open_node: this one node, never routed */
     char url[1024];
+    struct store_url u; /* url parsed once, at open (as given: before Sentinel resolves it) */
     char shown[600];    /* the URL without its password, for messages and logs */
     double timeout_s;
     double io_s;        /* the I/O bound in force (store_bound_io) */
@@ -145,6 +146,15 @@ static int store_list_pick(const char *list, int n, char *host, size_t hostlen, 
     snprintf(host, hostlen, "%.*s", (int)(colon - h), h);
     *port = atoi(colon + 1);
     return count;
+}
+
+/* The k-th seed node of u (wrapping around) into host and port: its seed
+ * list, or its one host. Returns how many seeds u names. */
+static int store_seed(const struct store_url *u, int k, char *host, size_t hostlen, int *port) {
+    if (u->seeds[0]) return store_list_pick(u->seeds, k, host, hostlen, port);
+    snprintf(host, hostlen, "%s", u->host);
+    *port = u->port;
+    return 1;
 }
 
 /* The rest of a redis+sentinel:// URL after its userinfo:
@@ -295,6 +305,20 @@ static int store_resolve_master(struct store_url *u, double timeout_s, char *err
     return -1;
 }
 
+/* SELECT db on c (nothing for db 0). On failure c is freed, err says why. */
+static int store_select(redisContext *c, int db, const char *shown, char *err, size_t errlen) {
+    if (!db) return 0;
+    redisReply *r = redisCommand(c, "SELECT %d", db);
+    if (r && r->type != REDIS_REPLY_ERROR) {
+        freeReplyObject(r);
+        return 0;
+    }
+    snprintf(err, errlen, "Redis at %s refused set-up: %s", shown, r ? r->str : c->errstr);
+    if (r) freeReplyObject(r);
+    redisFree(c);
+    return -1;
+}
+
 /* One connection to host:port (or u's unix socket), authenticated as u says
  * and, with select_db, on u's db. NULL and a one-line reason in err on
  * failure. shown names the server in messages. */
@@ -318,11 +342,7 @@ static redisContext *store_dial(const struct store_url *u, const char *host, int
         if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
         freeReplyObject(r);
     }
-    if (select_db && u->db) {
-        r = redisCommand(c, "SELECT %d", u->db);
-        if (!r || r->type == REDIS_REPLY_ERROR) goto fail;
-        freeReplyObject(r);
-    }
+    if (select_db && store_select(c, u->db, shown, err, errlen) < 0) return NULL;
     return c;
 fail:
     snprintf(err, errlen, "Redis at %s refused set-up: %s", shown, r ? r->str : c->errstr);
@@ -383,15 +403,15 @@ static int store_read_map(store *s, redisContext *c, const char *asked, char *er
 /* Reads the slot map again from the first node that answers: the URL's seeds
  * and every node the map knows, starting one further on each time (a dead
  * node is not asked first twice in a row). Cluster stores only. */
-static int store_refresh(store *s, const struct store_url *u, char *err, size_t errlen) {
+static int store_refresh(store *s, char *err, size_t errlen) {
+    const struct store_url *u = &s->u;
     char host[256], shown[300];
-    int port, nseeds = u->seeds[0] ? store_list_pick(u->seeds, 0, host, sizeof host, &port) : 1;
+    int port, nseeds = store_seed(u, 0, host, sizeof host, &port);
     int total = nseeds + s->map->nnodes, start = s->next_seed++;
     for (int k = 0; k < total; k++) {
         int i = (start + k) % total, node = i - nseeds;
         if (node < 0) {
-            if (u->seeds[0]) store_list_pick(u->seeds, i, host, sizeof host, &port);
-            else { snprintf(host, sizeof host, "%s", u->host); port = u->port; }
+            store_seed(u, i, host, sizeof host, &port);
         } else {
             snprintf(host, sizeof host, "%s", s->map->nodes[node].host);
             port = s->map->nodes[node].port;
@@ -413,8 +433,7 @@ static int store_refresh(store *s, const struct store_url *u, char *err, size_t 
  * is asked whether it is part of a Redis Cluster (CLUSTER SLOTS): then s
  * routes by slot over a connection per node, made when first used. */
 static int store_connect(store *s, char *err, size_t errlen) {
-    struct store_url u;
-    if (store_parse_url(s->url, &u, err, errlen) < 0) return -1;
+    struct store_url u = s->u;
     if (u.master[0] && store_resolve_master(&u, s->timeout_s, err, errlen) < 0) return -1;
     if (u.path[0]) snprintf(s->shown, sizeof s->shown, "unix://%s", u.path);
     else if (u.master[0]) snprintf(s->shown, sizeof s->shown, "%s:%d (master '%s')", u.host, u.port, u.master);
@@ -422,7 +441,7 @@ static int store_connect(store *s, char *err, size_t errlen) {
     else snprintf(s->shown, sizeof s->shown, "%s:%d", u.host, u.port);
     if (s->map) {
         /* a cluster store reconnecting: any node that answers tells the map */
-        if (store_refresh(s, &u, err, errlen) < 0) return -1;
+        if (store_refresh(s, err, errlen) < 0) return -1;
         s->broken = 0;
         return 0;
     }
@@ -445,12 +464,10 @@ static int store_connect(store *s, char *err, size_t errlen) {
         s->broken = 0;
         return 0;
     }
-    int nseeds = u.seeds[0] ? store_list_pick(u.seeds, 0, u.host, sizeof u.host, &u.port) : 1;
+    char host[256], shown[300];
+    int port, nseeds = store_seed(&u, 0, host, sizeof host, &port);
     for (int k = 0; k < nseeds; k++) {
-        char host[256], shown[300];
-        int port;
-        if (u.seeds[0]) store_list_pick(u.seeds, k, host, sizeof host, &port);
-        else { snprintf(host, sizeof host, "%s", u.host); port = u.port; }
+        store_seed(&u, k, host, sizeof host, &port);
         snprintf(shown, sizeof shown, "%s:%d", host, port);
         redisContext *c = store_dial(&u, host, port, shown, s->timeout_s, 0, err, errlen);
         if (!c) continue;
@@ -477,17 +494,8 @@ static int store_connect(store *s, char *err, size_t errlen) {
             redisFree(c);
             return -1;
         }
-        if (rc == 0 && u.db) {
-            redisReply *r = redisCommand(c, "SELECT %d", u.db);
-            if (!r || r->type == REDIS_REPLY_ERROR) {
-                snprintf(err, errlen, "Redis at %s refused set-up: %s", shown, r ? r->str : c->errstr);
-                if (r) freeReplyObject(r);
-                redisFree(c);
-                return -1;
-            }
-            freeReplyObject(r);
-        }
         if (rc == 0) {
+            if (store_select(c, u.db, shown, err, errlen) < 0) return -1;
             s->c = c;
             s->broken = 0;
             return 0;
@@ -502,6 +510,7 @@ static store *store_open_as(const char *url, double timeout_s, int node_only, ch
     if (!s) { snprintf(err, errlen, "out of memory"); return NULL; }
     s->node_only = node_only;
     snprintf(s->url, sizeof s->url, "%s", url);
+    if (store_parse_url(url, &s->u, err, errlen) < 0) { free(s); return NULL; }
     s->timeout_s = s->io_s = timeout_s > 0 ? timeout_s : 10;
     if (store_connect(s, err, errlen) < 0) { free(s->map); free(s); return NULL; }
     return s;
@@ -547,11 +556,9 @@ void store_bound_io(store *s, double seconds) {
  * at most one per node per store). NULL and err when it cannot be made. */
 static redisContext *store_node(store *s, int i, char *err, size_t errlen) {
     if (s->nodes[i]) return s->nodes[i];
-    struct store_url u;
-    if (store_parse_url(s->url, &u, err, errlen) < 0) return NULL;
     char shown[300];
     snprintf(shown, sizeof shown, "%s:%d", s->map->nodes[i].host, s->map->nodes[i].port);
-    redisContext *c = store_dial(&u, s->map->nodes[i].host, s->map->nodes[i].port, shown, s->timeout_s, 0, err, errlen);
+    redisContext *c = store_dial(&s->u, s->map->nodes[i].host, s->map->nodes[i].port, shown, s->timeout_s, 0, err, errlen);
     if (c && s->io_s != s->timeout_s) redisSetTimeout(c, store_tv(s->io_s));
     return s->nodes[i] = c;
 }
@@ -730,10 +737,9 @@ static int store_route(store *s, int slot, int *reread) {
             for (int i = 0; i < CLUSTER_SLOTS; i++) if (s->map->slot_node[i] >= 0) return s->map->slot_node[i];
         }
         if (pass == 0 && !*reread) {
-            struct store_url u;
             char err[256];
             *reread = 1;
-            if (store_parse_url(s->url, &u, err, sizeof err) < 0 || store_refresh(s, &u, err, sizeof err) < 0) return -1;
+            if (store_refresh(s, err, sizeof err) < 0) return -1;
         }
     }
     return -1;
@@ -849,9 +855,8 @@ static int store_cluster_pipeline(store *s, int n, const struct store_cmd *cmds,
         }
     }
     if (s->stale && store_now() - s->refreshed > 1.0 + (double)(rand() % 500) / 1000) {
-        struct store_url u;
         char e2[256];
-        if (store_parse_url(s->url, &u, e2, sizeof e2) == 0) store_refresh(s, &u, e2, sizeof e2);
+        store_refresh(s, e2, sizeof e2);
     }
     if (node != stack) free(node);
     return 0;
@@ -1198,9 +1203,7 @@ static void store_ssub_send(struct bufferevent *bev, int n, const char **argv) {
 static struct store_ssub_conn *store_ssub_conn(struct store_ssub *ss, int k) {
     struct store_ssub_conn *c = &ss->conns[k];
     if (c->bev) return c;
-    struct store_url u;
-    char err[256];
-    if (store_parse_url(ss->map->url, &u, err, sizeof err) < 0) return NULL;
+    const struct store_url *u = &ss->map->u;
     const struct cluster_node *nd = &ss->map->map->nodes[k];
     c->owner = ss;
     c->bev = bufferevent_socket_new(ss->base, -1, BEV_OPT_CLOSE_ON_FREE);
@@ -1212,8 +1215,8 @@ static struct store_ssub_conn *store_ssub_conn(struct store_ssub *ss, int k) {
     c->node = k;
     bufferevent_setcb(c->bev, store_ssub_on_read, NULL, store_ssub_on_event, c);
     bufferevent_enable(c->bev, EV_READ);
-    if (u.user[0]) store_ssub_send(c->bev, 3, (const char *[]){"AUTH", u.user, u.password});
-    else if (u.password[0]) store_ssub_send(c->bev, 2, (const char *[]){"AUTH", u.password});
+    if (u->user[0]) store_ssub_send(c->bev, 3, (const char *[]){"AUTH", u->user, u->password});
+    else if (u->password[0]) store_ssub_send(c->bev, 2, (const char *[]){"AUTH", u->password});
     return c;
 }
 
@@ -1222,8 +1225,7 @@ static struct store_ssub_conn *store_ssub_conn(struct store_ssub *ss, int k) {
 static void store_ssub_fill(struct store_ssub *ss, int reread) {
     char err[256];
     if (reread || store_broken(ss->map)) {
-        struct store_url u;
-        if (store_parse_url(ss->map->url, &u, err, sizeof err) < 0 || store_refresh(ss->map, &u, err, sizeof err) < 0) {
+        if (store_refresh(ss->map, err, sizeof err) < 0) {
             store_ssub_later(ss, 1, err);
             return;
         }

@@ -3,12 +3,11 @@
 local elastic = require "luakiq.elastic"
 local splitters = require "luakiq.splitters"
 
+-- The handler list of workers {name, shards_count} (runtime.handlers, as a host makes it).
 local function handlers(workers)
-  local list = {}
-  for _, w in ipairs(workers) do
-    for s = 0, w[2] - 1 do list[#list + 1] = { worker = w[1], shard = s } end
-  end
-  return list
+  local cfg = { workers = {} }
+  for i, w in ipairs(workers) do cfg.workers[i] = { name = w[1], shards_count = w[2] } end
+  return require("luakiq.runtime").handlers(cfg)
 end
 
 local function key(h) return h.worker .. h.shard end
