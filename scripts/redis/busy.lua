@@ -10,8 +10,8 @@ local P = KEYS[1]
 local K = shard_keys(P)
 local flat, jobs = redis.call("HGETALL", K.busy), {}
 for i = 1, #flat, 2 do
-  local pin, rc = busy_entry(flat[i + 1], "0")
-  jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin) }
+  local pin, rc, _, _, pl = busy_decode(flat[i + 1])
+  if pl then jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin), pl } end
 end
 table.sort(jobs, function(a, b)
   if a[4] ~= b[4] then return a[4] < b[4] end
@@ -19,13 +19,16 @@ table.sort(jobs, function(a, b)
 end)
 local out = { tostring(#jobs) }
 for _, j in ipairs(jobs) do
-  local pl = redis.call("ZRANGE", busy_payloads_key(P, j[1]), 0, -1, "WITHSCORES")
+  local pl = j[5]
   out[#out + 1] = j[1]
   out[#out + 1] = j[2]
   out[#out + 1] = j[3]
   out[#out + 1] = redis.call("HGET", K.busy_errors, j[1]) or ""
   out[#out + 1] = tostring(#pl / 2)
-  for k = 1, #pl do out[#out + 1] = pl[k] end
+  for k = 1, #pl, 2 do
+    out[#out + 1] = pl[k]
+    out[#out + 1] = score_str(pl[k + 1])
+  end
 end
 if ARGV[1] == "fetched_at" then out[#out + 1] = #jobs > 0 and redis.call("GET", K.busy_fetched_at) or "" end
 return out

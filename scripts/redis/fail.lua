@@ -52,7 +52,7 @@ for i = 7, #ARGV, 2 do
   end
   listed[#listed + 1] = { ARGV[i], not done and string.format("%.17g", pin), at ~= nil }
 end
-local now_s = string.format("%.17g", now)
+local now_s = score_str(now)
 local busy, berrs = K.busy, K.busy_errors
 
 local refused = hold_lease(K, token, lease_ms)
@@ -63,63 +63,44 @@ if redis.call("EXISTS", busy) == 0 or (batch ~= "" and batch ~= redis.call("GET"
   return { "OK", "0", "0", head() }
 end
 
--- Moves the payload zset src of id back to the queue (failed + queued),
--- with its priority and windows (from its busy entry v).
-local function back(id, pin, rc, e, src, v)
-  if redis.call("EXISTS", src) == 0 then return end
-  local _, _, prio, win = busy_entry(v, pin)
-  queue_at(P, K, id, pin, merged_priority(P, K, id, prio))
-  set_windows(K, id, win)
-  set_retry(K, id, rc)
-  redis.call("ZADD", K.ids, 0, id)
-  merge_payloads(src, payloads_key(P, id))
-  if e and e ~= "" then redis.call("HSET", K.errors, id, e) else redis.call("HDEL", K.errors, id) end
-end
-
 local out = { "OK", "0", "0", "" }
 local failed, morgued, acked, seen = 0, 0, 0, {}
 for _, l in ipairs(listed) do
   local id = l[1]
   local v = not seen[id] and redis.call("HGET", busy, id)
-  if v and not l[2] then
-    seen[id] = true
-    if redis.call("DEL", busy_payloads_key(P, id)) == 1 then acked = acked + 1 end
-  elseif v and l[3] then
-    seen[id] = true
-    local _, rc_s = busy_entry(v, now_s)
-    back(id, l[2], rc_s, redis.call("HGET", berrs, id), busy_payloads_key(P, id), v)
-  elseif v then
-    seen[id] = true
+  local pin_b, rc_s, prio, win, pl
+  if v then pin_b, rc_s, prio, win, pl = busy_decode(v) end
+  if v then seen[id] = true end
+  if not pl then
+    -- not in flight (or junk: dropped with the busy keys below)
+  elseif not l[2] then
+    acked = acked + 1
+  elseif l[3] then
+    requeue(P, K, id, l[2], rc_s, redis.call("HGET", berrs, id), pl, prio, win)
+  else
     failed = failed + 1
-    local _, rc_s = busy_entry(v, now_s)
     local rc = tonumber(rc_s) + 1
-    local src = busy_payloads_key(P, id)
     if max_rc < 0 then
       -- at most once: every payload of the call to the morgue
-      local moved = morgue_all(K, P, id, src, now_s, err)
-      for k = 1, #moved, 2 do
+      morgue_add(K, id, pl, now_s, err)
+      for k = 1, #pl, 2 do
         morgued = morgued + 1
         out[#out + 1] = id
-        out[#out + 1] = moved[k]
-        out[#out + 1] = moved[k + 1]
+        out[#out + 1] = pl[k]
+        out[#out + 1] = score_str(pl[k + 1])
       end
     elseif rc >= max_rc then
-      local first = redis.call("ZRANGE", src, 0, 0, "WITHSCORES")
-      if first[1] then
-        redis.call("ZREM", src, first[1])
-        redis.call("ZADD", K.morgue, now_s, id)
-        redis.call("ZADD", K.morgue_ids, 0, id)
-        redis.call("ZADD", morgue_payloads_key(P, id), "LT", first[2], first[1])
-        if err ~= "" then redis.call("HSET", K.morgue_errors, id, err)
-        else redis.call("HDEL", K.morgue_errors, id) end
-        morgued = morgued + 1
-        out[#out + 1] = id
-        out[#out + 1] = first[1]
-        out[#out + 1] = first[2]
-      end
-      back(id, now_s, "-1", err, src, v)
+      -- the lowest (score, bytes) payload dies; the rest go back fresh
+      morgue_add(K, id, { pl[1], pl[2] }, now_s, err)
+      morgued = morgued + 1
+      out[#out + 1] = id
+      out[#out + 1] = pl[1]
+      out[#out + 1] = score_str(pl[2])
+      local rest = {}
+      for k = 3, #pl do rest[k - 2] = pl[k] end
+      requeue(P, K, id, now_s, "-1", err, rest, prio, win)
     else
-      back(id, l[2], string.format("%.17g", rc), err, src, v)
+      requeue(P, K, id, l[2], score_str(rc), err, pl, prio, win)
     end
   end
 end
@@ -128,8 +109,8 @@ local flat = redis.call("HGETALL", busy)
 for i = 1, #flat, 2 do
   local id = flat[i]
   if not seen[id] then
-    local pin, rc = busy_entry(flat[i + 1], now_s)
-    back(id, pin, rc, redis.call("HGET", berrs, id), busy_payloads_key(P, id), flat[i + 1])
+    local pin, rc, prio, win, pl = busy_decode(flat[i + 1])
+    if pl then requeue(P, K, id, pin, rc, redis.call("HGET", berrs, id), pl, prio, win) end
   end
 end
 redis.call("DEL", busy, berrs, K.busy_fetched_at)

@@ -59,22 +59,17 @@ frozen = frozen and frozen ~= token
 local restored = 0
 if not cur and redis.call("GET", K.holder) ~= token then
   if frozen then return { "LEASE", "-2", "reshard" } end
-  local flat, now_s = redis.call("HGETALL", busy), string.format("%.17g", now)
+  local flat, now_s = redis.call("HGETALL", busy), score_str(now)
   for i = 1, #flat, 2 do
     local id = flat[i]
-    local pin, rc, prio, win = busy_entry(flat[i + 1], now_s)
-    local src, dst = busy_payloads_key(P, id), payloads_key(P, id)
-    if at_most_once then
+    local pin, rc, prio, win, pl = busy_decode(flat[i + 1])
+    if not pl then
+      -- junk: dropped
+    elseif at_most_once then
       -- the dead holder may have run them: never again
-      morgue_all(K, P, id, src, now_s, "interrupted")
-    elseif redis.call("EXISTS", src) == 1 then
-      queue_at(P, K, id, pin, merged_priority(P, K, id, prio))
-      set_windows(K, id, win)
-      set_retry(K, id, rc)
-      redis.call("ZADD", K.ids, 0, id)
-      merge_payloads(src, dst)
-      local err = redis.call("HGET", berrs, id)
-      if err then redis.call("HSET", K.errors, id, err) else redis.call("HDEL", K.errors, id) end
+      morgue_add(K, id, pl, now_s, "interrupted")
+    else
+      requeue(P, K, id, pin, rc, redis.call("HGET", berrs, id), pl, prio, win)
       restored = restored + 1
     end
   end
@@ -83,25 +78,21 @@ if not cur and redis.call("GET", K.holder) ~= token then
 end
 redis.call("SET", K.lease, token, "PX", lease_ms)
 
--- Ack: one variadic DEL for the batch's keys. GET batch first, so a call
--- that acks nothing costs no HKEYS.
+-- Ack: the busy records carry the payloads, so the batch is three keys
+-- whatever its size. GET batch first, so a call that acks nothing costs no
+-- HKEYS.
 local acked = 0
 local inflight
-local function del_keys(list)
-  for i = 1, #list, 1000 do redis.call("DEL", unpack(list, i, math.min(i + 999, #list))) end
-end
 if ack ~= "" and ack == redis.call("GET", K.batch) then
   local ids = redis.call("HKEYS", busy)
   if #ids > 0 then
-    local dels = { busy, berrs, K.busy_fetched_at }
-    for i, id in ipairs(ids) do dels[i + 3] = busy_payloads_key(P, id) end
-    del_keys(dels)
+    redis.call("DEL", busy, berrs, K.busy_fetched_at)
     redis.call("HINCRBY", K.counters, "processed", #ids)
     acked = #ids
     -- the expiry entries of acked ids with nothing queued behind them
     if redis.call("EXISTS", K.expiring) == 1 then
       for _, id in ipairs(ids) do
-        if redis.call("SISMEMBER", K.expiring, id) == 1 and redis.call("EXISTS", payloads_key(P, id)) == 0 then
+        if redis.call("SISMEMBER", K.expiring, id) == 1 and not find_job(K, id) then
           redis.call("DEL", expires_key(P, id))
           redis.call("SREM", K.expiring, id)
         end
@@ -133,15 +124,15 @@ local out = { "OK", "", "", tostring(restored), tostring(acked), "0" }
 local COUNT = { "1", "2", "3", "4" }
 local job_windows -- {job number, windows, ...} of the jobs that have their own
 local function add_job(id, pin, rc, err, pl, win)
-  pl = pl or redis.call("ZRANGE", busy_payloads_key(P, id), "0", "-1")
   local k = #out
   out[k + 1] = id
   out[k + 2] = pin
   out[k + 3] = rc
   out[k + 4] = err or ""
-  out[k + 5] = COUNT[#pl] or tostring(#pl)
+  local np = #pl / 2
+  out[k + 5] = COUNT[np] or tostring(np)
   k = k + 5
-  for j = 1, #pl do out[k + j] = pl[j] end
+  for j = 1, np do out[k + j] = pl[2 * j - 1] end
   if win then
     job_windows = job_windows or {}
     job_windows[#job_windows + 1] = tostring(n + 1)
@@ -155,42 +146,131 @@ local function each_chunk(cmd, key, list, fn)
     if fn then fn(r, i - 1) end
   end
 end
--- Expired payloads of id (expires_at <= now) leave src, its queued
--- payloads, for the morgue with the error "expired" (counters.expired +1
--- each): they are never handed to perform. An entry of P expires:ID whose
--- payload is neither queued nor in flight is stale and goes.
-local function expire(id, src, now_s)
+-- Expired payloads of id (expires_at <= now) leave pl, its queued payloads
+-- (a flat list, changed in place), for the morgue with the error "expired"
+-- (counters.expired +1 each): they are never handed to perform. An entry of
+-- P expires:ID whose payload is not queued is stale and goes (the id is not
+-- in flight: a shard has one batch in flight, and this is the fetch of the
+-- next).
+local function expire(id, pl, now_s)
   local ek = expires_key(P, id)
-  local flat, gone = redis.call("HGETALL", ek), 0
-  for i = 1, #flat, 2 do
-    local payload, at = flat[i], tonumber(flat[i + 1])
-    local score = redis.call("ZSCORE", src, payload)
-    if score and at and at <= now then
-      redis.call("ZREM", src, payload)
-      redis.call("ZADD", morgue_payloads_key(P, id), "LT", score, payload)
-      redis.call("HDEL", ek, payload)
-      gone = gone + 1
-    elseif not score and not redis.call("ZSCORE", busy_payloads_key(P, id), payload) then
-      redis.call("HDEL", ek, payload)
-    end
+  local flat = redis.call("HGETALL", ek)
+  if #flat == 0 then
+    redis.call("SREM", K.expiring, id)
+    return pl
   end
-  if gone > 0 then
-    redis.call("ZADD", K.morgue, now_s, id)
-    redis.call("ZADD", K.morgue_ids, 0, id)
-    redis.call("HSET", K.morgue_errors, id, "expired")
-    redis.call("HINCRBY", K.counters, "expired", gone)
+  local at = {}
+  for i = 1, #flat, 2 do at[flat[i]] = tonumber(flat[i + 1]) end
+  local keep, gone = {}, {}
+  for i = 1, #pl, 2 do
+    local t = at[pl[i]]
+    if t and t <= now then
+      gone[#gone + 1], gone[#gone + 2] = pl[i], pl[i + 1]
+    else
+      keep[#keep + 1], keep[#keep + 2] = pl[i], pl[i + 1]
+    end
+    at[pl[i]] = nil
+  end
+  for i = 1, #gone, 2 do redis.call("HDEL", ek, gone[i]) end
+  for p in pairs(at) do redis.call("HDEL", ek, p) end
+  if #gone > 0 then
+    morgue_add(K, id, gone, now_s, "expired")
+    redis.call("HINCRBY", K.counters, "expired", #gone / 2)
   end
   if redis.call("EXISTS", ek) == 0 then redis.call("SREM", K.expiring, id) end
+  return keep
+end
+
+-- The due jobs of priority 100, up to max, in perform_in order (ties by
+-- id), from two sorted sources (docs/layout2.md, "fetch"): P ready from its
+-- head (skipping stale entries; stopping at a job not due yet: producers'
+-- clocks differ) and P later. Takes them out of both (not out of P jobs:
+-- the caller's). Returns ids, pins (strings), members (of P jobs; nil for a
+-- later job: not looked up yet), and the head left when known.
+local function take_default(max, now_s)
+  local L = redis.call("ZRANGEBYSCORE", K.later, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(max + 1))
+  -- Walk ready: R = live due entries {id, pin number, member, position}.
+  local R, pos, stop = {}, 0, nil -- stop: the perform_in of a live entry not due yet
+  local stale = redis.call("EXISTS", K.stale) == 1
+  local left, skips = {}, {} -- id -> stale count left; {position, id} of the stale entries passed
+  local step = max + 1
+  while #R <= max and not stop do
+    local ids = redis.call("LRANGE", K.ready, tostring(pos), tostring(pos + step - 1))
+    for _, id in ipairs(ids) do
+      local c = 0
+      if stale then
+        c = left[id]
+        if c == nil then c = tonumber(redis.call("HGET", K.stale, id)) or 0 end
+      end
+      if c > 0 then
+        left[id] = c - 1
+        skips[#skips + 1] = { pos, id }
+      else
+        left[id] = 0
+        local m, _, place, pin = find_job(K, id)
+        if place == "r" then
+          if pin > now then
+            stop = pin
+            break
+          end
+          R[#R + 1] = { id, pin, m, pos }
+          if #R > max then break end
+        end
+        -- (an entry without a live record is junk: passed, and popped)
+      end
+      pos = pos + 1
+    end
+    if #ids < step then break end
+  end
+  -- Merge by (perform_in, id).
+  local ids, pins, members = {}, {}, {}
+  local i, j, nl = 1, 1, #L / 2
+  local drop = {} -- later ids taken
+  while #ids < max do
+    local r, lpin = R[i], L[2 * j] and tonumber(L[2 * j])
+    if not r and not lpin then break end
+    if r and (not lpin or r[2] < lpin or (r[2] == lpin and r[1] < L[2 * j - 1])) then
+      ids[#ids + 1], pins[#ids + 1], members[#ids + 1] = r[1], score_str(r[2]), r[3]
+      i = i + 1
+    else
+      ids[#ids + 1], pins[#ids + 1] = L[2 * j - 1], L[2 * j]
+      drop[#drop + 1] = L[2 * j - 1]
+      j = j + 1
+    end
+  end
+  -- The head left: ready's next live entry (due or not) and later's next
+  -- (a due one from L, else the first after now, unless ready's is due).
+  local r = R[i]
+  local rh = r and r[2] or stop
+  local lh = L[2 * j] and tonumber(L[2 * j])
+  if not lh and not (rh and rh <= now) then
+    lh = tonumber(redis.call("ZRANGEBYSCORE", K.later, "(" .. now_s, "+inf", "WITHSCORES", "LIMIT", "0", "1")[2])
+  end
+  local h = rh
+  if lh and (not h or lh < h) then h = lh end
+  -- Pop what was consumed from ready: every entry before the first live
+  -- entry not taken (stale and junk ones included).
+  local consumed = r and r[4] or pos
+  if consumed > 0 then
+    redis.call("LTRIM", K.ready, tostring(consumed), "-1")
+    for _, s in ipairs(skips) do
+      if s[1] < consumed then
+        if redis.call("HINCRBY", K.stale, s[2], -1) <= 0 then redis.call("HDEL", K.stale, s[2]) end
+      end
+    end
+  end
+  if #drop > 0 then each_chunk("ZREM", K.later, drop) end
+  return ids, pins, members, h and score_str(h)
 end
 if want == "1" and limit > 0 then
   if inflight then
-    -- Deliver the unacked batch again, in perform_in order. An entry
-    -- without payloads (junk) is dropped, not delivered empty.
-    local flat, jobs, now_s = redis.call("HGETALL", busy), {}, string.format("%.17g", now)
+    -- Deliver the unacked batch again, in perform_in order. A record that
+    -- does not decode (junk) is dropped, not delivered.
+    local flat, jobs = redis.call("HGETALL", busy), {}
     for i = 1, #flat, 2 do
-      if redis.call("EXISTS", busy_payloads_key(P, flat[i])) == 1 then
-        local pin, rc, _, win = busy_entry(flat[i + 1], now_s)
-        jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin), win }
+      local pin, rc, _, win, pl = busy_decode(flat[i + 1])
+      if pl then
+        jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin), win, pl }
       else
         redis.call("HDEL", busy, flat[i])
         redis.call("HDEL", berrs, flat[i])
@@ -201,46 +281,42 @@ if want == "1" and limit > 0 then
       return a[1] < b[1]
     end)
     for _, j in ipairs(jobs) do
-      add_job(j[1], j[2], j[3], redis.call("HGET", berrs, j[1]), nil, j[5])
+      add_job(j[1], j[2], j[3], redis.call("HGET", berrs, j[1]), j[6], j[5])
       n = n + 1
     end
     if n == 0 then redis.call("DEL", K.busy_fetched_at) end -- only junk was in flight
     out[2] = redis.call("GET", K.batch) or ""
   else
     local now_s = ARGV[3]
-    if not now_s:match("^%-?%d+%.?%d*$") then now_s = string.format("%.17g", now) end
-    local ids, pins, prios, m = {}, {}, nil, 0
+    if not now_s:match("^%-?%d+%.?%d*$") then now_s = score_str(now) end
+    local ids, pins, members, prios, m = {}, {}, {}, nil, 0
     -- (one EXISTS for both features a worker rarely uses)
     if redis.call("EXISTS", K.levels, K.windows) == 0 then K.has_levels, K.has_windows = false, false end
     if not has_levels(K) then
-      -- One due id more than the limit: when it exists it stays queued and
-      -- is the new head, so the usual ZRANGE for the head is not needed.
-      local due = redis.call("ZRANGEBYSCORE", K.queue, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(limit + 1))
-      m = #due / 2
-      if m > limit then
-        head = due[2 * limit + 2]
-        m = limit
-      end
-      for i = 1, m do ids[i], pins[i] = due[2 * i - 1], due[2 * i] end
-      each_chunk("ZREM", K.queue, ids)
+      ids, pins, members, head = take_default(limit, now_s)
+      m = #ids
     else
       -- Priorities (lib/levels.lua): the due jobs level by level, lowest
       -- priority number first.
       prios = {}
       for _, q in ipairs(queue_keys(P, K)) do
         if m >= limit then break end
-        local due = redis.call("ZRANGEBYSCORE", q[1], "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(limit - m))
-        local took = {}
-        for i = 1, #due, 2 do
-          m = m + 1
-          ids[m], pins[m] = due[i], due[i + 1]
-          if q[2] ~= "100" then prios[m] = q[2] end
-          took[#took + 1] = due[i]
-        end
-        if #took > 0 then
-          if q[2] == "100" then
-            each_chunk("ZREM", K.queue, took)
-          else
+        if not q[1] then
+          local di, dp, dm = take_default(limit - m, now_s)
+          for k = 1, #di do
+            m = m + 1
+            ids[m], pins[m], members[m] = di[k], dp[k], dm[k]
+          end
+        else
+          local due = redis.call("ZRANGEBYSCORE", q[1], "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(limit - m))
+          local took = {}
+          for i = 1, #due, 2 do
+            m = m + 1
+            ids[m], pins[m] = due[i], due[i + 1]
+            prios[m] = q[2]
+            took[#took + 1] = due[i]
+          end
+          if #took > 0 then
             each_chunk("ZREM", q[1], took)
             each_chunk("HDEL", K.prio, took)
             if redis.call("EXISTS", q[1]) == 0 then redis.call("ZREM", K.levels, q[2]) end
@@ -262,7 +338,6 @@ if want == "1" and limit > 0 then
         end)
         if #retried > 0 then each_chunk("ZREM", K.retries, retried) end
       end
-      each_chunk("ZREM", K.ids, ids)
       local errs = {}
       if redis.call("EXISTS", K.errors) == 1 then
         each_chunk("HMGET", K.errors, ids, function(r, off) for j = 1, #r do errs[off + j] = r[j] end end)
@@ -273,28 +348,37 @@ if want == "1" and limit > 0 then
         each_chunk("HMGET", K.windows, ids, function(r, off) for j = 1, #r do wins[off + j] = r[j] or nil end end)
         each_chunk("HDEL", K.windows, ids)
       end
-      local fields = {}
+      local fields, rem = {}, {}
       local expiring = redis.call("EXISTS", K.expiring) == 1
       for i = 1, m do
         local id, pin = ids[i], pins[i]
         local rc, err = rcs[i] or "-1", errs[i] or nil
-        -- An id without a payload key (junk, or every payload expired) is dropped.
-        local src = payloads_key(P, id)
-        if expiring and redis.call("SISMEMBER", K.expiring, id) == 1 then expire(id, src, now_s) end
-        local pl = redis.call("ZRANGE", src, "0", "-1")
-        if #pl > 0 then
-          redis.call("RENAME", src, busy_payloads_key(P, id))
+        -- each taken job's record, looked up once (a ready job's on the way)
+        local mem, pl = members[i], nil
+        if mem then
+          local _, _, p = job_decode(mem, esc(id))
+          pl = p
+        else
+          local _, _, _, p
+          mem, _, _, _, p = find_job(K, id)
+          pl = p
+        end
+        if mem then rem[#rem + 1] = mem end
+        -- An id without a record (junk, or every payload expired) is dropped.
+        if pl and expiring and redis.call("SISMEMBER", K.expiring, id) == 1 then pl = expire(id, pl, now_s) end
+        if pl and #pl > 0 then
           if n == 0 then
             out[2] = tostring(redis.call("INCR", K.batch))
             redis.call("SET", K.busy_fetched_at, now_s) -- once per batch: busy.lua's fetched_at
           end
           if err then redis.call("HSET", berrs, id, err) end
           fields[#fields + 1] = id
-          fields[#fields + 1] = busy_value(pin, rc, prios and prios[i], wins[i])
+          fields[#fields + 1] = busy_record(pin, rc, prios and prios[i], wins[i], pl)
           add_job(id, pin, rc, err, pl, wins[i])
           n = n + 1
         end
       end
+      if #rem > 0 then each_chunk("ZREM", K.jobs, rem) end
       if #fields > 0 then each_chunk("HSET", busy, fields) end
     end
   end

@@ -32,6 +32,7 @@
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include tags
+-- luakiq:include shard
 local P = KEYS[1]
 local K = shard_keys(P)
 local channel = ARGV[1]
@@ -130,22 +131,14 @@ if shards then
   end
 end
 -- Validate everything before the first write: a script error does not roll
--- back. The arguments of the variadic ZADDs are built on the way.
-local qargs, iargs = {}, {}
-local retried -- groups with retry_count >= 0 (rare): {id, rc, group number}
-local k = 0
+-- back.
+local retried = false -- some group has retry_count >= 0 (rare)
 for i = 3, last, 5 do
   local n = (i - 3) / 5 + 1
-  local id = ARGV[i]
-  if id == "" then error("luakiq push: job " .. n .. ": id is empty", 0) end
-  qargs[k + 1], qargs[k + 2] = finite(ARGV[i + 1], "perform_in", n), id
+  if ARGV[i] == "" then error("luakiq push: job " .. n .. ": id is empty", 0) end
+  finite(ARGV[i + 1], "perform_in", n)
   local rc = finite(ARGV[i + 2], "retry_count", n)
-  if rc ~= "-1" and tonumber(rc) >= 0 then
-    retried = retried or {}
-    retried[#retried + 1] = { id, rc, n }
-  end
-  iargs[k + 1], iargs[k + 2] = "0", id
-  k = k + 2
+  if rc ~= "-1" and tonumber(rc) >= 0 then retried = true end
   finite(ARGV[i + 3], "score", n)
 end
 local before = queue_head(P, K)
@@ -184,63 +177,137 @@ if tagsec or has_tags(K) then
     end
   end
 end
+-- The jobs of this call by id (docs/layout2.md, "push"): each distinct id is
+-- looked up once in P jobs; its groups merge in memory ("new + queued": the
+-- payloads united, an equal payload keeping the minimal score; perform_in
+-- and retry_count of the queued job, else of the id's first group; the
+-- lowest priority), then each job is written once.
+local levels = prio or has_levels(K)
+local byid, order = {}, {} -- id -> job; ids in first-occurrence order
+local new_payload = {} -- group -> its payload was not queued yet (pushes with expiries only)
 local added = 0
-if prio or has_levels(K) then
-  -- Priorities here or already queued (lib/levels.lua): job by job. The
-  -- first group of an id queues it (perform_in, retry_count); any group
-  -- lowers its priority.
-  for i = 3, last, 5 do
-    local n, id = (i - 3) / 5 + 1, ARGV[i]
-    local want = prio and prio[n] or nil
-    local pin, cur = queued_at(P, K, id)
-    if pin then
-      local m = lower_priority(want, cur)
-      if m ~= cur then queue_at(P, K, id, pin, m) end
+for i = 3, last, 5 do
+  local n, id = (i - 3) / 5 + 1, ARGV[i]
+  local payload, score = ARGV[i + 4], tonumber(memo[ARGV[i + 3]])
+  local j = byid[id]
+  if not j then
+    local m, E, place, pin, pl = find_job(K, id)
+    if place then
+      j = { E = E, old = m, place = place, pin = pin, map = unite({}, pl), prio = nil }
+      if place == "p" then j.prio = redis.call("HGET", K.prio, id) end
     else
-      queue_at(P, K, id, memo[ARGV[i + 1]], want)
-      local rc = memo[ARGV[i + 2]]
-      if rc ~= "-1" and tonumber(rc) >= 0 then redis.call("ZADD", K.retries, rc, id) end
+      -- new (a junk member of the id is replaced)
+      j = { E = E, old = m, pin = tonumber(memo[ARGV[i + 1]]), pin_s = memo[ARGV[i + 1]], map = {} }
       added = added + 1
-    end
-    redis.call("ZADD", K.ids, "NX", 0, id)
-  end
-else
-  local queue = K.queue
-  -- The retries index holds only retry_count >= 0 (lib/shard.lua set_retry).
-  -- A job pushed with one enters it only when its id was not queued yet (a
-  -- queued job keeps its own retry_count, below).
-  if retried then
-    local want = {} -- id -> its earliest group with retry_count >= 0
-    for _, r in ipairs(retried) do want[r[1]] = want[r[1]] or r end
-    for i = 3, last, 5 do -- an earlier group of the id (retry_count < 0) wins
-      local r = want[ARGV[i]]
-      if r and (i - 3) / 5 + 1 < r[3] then want[ARGV[i]] = false end
-    end
-    for _, r in ipairs(retried) do
-      if want[r[1]] == r and not redis.call("ZSCORE", queue, r[1]) then
-        redis.call("ZADD", K.retries, r[2], r[1])
+      -- retries holds only retry_count >= 0 (lib/shard.lua set_retry); a
+      -- job enters it only when its id was not queued and this is the id's
+      -- first group (a queued job keeps its own retry_count)
+      if retried then
+        local rc = memo[ARGV[i + 2]]
+        if rc ~= "-1" and tonumber(rc) >= 0 then redis.call("ZADD", K.retries, rc, id) end
       end
     end
+    byid[id] = j
+    order[#order + 1] = id
+    if not j.place then
+      j.prio = prio and prio[n] or nil
+    elseif levels then
+      local m = lower_priority(j.prio, prio and prio[n] or nil)
+      if m ~= j.prio then j.prio, j.moved = m, true end
+    end
+  elseif levels then
+    local m = lower_priority(j.prio, prio and prio[n] or nil)
+    if m ~= j.prio then j.prio, j.moved = m, true end
   end
-  -- new + queued: ZADD NX keeps a queued job's perform_in (and its
-  -- retry_count, above), and within one variadic ZADD NX the first occurrence
-  -- of an id wins.
-  for from = 1, k, 2000 do
-    local to = math.min(from + 1999, k)
-    added = added + redis.call("ZADD", queue, "NX", unpack(qargs, from, to))
-    redis.call("ZADD", K.ids, "NX", unpack(iargs, from, to))
+  local s = j.map[payload]
+  if expiry then new_payload[n] = s == nil end
+  if not s or score < s then
+    j.map[payload] = score
+    j.changed = true
   end
+end
+-- Places: a new job of priority 100 due now goes to the end of P ready when
+-- its perform_in is not below P tail (ready stays in perform_in order; the
+-- call's candidates in (perform_in, id) order), else to P later; a job of
+-- another priority to its level. A queued job stays where it is unless its
+-- priority got lower.
+local now = tonumber(memo[ARGV[2]])
+local tail = -math.huge
+local cands = {}
+for _, id in ipairs(order) do
+  local j = byid[id]
+  if not j.place and not j.prio and j.pin <= now then cands[#cands + 1] = id end
+end
+if #cands > 0 and redis.call("EXISTS", K.ready) == 1 then
+  tail = tonumber(redis.call("GET", K.tail)) or -math.huge
+end
+if #cands > 1 then
+  table.sort(cands, function(a, b)
+    local x, y = byid[a].pin, byid[b].pin
+    if x ~= y then return x < y end
+    return a < b
+  end)
+end
+local ready = {}
+for _, id in ipairs(cands) do
+  local j = byid[id]
+  if j.pin >= tail then
+    j.place, tail = "r", j.pin
+    ready[#ready + 1] = id
+  end
+end
+-- Writes: the old members go, the new ones come, in variadic calls.
+local rem, add, later = {}, {}, {}
+local head = before and tonumber(before)
+for _, id in ipairs(order) do
+  local j = byid[id]
+  if not j.place then
+    -- new, not in ready
+    if j.prio then
+      j.place = "p"
+      join_level(P, K, id, j.pin_s, j.prio)
+    else
+      j.place = "l"
+      later[#later + 1], later[#later + 2] = j.pin_s, id
+    end
+    j.changed = true
+  elseif j.moved then
+    -- queued, its priority lowered: to the new level (or from a level
+    -- above 100 to the default, in later)
+    local pin_s = score_str(j.pin)
+    leave_place(P, K, id, j.place, j.place == "p" and redis.call("HGET", K.prio, id) or nil)
+    if j.prio == "100" then j.prio = nil end
+    if j.prio then
+      j.place = "p"
+      join_level(P, K, id, pin_s, j.prio)
+    else
+      j.place = "l"
+      later[#later + 1], later[#later + 2] = pin_s, id
+    end
+    j.changed = true
+  end
+  if j.pin_s and (not head or j.pin < head) then head = j.pin end
+  if j.changed then
+    if j.old then rem[#rem + 1] = j.old end
+    add[#add + 1] = "0"
+    add[#add + 1] = j.E .. "\0\0" .. job_record(j.place, j.pin, sort_payloads(j.map))
+  end
+end
+local function chunks(cmd, key, list, step)
+  for from = 1, #list, step do redis.call(cmd, key, unpack(list, from, math.min(from + step - 1, #list))) end
+end
+chunks("ZREM", K.jobs, rem, 1000)
+chunks("ZADD", K.jobs, add, 2000)
+chunks("ZADD", K.later, later, 2000)
+if #ready > 0 then
+  chunks("RPUSH", K.ready, ready, 1000)
+  redis.call("SET", K.tail, score_str(tail))
 end
 -- A job's own windows: a queued job keeps its own (HSETNX)
 if wins then
   for n, w in pairs(wins) do
     if n ~= "name" then redis.call("HSETNX", K.windows, ARGV[3 + (n - 1) * 5], w) end
   end
-end
-local new_payload = {} -- group -> its payload was not queued yet (pushes with expiries only)
-for i = 3, last, 5 do
-  local added_p = redis.call("ZADD", payloads_key(P, ARGV[i]), "LT", memo[ARGV[i + 3]], ARGV[i + 4])
-  if expiry then new_payload[(i - 3) / 5 + 1] = added_p == 1 end
 end
 -- Expiry per payload (P expires:ID, P expiring): only when this push has
 -- one or the shard has some.
@@ -262,8 +329,9 @@ if expiry or redis.call("EXISTS", K.expiring) == 1 then
     end
   end
 end
-local head = queue_head(P, K)
-if channel ~= "" and head and (not before or tonumber(head) < tonumber(before)) then
+-- The head after the push: the old one or a new job's perform_in (a merge
+-- keeps the queued job's).
+if channel ~= "" and head and (not before or head < tonumber(before)) then
   wake(channel, P)
 end
-return { added, head or false }
+return { added, head and score_str(head) or false }

@@ -20,14 +20,19 @@ end
 
 -- The shard's keys, by name: shard_keys(P).busy_errors == P .. "busy:errors".
 -- (One table constructor: measured cheaper per script call than building
--- the names on first use through a metatable.)
+-- the names on first use through a metatable.) Layout 2 (docs/layout2.md):
+-- a queued job is one member of `jobs` carrying its record, plus its place
+-- in the due order: `ready` (a list), `later` (a zset) or a level.
 local function shard_keys(P)
   return {
-    queue = P .. "queue",                     -- ZSET id -> perform_in (queued jobs)
+    jobs = P .. "jobs",                       -- ZSET (scores 0) esc(id) .. "\0\0" .. queued record
+    ready = P .. "ready",                     -- LIST ids of queued jobs due when pushed, in perform_in order
+    tail = P .. "tail",                       -- STRING perform_in of the last id appended to ready
+    later = P .. "later",                     -- ZSET id -> perform_in (other queued jobs of priority 100)
+    stale = P .. "stale",                     -- HASH id -> how many of its ready entries are stale
     retries = P .. "retries",                 -- ZSET id -> retry_count (queued, retry_count >= 0)
-    ids = P .. "ids",                         -- ZSET id -> 0 (lexicographic listings)
     errors = P .. "errors",                   -- HASH id -> last error (queued jobs)
-    busy = P .. "busy",                       -- HASH id -> busy entry (jobs in flight)
+    busy = P .. "busy",                       -- HASH id -> busy record (jobs in flight, with their payloads)
     busy_errors = P .. "busy:errors",         -- HASH id -> error (jobs in flight)
     busy_fetched_at = P .. "busy:fetched_at", -- STRING: `now` of the fetch of the batch in flight
     batch = P .. "batch",                     -- STRING: batch id counter (the batch in flight)
@@ -35,7 +40,7 @@ local function shard_keys(P)
     holder = P .. "holder",                   -- STRING: the last holder's token
     counters = P .. "counters",               -- HASH processed, failed
     morgue = P .. "morgue",                   -- ZSET id -> updated_at (dead jobs)
-    morgue_ids = P .. "morgue:ids",           -- ZSET id -> 0 (lexicographic listings)
+    morgue_jobs = P .. "morgue:jobs",         -- ZSET (scores 0) esc(id) .. "\0\0" .. payloads record (dead jobs)
     morgue_errors = P .. "morgue:errors",     -- HASH id -> error (dead jobs)
     expiring = P .. "expiring",               -- SET ids that have an expires hash
     schedules = P .. "schedules",             -- HASH schedule name -> its last tick (in its job id's shard)
@@ -51,10 +56,6 @@ local function shard_keys(P)
   }
 end
 
--- The per-id payload sets (ZSET payload -> score): queued, in flight, dead.
-local function payloads_key(P, id) return P .. "payloads:" .. id end
-local function busy_payloads_key(P, id) return P .. "busy:payloads:" .. id end
-local function morgue_payloads_key(P, id) return P .. "morgue:payloads:" .. id end
 -- HASH payload -> expires_at, for the id's payloads pushed with one
 local function expires_key(P, id) return P .. "expires:" .. id end
 
@@ -64,35 +65,130 @@ local function tag_key(P, t) return P .. "tag:" .. t end
 -- The queued jobs of priority N ~= 100 (ZSET id -> perform_in; lib/levels.lua)
 local function level_key(P, n) return P .. "queue:" .. n end
 
--- A busy entry (the value of an id in the busy hash) is
--- "perform_in\nretry_count", both Redis score strings, then for a job with
--- a priority other than 100 or its own windows "\npriority\nwindows" (either
--- may be empty).
-local function busy_value(pin, rc, prio, win)
-  if not prio and not win then return pin .. "\n" .. rc end
-  return pin .. "\n" .. rc .. "\n" .. (prio or "") .. "\n" .. (win or "")
+-- A Redis score string of the number x (what ZSCORE replies in Redis 7.0:
+-- the host reads back exactly the stored double).
+local function score_str(x) return string.format("%.17g", x) end
+
+-- Records (docs/layout2.md, "Records"). An id in `jobs` / `morgue:jobs` is
+-- esc(id) .. "\0\0" .. record: every byte 0 of the id becomes 0, 1, so "\0\0"
+-- ends it and escaped ids sort as the ids do.
+local function esc(id)
+  if not id:find("%z") then return id end
+  return (id:gsub("%z", "\0\1"))
 end
 
--- Reads a busy entry: perform_in, retry_count (strings), priority and
--- windows (strings or nil). Junk written by someone else reads as
--- perform_in = junk_pin, retry_count = "-1": it must neither break a ZADD
--- half-way through a script (no rollback) nor reach the host as a
--- non-number.
-local function busy_entry(v, junk_pin)
-  local pin, rc = string.match(v, "^(.-)\n(.*)$")
-  local prio, win
-  if rc then
-    local r, p, w = string.match(rc, "^(.-)\n(.-)\n(.*)$")
-    if r then
-      rc = r
-      if p:match("^%-?%d+$") and p ~= "100" then prio = p end
-      if w ~= "" then win = w end
-    end
+-- The member of the lex index ix (K.jobs or K.morgue_jobs) of the escaped id
+-- E, or nil: O(log n).
+local function find_member(ix, E)
+  return redis.call("ZRANGE", ix, "[" .. E .. "\0\0", "(" .. E .. "\0\1", "BYLEX", "LIMIT", "0", "1")[1]
+end
+
+-- (cmsgpack.unpack's values with their count: a record holds nils)
+local function counted(...) return select("#", ...), { ... } end
+
+-- Payloads in flat lists {payload, score, ...} (scores numbers), ascending
+-- (score, bytes): the order the scripts hand them out (ZRANGE's).
+local function sort_payloads(map)
+  local keys = {}
+  for p in pairs(map) do keys[#keys + 1] = p end
+  if #keys > 1 then
+    table.sort(keys, function(a, b)
+      local x, y = map[a], map[b]
+      if x ~= y then return x < y end
+      return a < b
+    end)
   end
+  local out = {}
+  for i, p in ipairs(keys) do out[2 * i - 1], out[2 * i] = p, map[p] end
+  return out
+end
+
+-- Adds the flat list pl to map (payload -> score), the minimal score winning
+-- (docs/redis.md, "Merge rules").
+local function unite(map, pl)
+  for i = 1, #pl, 2 do
+    local s = map[pl[i]]
+    if not s or pl[i + 1] < s then map[pl[i]] = pl[i + 1] end
+  end
+  return map
+end
+
+-- Encodes the payload list pl from index `from`: payload, then its score,
+-- nil when it equals pin (one byte).
+local function pack_payloads(vals, pl, pin)
+  local k = #vals
+  for i = 1, #pl, 2 do
+    vals[k + 1] = pl[i]
+    if pl[i + 1] ~= pin then vals[k + 2] = pl[i + 1] end
+    k = k + 2
+  end
+  return cmsgpack.pack(unpack(vals, 1, k))
+end
+
+-- Decodes payload pairs from vals[i..n] (a score nil = pin). nil when junk.
+local function unpack_payloads(n, vals, i, pin)
+  local pl = {}
+  for j = i, n, 2 do
+    local p, s = vals[j], vals[j + 1]
+    if s == nil then s = pin end
+    if type(p) ~= "string" or type(s) ~= "number" then return nil end
+    pl[#pl + 1], pl[#pl + 2] = p, s
+  end
+  if #pl == 0 then return nil end
+  return pl
+end
+
+-- A queued record: place ("r" in ready, "l" in later, "p" in a level), pin
+-- (number), then the payloads.
+local function job_record(place, pin, pl)
+  return place .. pack_payloads({ pin }, pl, pin)
+end
+
+-- Decodes the member m (of escaped id E) of `jobs`: place, pin (number),
+-- payload list; nil when the record is junk (then the caller drops it).
+local function job_decode(m, E)
+  local rec = m:sub(#E + 3)
+  local place = rec:sub(1, 1)
+  if place ~= "r" and place ~= "l" and place ~= "p" then return nil end
+  local n, v = counted(pcall(cmsgpack.unpack, rec:sub(2)))
+  local pin = v[2]
+  if not v[1] or type(pin) ~= "number" or pin ~= pin then return nil end
+  local pl = unpack_payloads(n, v, 3, pin)
+  if not pl then return nil end
+  return place, pin, pl
+end
+
+-- A busy record (P busy[id]): perform_in and retry_count (Redis score
+-- strings, handed back to the host verbatim), priority (nil = 100), windows
+-- (nil = none), then the payloads.
+local function busy_record(pin, rc, prio, win, pl)
+  return pack_payloads({ pin, rc, prio or false, win or false }, pl, tonumber(pin))
+end
+
+-- Reads a busy record: pin, rc (strings), prio, win (strings or nil),
+-- payload list; nil when junk (no payloads, bad numbers: it must neither
+-- break a write half-way through a script, which has no rollback, nor reach
+-- the host as a non-number).
+local function busy_decode(v)
+  local n, t = counted(pcall(cmsgpack.unpack, v))
+  if not t[1] then return nil end
+  local pin, rc, prio, win = t[2], t[3], t[4], t[5]
   local p = tonumber(pin)
-  if not (p and p == p and (pin:match("^[-+]?%d*%.?%d*[eE]?[-+]?%d*$") or pin:match("^[-+]?inf$"))) then
-    pin = junk_pin
+  if type(pin) ~= "string" or not p or p ~= p or type(rc) ~= "string" or not rc:match("^%-?%d+$")
+    or tonumber(rc) < -1 then
+    return nil
   end
-  if not (rc and rc:match("^%-?%d+$") and tonumber(rc) >= -1) then rc = "-1" end
-  return pin, rc, prio, win
+  if type(prio) ~= "string" or not prio:match("^%-?%d+$") or prio == "100" then prio = nil end
+  if type(win) ~= "string" or win == "" then win = nil end
+  local pl = unpack_payloads(n, t, 6, p)
+  if not pl then return nil end
+  return pin, rc, prio, win, pl
+end
+
+-- A morgue record: the dead payloads (scores always written).
+local function morgue_record(pl) return cmsgpack.pack(unpack(pl)) end
+local function morgue_decode(m, E)
+  local n, t = counted(pcall(cmsgpack.unpack, m:sub(#E + 3)))
+  if not t[1] then return nil end
+  return unpack_payloads(n, t, 2, 0)
 end

@@ -1,8 +1,10 @@
 -- Priorities and per-job windows of queued jobs ("luakiq:include levels",
 -- after "luakiq:include keys"; docs/redis.md, "Priority").
--- A queued job of the default priority (100) is in P queue, as ever. One of
--- priority N ~= 100 is in P queue:N instead (the same score, perform_in),
--- with P prio[id] = N and N in P levels (ZSET N -> N). A shard that never saw
+-- Layout 2 (docs/layout2.md): every queued job is one member of P jobs
+-- (its record: place, perform_in, payloads). A job of the default priority
+-- (100) has its place in P ready or P later; one of priority N ~= 100 is in
+-- P queue:N (id -> perform_in, place "p"), with P prio[id] = N and N in
+-- P levels (ZSET N -> N). A shard that never saw
 -- a priority has neither key: each helper then costs it one read of an
 -- absent key at most, so workers without priorities pay (almost) nothing.
 -- Due jobs are fetched level by level (lowest N first, 100 in its place), so
@@ -24,31 +26,40 @@ local function has_windows(K)
   return K.has_windows
 end
 
--- The queue keys in fetch order: {key, priority string} (levels below 100,
--- P queue as "100", levels above).
+-- The queues in fetch order: {key, priority string} (levels below 100,
+-- the default (key false: ready + later) as "100", levels above).
 local function queue_keys(P, K)
   local out, placed = {}, false
   if has_levels(K) then
     for _, n in ipairs(redis.call("ZRANGE", K.levels, 0, -1)) do
       if not placed and tonumber(n) > 100 then
-        out[#out + 1] = { K.queue, "100" }
+        out[#out + 1] = { false, "100" }
         placed = true
       end
       out[#out + 1] = { level_key(P, n), n }
     end
   end
-  if not placed then out[#out + 1] = { K.queue, "100" } end
+  if not placed then out[#out + 1] = { false, "100" } end
   return out
+end
+
+-- The queued job of id: its member of P jobs, escaped id, place, perform_in
+-- (number) and payload list; nil when not queued. A junk member comes back
+-- with place nil (the caller drops it).
+local function find_job(K, id)
+  local E = esc(id)
+  local m = find_member(K.jobs, E)
+  if not m then return nil, E end
+  return m, E, job_decode(m, E)
 end
 
 -- Where id is queued: its perform_in (string) and priority (string, nil =
 -- 100), or nil when it is not queued.
 local function queued_at(P, K, id)
-  local s = redis.call("ZSCORE", K.queue, id)
-  if s or not has_levels(K) then return s end
-  local n = redis.call("HGET", K.prio, id)
-  if n then return redis.call("ZSCORE", level_key(P, n), id), n end
-  return nil
+  local m, _, place, pin = find_job(K, id)
+  if not place then return nil end
+  if place == "p" then return score_str(pin), redis.call("HGET", K.prio, id) end
+  return score_str(pin)
 end
 
 -- Takes id out of the priority level n (not 100): the prio entry and an
@@ -63,34 +74,12 @@ local function leave_level(P, K, id, n)
   end
 end
 
--- Removes id from whichever queue key holds it, and its windows entry.
--- Returns 1 when it was queued, else 0.
-local function unqueue(P, K, id)
-  if has_windows(K) then redis.call("HDEL", K.windows, id) end
-  if redis.call("ZREM", K.queue, id) == 1 then return 1 end
-  if not has_levels(K) then return 0 end
-  local n = redis.call("HGET", K.prio, id)
-  if not n then return 0 end
-  leave_level(P, K, id, n)
-  return 1
-end
-
--- Queues id at perform_in pin (score string) with priority n (string; nil
--- or "100" = the default), moving it from another level if it was queued
--- there. Merging priorities is the caller's (merged_priority).
-local function queue_at(P, K, id, pin, n)
-  if n == "100" then n = nil end
-  local cur = has_levels(K) and redis.call("HGET", K.prio, id) or nil
-  if cur and cur ~= n then leave_level(P, K, id, cur) end
-  if n then
-    if not cur then redis.call("ZREM", K.queue, id) end
-    redis.call("HSET", K.prio, id, n)
-    redis.call("ZADD", level_key(P, n), pin, id)
-    redis.call("ZADD", K.levels, n, n)
-    K.has_levels = true
-  else
-    redis.call("ZADD", K.queue, pin, id)
-  end
+-- Puts id in the level n (not 100) at perform_in pin_s.
+local function join_level(P, K, id, pin_s, n)
+  redis.call("HSET", K.prio, id, n)
+  redis.call("ZADD", level_key(P, n), pin_s, id)
+  redis.call("ZADD", K.levels, n, n)
+  K.has_levels = true
 end
 
 -- The lower of two priorities (strings, nil = 100): what a merge keeps
@@ -98,15 +87,6 @@ end
 local function lower_priority(a, b)
   if tonumber(a or 100) < tonumber(b or 100) then return a end
   return b
-end
-
--- The priority of id once n (string or nil = 100) merges with its queued
--- job, if any.
-local function merged_priority(P, K, id, n)
-  if n == nil and not has_levels(K) then return nil end
-  local pin, q = queued_at(P, K, id)
-  if not pin then return n end
-  return lower_priority(n, q)
 end
 
 -- Sets id's windows for a job going back to the queue: w (string) replaces
@@ -118,33 +98,59 @@ local function set_windows(K, id, w)
   end
 end
 
+-- The perform_in (number) of the first live entry of P ready, or nil. Stale
+-- entries at its head (docs/layout2.md, P stale) are popped on the way, so
+-- the next caller does not walk them again.
+local function ready_head(K)
+  local stale = redis.call("EXISTS", K.stale) == 1
+  while true do
+    local id = redis.call("LINDEX", K.ready, "0")
+    if not id then return nil end
+    local dead = false
+    if stale and redis.call("HEXISTS", K.stale, id) == 1 then
+      dead = true
+      if redis.call("HINCRBY", K.stale, id, -1) <= 0 then redis.call("HDEL", K.stale, id) end
+    end
+    if not dead then
+      local _, _, place, pin = find_job(K, id)
+      if place == "r" then return pin end
+    end
+    redis.call("LPOP", K.ready) -- stale, or junk: no live record
+  end
+end
+
+-- The lowest perform_in of the default priority (number), or nil.
+local function default_head(K)
+  local h = ready_head(K)
+  local l = redis.call("ZRANGE", K.later, 0, 0, "WITHSCORES")[2]
+  if l and (not h or tonumber(l) < h) then return tonumber(l) end
+  return h
+end
+
 -- The lowest perform_in queued (string), over every level, or nil.
 local function queue_head(P, K)
-  local h = redis.call("ZRANGE", K.queue, 0, 0, "WITHSCORES")[2]
+  local h = default_head(K)
   if has_levels(K) then
     for _, n in ipairs(redis.call("ZRANGE", K.levels, 0, -1)) do
       local s = redis.call("ZRANGE", level_key(P, n), 0, 0, "WITHSCORES")[2]
-      if s and (not h or tonumber(s) < tonumber(h)) then h = s end
+      if s and (not h or tonumber(s) < h) then h = tonumber(s) end
     end
   end
-  return h
+  return h and score_str(h)
 end
 
 -- How many jobs are queued, over every level.
 local function queue_size(P, K)
-  local n = redis.call("ZCARD", K.queue)
-  if has_levels(K) then
-    for _, l in ipairs(redis.call("ZRANGE", K.levels, 0, -1)) do n = n + redis.call("ZCARD", level_key(P, l)) end
-  end
-  return n
+  return redis.call("ZCARD", K.jobs)
 end
 
 -- The priority of the best due job (perform_in <= now, a number): "100" and
 -- the like, or "" when none is due.
 local function best_due(P, K, now)
   for _, q in ipairs(queue_keys(P, K)) do
-    local s = redis.call("ZRANGE", q[1], 0, 0, "WITHSCORES")[2]
-    if s and tonumber(s) <= now then return q[2] end
+    local s
+    if q[1] then s = tonumber(redis.call("ZRANGE", q[1], 0, 0, "WITHSCORES")[2]) else s = default_head(K) end
+    if s and s <= now then return q[2] end
   end
   return ""
 end

@@ -1,36 +1,10 @@
 -- Shared by several queue scripts: a script that needs these has a line
 -- "luakiq:include shard" (as a comment, at the start of the line, after
--- "luakiq:include keys", whose shard_keys these use), which is
--- replaced by this file when the script is loaded (scripts/luakiq/include.lua:
--- at build time, with LUAKIQ_SCRIPTS and in tools/redis-scripts-test.sh).
--- Redis scripts cannot require each other, so this is how they share code.
-
--- Merges the payload set src into dst (docs/redis.md, "Merge rules": union, an equal
--- payload keeps the minimal score). src is gone afterwards.
-local function merge_payloads(src, dst)
-  if redis.call("EXISTS", dst) == 1 then
-    redis.call("ZUNIONSTORE", dst, 2, dst, src, "AGGREGATE", "MIN")
-    redis.call("DEL", src)
-  else
-    redis.call("RENAME", src, dst)
-  end
-end
-
--- Moves every payload of the zset src (id's, in flight) to the morgue: the
--- id's dead payloads united with them (an equal payload keeps the minimal
--- score), updated_at = now_s, the error err ("" = none). src is gone
--- afterwards. Returns the moved {payload, score, ...} (flat). For
--- delivery = "at_most_once" (fail.lua, fetch.lua): nothing of a call that may
--- have run is ever queued again.
-local function morgue_all(K, P, id, src, now_s, err)
-  local moved = redis.call("ZRANGE", src, 0, -1, "WITHSCORES")
-  if #moved == 0 then return moved end
-  redis.call("ZADD", K.morgue, now_s, id)
-  redis.call("ZADD", K.morgue_ids, 0, id)
-  merge_payloads(src, morgue_payloads_key(P, id))
-  if err ~= "" then redis.call("HSET", K.morgue_errors, id, err) else redis.call("HDEL", K.morgue_errors, id) end
-  return moved
-end
+-- "luakiq:include keys" and "luakiq:include levels", whose helpers these
+-- use), which is replaced by this file when the script is loaded
+-- (scripts/luakiq/include.lua: at build time, with LUAKIQ_SCRIPTS and in
+-- tools/redis-scripts-test.sh). Redis scripts cannot require each other, so
+-- this is how they share code.
 
 -- The retries index holds only jobs waiting for a retry (retry_count >= 0);
 -- a fresh job (-1) is not in it, which spares every push and fetch of a
@@ -38,6 +12,72 @@ end
 local function set_retry(K, id, rc)
   if tonumber(rc) >= 0 then redis.call("ZADD", K.retries, rc, id)
   else redis.call("ZREM", K.retries, id) end
+end
+
+-- Adds the payload list pl (flat, scores numbers) of id to the morgue: the
+-- id's dead payloads united with them (an equal payload keeps the minimal
+-- score), updated_at = now_s, the error err ("" = none; nil = leave it).
+local function morgue_add(K, id, pl, now_s, err)
+  if #pl == 0 then return end
+  local E = esc(id)
+  local m = find_member(K.morgue_jobs, E)
+  local map = unite({}, pl)
+  if m then
+    unite(map, morgue_decode(m, E) or {})
+    redis.call("ZREM", K.morgue_jobs, m)
+  end
+  redis.call("ZADD", K.morgue_jobs, "0", E .. "\0\0" .. morgue_record(sort_payloads(map)))
+  redis.call("ZADD", K.morgue, now_s, id)
+  if err == nil then return end
+  if err ~= "" then redis.call("HSET", K.morgue_errors, id, err) else redis.call("HDEL", K.morgue_errors, id) end
+end
+
+-- Takes the queued job of id (member m, decoded place, its priority n or
+-- nil) out of its place in the due order: a ready entry becomes stale, a
+-- later or level entry goes. (The member of `jobs` is the caller's.)
+local function leave_place(P, K, id, place, n)
+  if place == "r" then
+    redis.call("HINCRBY", K.stale, id, 1)
+  elseif place == "l" then
+    redis.call("ZREM", K.later, id)
+  elseif n then
+    leave_level(P, K, id, n)
+  end
+end
+
+-- Puts a job back in the queue ("failed + queued", docs/redis.md "Merge
+-- rules"): perform_in pin_s, retry_count rc_s, error err (nil or "" = none),
+-- priority n (nil = 100), windows win (nil = the queued job's), payloads pl
+-- (flat, scores numbers). A queued job of the id is merged into it: payloads
+-- united (minimal score), the lower priority; it takes its place in `later`
+-- (or its level). Nothing when pl is empty.
+local function requeue(P, K, id, pin_s, rc_s, err, pl, n, win)
+  if #pl == 0 then return end
+  local E = esc(id)
+  local m = find_member(K.jobs, E)
+  local map = unite({}, pl)
+  if m then
+    local place, _, qpl = job_decode(m, E)
+    if place then
+      unite(map, qpl)
+      local q = place == "p" and redis.call("HGET", K.prio, id) or nil
+      n = lower_priority(n, q)
+      leave_place(P, K, id, place, q)
+    end
+    redis.call("ZREM", K.jobs, m)
+  end
+  if n == "100" then n = nil end
+  local place = "l"
+  if n then
+    place = "p"
+    join_level(P, K, id, pin_s, n)
+  else
+    redis.call("ZADD", K.later, pin_s, id)
+  end
+  redis.call("ZADD", K.jobs, "0", E .. "\0\0" .. job_record(place, tonumber(pin_s), sort_payloads(map)))
+  set_windows(K, id, win)
+  set_retry(K, id, rc_s)
+  if err and err ~= "" then redis.call("HSET", K.errors, id, err) else redis.call("HDEL", K.errors, id) end
 end
 
 -- Fencing for writers of a shard's batch in flight (fail.lua, bury.lua): the
