@@ -181,12 +181,24 @@ local function expire(id, pl, now_s)
   return keep
 end
 
+-- Score strings of the perform_in values met (jobs pushed together share one).
+local pin_strs = {}
+local function pin_str(x)
+  local s = pin_strs[x]
+  if not s then
+    s = score_str(x)
+    pin_strs[x] = s
+  end
+  return s
+end
+
 -- The due jobs of priority 100, up to max, in perform_in order (ties by
 -- id), from two sorted sources (docs/layout2.md, "fetch"): P ready from its
 -- head (skipping stale entries; stopping at a job not due yet: producers'
 -- clocks differ) and P later. Takes them out of both (not out of P jobs:
--- the caller's). Returns ids, pins (strings), members (of P jobs; nil for a
--- later job: not looked up yet), and the head left when known.
+-- the caller's). Returns ids, pins (strings), ready entries ({id, pin,
+-- member, position, payloads}: a ready job's record was read on the way;
+-- nil for a later job, not looked up yet), and the head left when known.
 local function take_default(max, now_s)
   local L = redis.call("ZRANGEBYSCORE", K.later, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(max + 1))
   -- Walk ready: R = live due entries {id, pin number, member, position}.
@@ -207,13 +219,13 @@ local function take_default(max, now_s)
         skips[#skips + 1] = { pos, id }
       else
         left[id] = 0
-        local m, _, place, pin = find_job(K, id)
+        local m, _, place, pin, pl = find_job(K, id)
         if place == "r" then
           if pin > now then
             stop = pin
             break
           end
-          R[#R + 1] = { id, pin, m, pos }
+          R[#R + 1] = { id, pin, m, pos, pl }
           if #R > max then break end
         end
         -- (an entry without a live record is junk: passed, and popped)
@@ -230,7 +242,7 @@ local function take_default(max, now_s)
     local r, lpin = R[i], L[2 * j] and tonumber(L[2 * j])
     if not r and not lpin then break end
     if r and (not lpin or r[2] < lpin or (r[2] == lpin and r[1] < L[2 * j - 1])) then
-      ids[#ids + 1], pins[#ids + 1], members[#ids + 1] = r[1], score_str(r[2]), r[3]
+      ids[#ids + 1], pins[#ids + 1], members[#ids + 1] = r[1], pin_str(r[2]), r
       i = i + 1
     else
       ids[#ids + 1], pins[#ids + 1] = L[2 * j - 1], L[2 * j]
@@ -356,8 +368,7 @@ if want == "1" and limit > 0 then
         -- each taken job's record, looked up once (a ready job's on the way)
         local mem, pl = members[i], nil
         if mem then
-          local _, _, p = job_decode(mem, esc(id))
-          pl = p
+          mem, pl = mem[3], mem[5]
         else
           local _, _, _, p
           mem, _, _, _, p = find_job(K, id)

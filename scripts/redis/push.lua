@@ -221,6 +221,8 @@ for i = 3, last, 5 do
   end
   local s = j.map[payload]
   if expiry then new_payload[n] = s == nil end
+  -- (j.one: the job's only payload while it has one, for the fast path below)
+  if not j.old and j.one == nil then j.one = payload elseif j.one ~= payload then j.one = false end
   if not s or score < s then
     j.map[payload] = score
     j.changed = true
@@ -290,7 +292,15 @@ for _, id in ipairs(order) do
   if j.changed then
     if j.old then rem[#rem + 1] = j.old end
     add[#add + 1] = "0"
-    add[#add + 1] = j.E .. "\0\0" .. job_record(j.place, j.pin, sort_payloads(j.map))
+    local rec
+    if j.one then
+      -- one payload (the usual new job): no table to sort
+      local score = j.map[j.one]
+      rec = j.place .. cmsgpack.pack(j.pin, j.one, score ~= j.pin and score or nil)
+    else
+      rec = job_record(j.place, j.pin, sort_payloads(j.map))
+    end
+    add[#add + 1] = j.E .. "\0\0" .. rec
   end
 end
 local function chunks(cmd, key, list, step)
