@@ -1,0 +1,82 @@
+-- Redis CPU and memory per job of the hot path (push.lua, fetch.lua with
+-- acks) on one shard of a private redis-server, for whichever scripts the
+-- running binary embeds (docs/layout2.md, "Measured": layout 1 is
+-- /work/main's build, layout 2 this branch's).
+-- Usage: BIN lua examples/benchmark/hotpath.lua [QUEUED...]   (default 100000 1000000)
+-- Per QUEUED: push QUEUED blank jobs in calls of 1,000 (Redis CPU per job
+-- from INFO cpu, used_memory per queued job), then fetch 100,000 of them
+-- 10 at a time with acks, push 100,000 more (not measured) and fetch
+-- 100,000 100 at a time (Redis CPU per fetched job). One line per figure:
+-- "QUEUED figure value".
+package.path = "spec/?.lua;" .. package.path
+local core = require "luakiq.core"
+local redis = require "helpers.redis"
+
+local P, TOKEN = "bench:{Q:0}:", "bench-token"
+local SAMPLE, CALL = 100000, 1000
+
+local function info(srv, section, field)
+  local text = srv.conn:call("INFO", section)
+  return tonumber(text:match(field .. ":([%d%.]+)"))
+end
+local function cpu(srv) return info(srv, "cpu", "used_cpu_sys") + info(srv, "cpu", "used_cpu_user") end
+local function mem(srv) return info(srv, "memory", "used_memory") end
+
+local seq = 0
+-- Pushes n blank jobs (fresh ids, perform_in = score = now) in calls of 1,000.
+local function push(srv, n, now)
+  local now_s = string.format("%.17g", now)
+  local left = n
+  while left > 0 do
+    local k = math.min(CALL, left)
+    local cmd = { script = "push", P, "", now_s }
+    for _ = 1, k do
+      seq = seq + 1
+      local m = #cmd
+      cmd[m + 1], cmd[m + 2], cmd[m + 3], cmd[m + 4], cmd[m + 5] = "job" .. seq, now_s, "-1", now_s, '""'
+    end
+    local r = srv.conn:pipeline({ cmd })[1]
+    assert(type(r) == "table", tostring(r))
+    left = left - k
+  end
+end
+
+-- Fetches n jobs, limit at a time, acking each batch with the next call.
+local function fetch(srv, n, limit, now)
+  local now_s, lim = string.format("%.17g", now + 1), tostring(limit)
+  local got, ack = 0, ""
+  while got < n do
+    local r = srv.conn:script("fetch", P, TOKEN, "30000", now_s, lim, ack, "1")
+    assert(r[1] == "OK", tostring(r[1]) .. " " .. tostring(r[2]))
+    local k = tonumber(r[6])
+    if k == 0 then break end
+    got, ack = got + k, r[2]
+  end
+  srv.conn:script("fetch", P, TOKEN, "30000", now_s, lim, ack, "0")
+  return got
+end
+
+local sizes = {}
+for i = 1, select("#", ...) do sizes[#sizes + 1] = tonumber((select(i, ...))) end
+if #sizes == 0 then sizes = { 100000, 1000000 } end
+for _, queued in ipairs(sizes) do
+  local srv = redis.start()
+  local now = core.now()
+  local m0, c0 = mem(srv), cpu(srv)
+  push(srv, queued, now)
+  local c1, m1 = cpu(srv), mem(srv)
+  print(("%d push_us_per_job %.2f"):format(queued, (c1 - c0) / queued * 1e6))
+  print(("%d bytes_per_queued_job %.1f"):format(queued, (m1 - m0) / queued))
+  local s = math.min(SAMPLE, queued)
+  local c2 = cpu(srv)
+  local got = fetch(srv, s, 10, now)
+  local c3 = cpu(srv)
+  print(("%d fetch10_us_per_job %.2f"):format(queued, (c3 - c2) / got * 1e6))
+  push(srv, s, now)
+  local c4 = cpu(srv)
+  got = fetch(srv, s, 100, now)
+  local c5 = cpu(srv)
+  print(("%d fetch100_us_per_job %.2f"):format(queued, (c5 - c4) / got * 1e6))
+  srv:stop()
+end
+redis.cleanup()
