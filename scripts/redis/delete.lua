@@ -5,14 +5,21 @@
 -- Returns the number of queued jobs deleted (integer).
 -- luakiq:include keys
 -- luakiq:include levels
+-- luakiq:include shard
 local P = KEYS[1]
 local K = shard_keys(P)
 local count = 0
 for _, id in ipairs(ARGV) do
-  count = count + unqueue(P, K, id)
+  local m, _, place = find_job(K, id)
+  if m then
+    redis.call("ZREM", K.jobs, m)
+    if place then
+      leave_place(P, K, id, place, place == "p" and redis.call("HGET", K.prio, id) or nil)
+      count = count + 1
+    end
+  end
+  if has_windows(K) then redis.call("HDEL", K.windows, id) end
   redis.call("ZREM", K.retries, id)
-  redis.call("ZREM", K.ids, id)
-  redis.call("DEL", payloads_key(P, id))
   redis.call("HDEL", K.errors, id)
 end
 return count

@@ -17,33 +17,40 @@ local P, id = KEYS[1], ARGV[1]
 local K = shard_keys(P)
 if type(id) ~= "string" then error("luakiq job: ARGV must be the id", 0) end
 
-local function payloads(key, out)
-  local pl = redis.call("ZRANGE", key, 0, -1, "WITHSCORES")
+local function payloads(pl, out)
   out[#out + 1] = tostring(#pl / 2)
-  for i = 1, #pl do out[#out + 1] = pl[i] end
+  for i = 1, #pl, 2 do
+    out[#out + 1] = pl[i]
+    out[#out + 1] = score_str(pl[i + 1])
+  end
 end
 
 local entry = redis.call("HGET", K.busy, id)
-local queued, prio = queued_at(P, K, id)
-if entry then
-  local pin, rc, bprio, win = busy_entry(entry, "0")
-  local out = { "in_flight", pin, rc, redis.call("HGET", K.busy_errors, id) or "",
+local m, _, place, qpin, qpl = find_job(K, id)
+local bpin, rc, bprio, win, bpl
+if entry then bpin, rc, bprio, win, bpl = busy_decode(entry) end
+if bpl then
+  local out = { "in_flight", bpin, rc, redis.call("HGET", K.busy_errors, id) or "",
                 redis.call("GET", K.lease) or redis.call("GET", K.holder) or "",
                 redis.call("GET", K.busy_fetched_at) or "", bprio or "100", win or "" }
-  payloads(busy_payloads_key(P, id), out)
-  if queued then payloads(payloads_key(P, id), out) end
+  payloads(bpl, out)
+  if place then payloads(qpl, out) end
   return out
 end
-if queued then
-  local out = { "queued", queued, redis.call("ZSCORE", K.retries, id) or "-1", redis.call("HGET", K.errors, id) or "",
+if place then
+  local prio = place == "p" and redis.call("HGET", K.prio, id) or nil
+  local out = { "queued", score_str(qpin), redis.call("ZSCORE", K.retries, id) or "-1",
+                redis.call("HGET", K.errors, id) or "",
                 prio or "100", has_windows(K) and redis.call("HGET", K.windows, id) or "" }
-  payloads(payloads_key(P, id), out)
+  payloads(qpl, out)
   return out
 end
 local dead = redis.call("ZSCORE", K.morgue, id)
 if dead then
+  local E = esc(id)
+  local dm = find_member(K.morgue_jobs, E)
   local out = { "dead", dead, redis.call("HGET", K.morgue_errors, id) or "" }
-  payloads(morgue_payloads_key(P, id), out)
+  payloads(dm and morgue_decode(dm, E) or {}, out)
   return out
 end
 return { "" }

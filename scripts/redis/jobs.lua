@@ -21,6 +21,11 @@
 -- retry_count >= 0, so the fresh jobs (-1) come from the id index, skipping
 -- retried ids; with no retried job queued that is a rank lookup, otherwise a
 -- walk of the id index (linear in offset, like ZRANGEBYSCORE's LIMIT).
+-- Layout 2 (docs/layout2.md): by id, the lex indexes `jobs` and
+-- `morgue:jobs` carry each record (an id bound x becomes a bound on the
+-- members esc(x) .. "\0\0" .. record); by perform_in, P ready (walked,
+-- skipping stale entries) is merged with P later and the levels:
+-- O(offset + limit).
 -- luakiq:include keys
 -- luakiq:include levels
 local P = KEYS[1]
@@ -29,8 +34,8 @@ local what, order, dir, min, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local offset, limit = tonumber(ARGV[6]), tonumber(ARGV[7])
 local keys_only = ARGV[8] == "keys"
 local sources = {
-  queue = { id = "ids", perform_in = "queue", retry_count = "retries" },
-  morgue = { id = "morgue_ids", updated_at = "morgue" },
+  queue = { id = "jobs", perform_in = "ready", retry_count = "retries" },
+  morgue = { id = "morgue_jobs", updated_at = "morgue" },
 }
 local src = sources[what] and sources[what][order]
 if not src then
@@ -57,7 +62,7 @@ local function by_retry_count()
   end
   local lo, lox = bound(min)
   local hi, hix = bound(max)
-  local R, I = K.retries, K.ids
+  local R, I = K.retries, K.jobs
   local nr_all = redis.call("ZCARD", R)
   local fresh_in = (lo < -1 or (lo == -1 and not lox)) and (hi > -1 or (hi == -1 and not hix))
   local nf = fresh_in and math.max(queue_size(P, K) - nr_all, 0) or 0
@@ -67,8 +72,10 @@ local function by_retry_count()
     return redis.call("ZREVRANGEBYSCORE", R, max, min, "LIMIT", off, n)
   end
   local function ids_by_rank(from, to) -- the id index by rank, in the listing's direction
-    if dir == "desc" then return redis.call("ZRANGE", I, from, to, "REV") end
-    return redis.call("ZRANGE", I, from, to)
+    local ms
+    if dir == "desc" then ms = redis.call("ZRANGE", I, from, to, "REV") else ms = redis.call("ZRANGE", I, from, to) end
+    for i, m in ipairs(ms) do ms[i] = member_id(m) end
+    return ms
   end
   local function fresh(off, n)
     if n <= 0 or off >= nf then return {} end
@@ -129,43 +136,129 @@ local function page_by_rank(key, lex)
   return redis.call("ZRANGE", key, skip, stop)
 end
 
-local ids
+local ids, members = nil, nil -- (by id: the members, records included)
 if what == "queue" and order == "retry_count" then
   ids = by_retry_count()
-else
-  local cmd
-  if order == "id" then cmd = dir == "asc" and "ZRANGEBYLEX" or "ZREVRANGEBYLEX"
-  else cmd = dir == "asc" and "ZRANGEBYSCORE" or "ZREVRANGEBYSCORE" end
-  local lo, hi = min, max
-  if dir == "desc" then lo, hi = max, min end
-  if what == "queue" and order == "perform_in" and has_levels(K) then
-    -- jobs of other priorities are in their own keys (lib/levels.lua):
-    -- offset + limit of each, merged by (perform_in, id) as one key would
-    local all = {}
-    for _, q in ipairs(queue_keys(P, K)) do
-      local r = redis.call(cmd, q[1], lo, hi, "WITHSCORES", "LIMIT", 0, offset + limit)
-      for i = 1, #r, 2 do all[#all + 1] = { r[i], tonumber(r[i + 1]) } end
-    end
-    table.sort(all, function(a, b)
-      if a[2] ~= b[2] then
-        if dir == "desc" then return a[2] > b[2] end
-        return a[2] < b[2]
-      end
-      if dir == "desc" then return a[1] > b[1] end
-      return a[1] < b[1]
-    end)
-    ids = {}
-    for i = offset + 1, math.min(#all, offset + limit) do ids[#ids + 1] = all[i][1] end
-  else
-    ids = page_by_rank(K[src], order == "id")
+elseif order == "id" then
+  -- id bounds as member bounds: [x from esc(x)\0\0 on, (x from esc(x)\0\1
+  -- on (ids that extend x included); up to [x below esc(x)\0\1, up to (x
+  -- below esc(x)\0\0
+  local function mb(b, lower)
+    if b == "-" or b == "+" then return b end
+    local c = b:sub(1, 1)
+    if c ~= "[" and c ~= "(" then error("luakiq jobs: bad lex bound '" .. b .. "'", 0) end
+    local E = esc(b:sub(2))
+    if lower then return c == "[" and "[" .. E .. "\0\0" or "[" .. E .. "\0\1" end
+    return c == "[" and "(" .. E .. "\0\1" or "(" .. E .. "\0\0"
   end
+  min, max = mb(min, true), mb(max, false)
+  members = page_by_rank(K[src], true)
+  ids = {}
+  for i, m in ipairs(members) do ids[i] = member_id(m) end
+elseif what == "queue" then
+  -- by perform_in: ready's live entries, later and the levels, each up to
+  -- offset + limit in the range, merged by (perform_in, id)
+  local function bound(b)
+    if b == "-inf" then return -math.huge, false end
+    if b == "+inf" or b == "inf" then return math.huge, false end
+    local excl = b:sub(1, 1) == "("
+    local v = tonumber(excl and b:sub(2) or b)
+    if not v or v ~= v then error("luakiq jobs: bad score bound '" .. b .. "'", 0) end
+    return v, excl
+  end
+  local lo, lox = bound(min)
+  local hi, hix = bound(max)
+  local function inside(x) return (x > lo or (x == lo and not lox)) and (x < hi or (x == hi and not hix)) end
+  local want = offset + limit
+  local all = {}
+  local lo_s, hi_s = min, max
+  local cmd = dir == "asc" and "ZRANGEBYSCORE" or "ZREVRANGEBYSCORE"
+  if dir == "desc" then lo_s, hi_s = max, min end
+  local keys = { K.later }
+  if has_levels(K) then
+    for _, n in ipairs(redis.call("ZRANGE", K.levels, 0, -1)) do keys[#keys + 1] = level_key(P, n) end
+  end
+  for _, k in ipairs(keys) do
+    local r = redis.call(cmd, k, lo_s, hi_s, "WITHSCORES", "LIMIT", 0, want)
+    for i = 1, #r, 2 do all[#all + 1] = { r[i], tonumber(r[i + 1]) } end
+  end
+  -- ready, live entries only: from the head (stale entries of an id precede
+  -- its live one) or from the tail (the first entry of an id met is its
+  -- live one when the id's place is "r")
+  local got, pos, seen, left = 0, 0, {}, {}
+  local stale = redis.call("EXISTS", K.stale) == 1
+  while got < want do
+    local chunk
+    if dir == "asc" then chunk = redis.call("LRANGE", K.ready, pos, pos + 999)
+    else chunk = redis.call("LRANGE", K.ready, -pos - 1000, -pos - 1) end
+    if #chunk == 0 then break end
+    local from, to, step = 1, #chunk, 1
+    if dir == "desc" then from, to, step = #chunk, 1, -1 end
+    local past = false
+    for i = from, to, step do
+      local id, live = chunk[i], false
+      if dir == "asc" then
+        local c = 0
+        if stale then
+          c = left[id]
+          if c == nil then c = tonumber(redis.call("HGET", K.stale, id)) or 0 end
+        end
+        left[id] = c - 1
+        live = c <= 0
+      else
+        live = not seen[id]
+        seen[id] = true
+      end
+      if live then
+        local _, _, place, pin = find_job(K, id)
+        if place == "r" then
+          if inside(pin) then
+            all[#all + 1] = { id, pin }
+            got = got + 1
+            if got >= want then break end
+          elseif (dir == "asc" and pin > hi) or (dir == "desc" and pin < lo) then
+            past = true
+            break
+          end
+        end
+      end
+    end
+    if past then break end
+    pos = pos + #chunk
+  end
+  table.sort(all, function(a, b)
+    if a[2] ~= b[2] then
+      if dir == "desc" then return a[2] > b[2] end
+      return a[2] < b[2]
+    end
+    if dir == "desc" then return a[1] > b[1] end
+    return a[1] < b[1]
+  end)
+  ids = {}
+  for i = offset + 1, math.min(#all, offset + limit) do ids[#ids + 1] = all[i][1] end
+else
+  ids = page_by_rank(K[src], false)
 end
 local out, n = { "0" }, 0
-local zset, errs, payloads_of = nil, K.errors, payloads_key
-if what == "morgue" then zset, errs, payloads_of = K.morgue, K.morgue_errors, morgue_payloads_key end
-for _, id in ipairs(ids) do
-  local first
-  if what == "queue" then first = queued_at(P, K, id) else first = redis.call("ZSCORE", zset, id) end
+for i, id in ipairs(ids) do
+  local first, pl, m
+  if what == "queue" then
+    local E, place, pin
+    if members then m, E = members[i], esc(id) else m, E = find_job(K, id) end
+    if m then place, pin, pl = job_decode(m, E) end
+    if place then
+      first = score_str(pin)
+      if place == "p" and order == "perform_in" then
+        -- (a level's score is the perform_in; equal by construction)
+      end
+    end
+  else
+    local E = esc(id)
+    m = members and members[i] or find_member(K.morgue_jobs, E)
+    first = redis.call("ZSCORE", K.morgue, id)
+    pl = m and morgue_decode(m, E)
+    if not pl then first = nil end
+  end
   if first and keys_only then
     n = n + 1
     out[#out + 1] = id
@@ -177,10 +270,12 @@ for _, id in ipairs(ids) do
     out[#out + 1] = id
     out[#out + 1] = first
     if what == "queue" then out[#out + 1] = redis.call("ZSCORE", K.retries, id) or "-1" end
-    out[#out + 1] = redis.call("HGET", errs, id) or ""
-    local pl = redis.call("ZRANGE", payloads_of(P, id), 0, -1, "WITHSCORES")
+    out[#out + 1] = redis.call("HGET", what == "queue" and K.errors or K.morgue_errors, id) or ""
     out[#out + 1] = tostring(#pl / 2)
-    for k = 1, #pl do out[#out + 1] = pl[k] end
+    for k = 1, #pl, 2 do
+      out[#out + 1] = pl[k]
+      out[#out + 1] = score_str(pl[k + 1])
+    end
   end
 end
 out[1] = tostring(n)

@@ -12,13 +12,14 @@ local ids = {}
 if #ARGV > 1 then
   for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
 elseif limit > 0 then
-  ids = redis.call("ZRANGEBYLEX", K.morgue_ids, "-", "+", "LIMIT", 0, limit)
+  ids = redis.call("ZRANGEBYLEX", K.morgue_jobs, "-", "+", "LIMIT", 0, limit)
+  for i, m in ipairs(ids) do ids[i] = member_id(m) end
 end
 local count = 0
 for _, id in ipairs(ids) do
   count = count + redis.call("ZREM", K.morgue, id)
-  redis.call("ZREM", K.morgue_ids, id)
-  redis.call("DEL", morgue_payloads_key(P, id))
+  local m = find_member(K.morgue_jobs, esc(id))
+  if m then redis.call("ZREM", K.morgue_jobs, m) end
   redis.call("HDEL", K.morgue_errors, id)
 end
 return { tostring(count), tostring(redis.call("ZCARD", K.morgue)) }

@@ -77,6 +77,14 @@ local function esc(id)
   return (id:gsub("%z", "\0\1"))
 end
 
+-- The id of a member of `jobs` or `morgue:jobs` (the escaped id ends at the
+-- first "\0\0").
+local function member_id(m)
+  local E = m:sub(1, m:find("%z%z") - 1)
+  if not E:find("%z") then return E end
+  return (E:gsub("%z\1", "\0"))
+end
+
 -- The member of the lex index ix (K.jobs or K.morgue_jobs) of the escaped id
 -- E, or nil: O(log n).
 local function find_member(ix, E)
