@@ -9,13 +9,14 @@
 -- Lease as in fail.lua: refused with {"LEASE", pttl} unless this token holds
 -- the lease, or holds nothing but was the last holder. A batch id that is not
 -- the one in flight changes nothing ({"OK", "0"}).
--- Per triple whose payload is in busy:payloads:<id>: it leaves the batch and
--- joins morgue:payloads:<id> (min score merge), morgue[id] = now,
+-- Per triple whose payload is in the id's busy record: it leaves the batch and
+-- joins the id's morgue record (min score merge), morgue[id] = now,
 -- morgue:errors[id] = error. An id left without payloads leaves the batch
 -- (busy, busy:errors). counters.failed += ids touched.
 -- Returns {"OK", buried, then per triple: the payload's score, or "" when it
 -- was not buried} (buried = payloads moved; fetch.lua sends no scores).
 -- luakiq:include keys
+-- luakiq:include levels
 -- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
@@ -34,20 +35,34 @@ if redis.call("EXISTS", busy) == 0 or batch ~= redis.call("GET", K.batch) then
   return { "OK", "0" }
 end
 
-local now_s = string.format("%.17g", now)
+local now_s = score_str(now)
 local buried, touched, out = 0, {}, { "OK", "0" }
+local recs = {} -- id -> {pin, rc, prio, win, payloads} of the busy records touched
 for i = 5, #ARGV, 3 do
   local id, payload, err = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local src = busy_payloads_key(P, id)
-  local score = redis.call("HEXISTS", busy, id) == 1 and redis.call("ZSCORE", src, payload)
-  out[#out + 1] = score or ""
+  local r = recs[id]
+  if r == nil then
+    local v = redis.call("HGET", busy, id)
+    local pin, rc, prio, win, pl
+    if v then pin, rc, prio, win, pl = busy_decode(v) end
+    r = pl and { pin, rc, prio, win, pl } or false
+    recs[id] = r
+  end
+  local score
+  if r then
+    local pl = r[5]
+    for k = 1, #pl, 2 do
+      if pl[k] == payload then
+        score = pl[k + 1]
+        table.remove(pl, k)
+        table.remove(pl, k)
+        break
+      end
+    end
+  end
+  out[#out + 1] = score and score_str(score) or ""
   if score then
-    redis.call("ZREM", src, payload)
-    redis.call("ZADD", morgue_payloads_key(P, id), "LT", score, payload)
-    redis.call("ZADD", K.morgue, now_s, id)
-    redis.call("ZADD", K.morgue_ids, 0, id)
-    if err ~= "" then redis.call("HSET", K.morgue_errors, id, err)
-    else redis.call("HDEL", K.morgue_errors, id) end
+    morgue_add(K, id, { payload, score }, now_s, err)
     buried = buried + 1
     if not touched[id] then
       touched[id] = true
@@ -56,9 +71,12 @@ for i = 5, #ARGV, 3 do
   end
 end
 for _, id in ipairs(touched) do
-  if redis.call("EXISTS", busy_payloads_key(P, id)) == 0 then
+  local r = recs[id]
+  if #r[5] == 0 then
     redis.call("HDEL", busy, id)
     redis.call("HDEL", K.busy_errors, id)
+  else
+    redis.call("HSET", busy, id, busy_record(r[1], r[2], r[3], r[4], r[5]))
   end
 end
 if #touched > 0 and redis.call("EXISTS", busy) == 0 then redis.call("DEL", K.busy_fetched_at) end

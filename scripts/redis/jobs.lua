@@ -155,6 +155,10 @@ elseif order == "id" then
   members = page_by_rank(K[src], true)
   ids = {}
   for i, m in ipairs(members) do ids[i] = member_id(m) end
+elseif what == "queue" and not has_levels(K) and redis.call("EXISTS", K.ready) == 0 then
+  -- by perform_in, nothing in ready (every job queued for later, or
+  -- retried): one sorted set, by rank
+  ids = page_by_rank(K.later, false)
 elseif what == "queue" then
   -- by perform_in: ready's live entries, later and the levels, each up to
   -- offset + limit in the range, merged by (perform_in, id)

@@ -39,7 +39,8 @@ describe("scripts", function()
       env:push("Multi", jobs)
       env:push("Multi", { { id = "1", payload = "str" } })
       for i, shard in ipairs(expected) do
-        assert.truthy(env.conn:call("ZSCORE", env:prefix("Multi", shard) .. "queue", tostring(i)), "id " .. i)
+        -- (layout 2: queued = a record in P jobs, which job.lua reads)
+        assert.truthy(env.conn:script("job", env:prefix("Multi", shard), tostring(i))[1] == "queued", "id " .. i)
       end
       assert.are.equal(12, env:stats("Multi").length)
       -- equal scores: ordered by the payload bytes ('"str"' < '1')
