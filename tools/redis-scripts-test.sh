@@ -62,6 +62,26 @@ match() { # match DESCRIPTION REGEX ACTUAL
 rc() { local v; v=$(r ZSCORE "${1}retries" "$2"); echo "${v:-fresh}"; }
 publishes() { r INFO commandstats | sed -n 's/^cmdstat_publish:calls=\([0-9]*\).*/\1/p' | tr -d '\r' | grep . || echo 0; }
 payloads() { j ZRANGE "$1" 0 -1 WITHSCORES; }
+# Layout 2 (docs/layout2.md) keeps a job's payloads in its record: these read
+# a shard through the scripts (job.lua, jobs.lua, busy.lua).
+# qstate P ID: the first state job.lua finds ("queued", "in_flight", "dead", "").
+qstate() { ev job "$1" "$2" | cut -d'|' -f1; }
+# qpin P ID: the queued job's perform_in ("" when not queued).
+qpin() { ev jobs "$1" queue id asc "[$2" "[$2" 0 1 | awk -F'|' '$1 == 1 {print $3}'; }
+# qhas P ID: 1 when the id is queued, else 0.
+qhas() { [ -n "$(qpin "$1" "$2")" ] && echo 1 || echo 0; }
+# qpl P ID: the queued job's payloads, "payload|score|...".
+qpl() { ev jobs "$1" queue id asc "[$2" "[$2" 0 1 | cut -d'|' -f7-; }
+# mpl P ID: the dead job's payloads.
+mpl() { ev jobs "$1" morgue id asc "[$2" "[$2" 0 1 | cut -d'|' -f6-; }
+# qids P ORDER: the queued ids ("id" or "perform_in" order), "|"-joined.
+qids() { ev jobs "$1" queue "$2" asc "$([ "$2" = id ] && echo - || echo -inf)" "$([ "$2" = id ] && echo + || echo +inf)" 0 1000 keys | cut -d'|' -f2- | awk -F'|' '{o=""; for (i = 1; i <= NF; i += 2) o = o (i > 1 ? "|" : "") $i; print o}'; }
+# mids P: the dead ids, in id order.
+mids() { ev jobs "$1" morgue id asc - + 0 1000 keys | cut -d'|' -f2- | awk -F'|' '{o=""; for (i = 1; i <= NF; i += 2) o = o (i > 1 ? "|" : "") $i; print o}'; }
+# bhas P ID: 1 when the id is in flight.
+bhas() { r HEXISTS "${1}busy" "$2"; }
+# bentry P ID: the in-flight job's perform_in and retry_count, one a line.
+bentry() { ev busy "$1" | awk -F'|' -v id="$2" '{i = 2; for (k = 1; k <= $1; k++) { if ($i == id) { print $(i + 1); print $(i + 2) } i += 5 + 2 * $(i + 4) } }'; }
 
 NS=t
 CH=$NS:wake
@@ -79,22 +99,22 @@ check "push into an empty shard" "1|100" "$(ev push "$P" "$CH" 50 a 100 -1 10 p1
 check "push to empty shard publishes (head from none to 100)" "$((pub0 + 1))" "$(publishes)"
 check "push merge: returns 0 added, head kept" "0|100" \
   "$(ev push "$P" "$CH" 50 a 60 3 5 p1 a 40 4 20 p2)"
-check "push merge keeps the queued perform_in (NX)" "100" "$(r ZSCORE "${P}queue" a)"
+check "push merge keeps the queued perform_in (NX)" "100" "$(qpin "$P" a)"
 check "push merge keeps the queued retry_count (NX)" "fresh" "$(rc "${P}" a)"
-check "push merge: payloads united, equal payload min score" "p1|5|p2|20" "$(payloads "${P}payloads:a")"
+check "push merge: payloads united, equal payload min score" "p1|5|p2|20" "$(qpl "$P" a)"
 check "push with a higher score keeps the min" "0|100" "$(ev push "$P" "$CH" 50 a 100 -1 99 p1)"
-check "push merge: min score kept" "p1|5|p2|20" "$(payloads "${P}payloads:a")"
+check "push merge: min score kept" "p1|5|p2|20" "$(qpl "$P" a)"
 check "push into existing later head does not publish" "$((pub0 + 1))" "$(publishes)"
 check "push: first occurrence in one call wins" "1|30" "$(ev push "$P" "$CH" 50 b 30 -1 1 x b 20 -1 1 y)"
-check "push: first occurrence perform_in" "30" "$(r ZSCORE "${P}queue" b)"
-check "push: ids zset" "a|b" "$(j ZRANGE "${P}ids" 0 -1)"
+check "push: first occurrence perform_in" "30" "$(qpin "$P" b)"
+check "push: ids zset" "a|b" "$(qids "$P" id)"
 check "head moved earlier (100 -> 30) publishes" "$((pub0 + 2))" "$(publishes)"
 ev push "$P" "" 50 c 1 -1 1 x >/dev/null
 check "channel \"\" never publishes" "$((pub0 + 2))" "$(publishes)"
 check "push returns the new head" "0|1" "$(ev push "$P" "$CH" 50 c 0.5 -1 1 x)"
 match "push rejects nan perform_in" "perform_in must be a finite number" "$(ev push "$P" "$CH" 50 d 1 -1 1 x e nan -1 1 x)"
 match "push rejects inf score" "score must be a finite number" "$(ev push "$P" "$CH" 50 d 1 -1 inf x)"
-check "a rejected push writes nothing" "0" "$(r EXISTS "${P}payloads:d")"
+check "a rejected push writes nothing" "0" "$(qhas "$P" d)"
 match "push rejects a bad group count" "groups of 5" "$(ev push "$P" "$CH" 50 d 1 -1 1)"
 match "push rejects an empty id" "id is empty" "$(ev push "$P" "$CH" 50 '' 1 -1 1 x)"
 r FLUSHALL >/dev/null
@@ -115,12 +135,12 @@ check "fetch: due jobs by perform_in (-inf included), payloads by score" \
 check "fetch: lease taken" "A" "$(r GET "${P}lease")"
 check "fetch: holder set" "A" "$(r GET "${P}holder")"
 match "fetch: lease has a ttl" "^[0-9]+$" "$(r PTTL "${P}lease")"
-check "fetch moved jobs out of queue/retries/ids" "j20|j100" "$(j ZRANGE "${P}queue" 0 -1)"
-check "fetch: busy hash" "-5"$'\n'"-1" "$(r HGET "${P}busy" jneg)"
+check "fetch moved jobs out of queue/retries/ids" "j20|j100" "$(qids "$P" perform_in)"
+check "fetch: busy hash" "-5"$'\n'"-1" "$(bentry "$P" jneg)"
 check "fetch: error moved to busy:errors" "|E10" "$(r HGET "${P}errors" j10)|$(r HGET "${P}busy:errors" j10)"
-check "fetch: payloads renamed to busy" "0|1" "$(r EXISTS "${P}payloads:jneg")|$(r EXISTS "${P}busy:payloads:jneg")"
+check "fetch: payloads renamed to busy" "0|1" "$(qhas "$P" jneg)|$(bhas "$P" jneg)"
 match "fetch: another token is refused with the pttl" "^LEASE\|[0-9]+$" "$(ev fetch "$P" B 10000 50 2 1 1)"
-check "a refused fetch changes nothing" "2|j20|j100" "$(r HLEN "${P}busy")|$(j ZRANGE "${P}queue" 0 -1)"
+check "a refused fetch changes nothing" "2|j20|j100" "$(r HLEN "${P}busy")|$(qids "$P" perform_in)"
 check "fetch without ack redelivers the batch in flight" \
   "OK|1|20|0|0|2|jneg|-5|-1||2|p|q|j10|10|2|E10|1|x" "$(ev fetch "$P" A 10000 50 2 '' 1)"
 check "ack with a wrong batch id acks nothing" "OK||20|0|0|0" "$(ev fetch "$P" A 10000 50 2 7 0)"
@@ -128,7 +148,7 @@ check "busy still there" "2" "$(r HLEN "${P}busy")"
 check "ack + fetch in one call" "OK|2|100|0|2|1|j20|20|-1||1|x" "$(ev fetch "$P" A 10000 50 2 1 1)"
 check "ack: counters processed" "2" "$(r HGET "${P}counters" processed)"
 check "ack: busy keys of the acked batch gone" "0|0|0" \
-  "$(r EXISTS "${P}busy:payloads:jneg")|$(r EXISTS "${P}busy:errors")|$(r EXISTS "${P}busy:payloads:j10")"
+  "$(bhas "$P" jneg)|$(r EXISTS "${P}busy:errors")|$(bhas "$P" j10)"
 check "ack is idempotent (re-sent call)" "OK||100|0|0|0" "$(ev fetch "$P" A 10000 50 2 1 0)"
 check "ack batch 2, nothing due" "OK||100|0|1|0" "$(ev fetch "$P" A 10000 50 2 2 1)"
 check "counters processed 3" "3" "$(r HGET "${P}counters" processed)"
@@ -137,9 +157,11 @@ match "fetch rejects a bad limit" "limit must be an integer" "$(ev fetch "$P" A 
 match "fetch rejects nan now" "now must be a finite number" "$(ev fetch "$P" A 10000 nan 1 '' 1)"
 match "fetch rejects a bad lease_ms" "lease_ms must be a positive integer" "$(ev fetch "$P" A 0 50 1 '' 1)"
 # A queued id without a payload key is dropped, not fetched.
-r ZADD "${P}queue" 1 ghost >/dev/null; r ZADD "${P}retries" -1 ghost >/dev/null; r ZADD "${P}ids" 0 ghost >/dev/null
+# (layout 2: a record that does not decode, in P later)
+r ZADD "${P}later" 1 ghost >/dev/null; r ZADD "${P}retries" -1 ghost >/dev/null
+r EVAL "redis.call('ZADD', KEYS[1] .. 'jobs', 0, 'ghost\\0\\0lxx')" 1 "$P" >/dev/null
 check "fetch drops an id without payloads" "OK||100|0|0|0" "$(ev fetch "$P" A 10000 50 5 '' 1)"
-check "dropped id gone" "0|0" "$(r ZSCORE "${P}queue" ghost | grep -c .)|$(r ZSCORE "${P}ids" ghost | grep -c .)"
+check "dropped id gone" "0|0" "$(r ZSCORE "${P}later" ghost | grep -c .)|$(r ZLEXCOUNT "${P}jobs" "[ghost" "(ghosu")"
 
 # Restore on a new holder, exactly once; merge with a job pushed meanwhile.
 r FLUSHALL >/dev/null
@@ -147,7 +169,7 @@ ev push "$P" "" 50 x 10 1 5 p1 x 10 1 6 p2 y 11 -1 1 y >/dev/null
 r HSET "${P}errors" x EX >/dev/null
 check "A fetches x, y" "OK|1|" "$(ev fetch "$P" A 10000 50 5 '' 1 | cut -d'|' -f1-3)"
 ev push "$P" "" 50 x 1 -1 3 p1 x 1 -1 7 p3 >/dev/null
-check "pushed meanwhile: a separate queued job" "1|fresh" "$(r ZSCORE "${P}queue" x)|$(rc "${P}" x)"
+check "pushed meanwhile: a separate queued job" "1|fresh" "$(qpin "$P" x)|$(rc "${P}" x)"
 r DEL "${P}lease" >/dev/null   # A's lease expires
 check "B acquires: restores 2 in-flight jobs, then fetches them" \
   "OK|2||2|0|2|x|10|1|EX|3|p1|p2|p3|y|11|-1||1|y" "$(ev fetch "$P" B 10000 50 5 '' 1)"
@@ -163,10 +185,10 @@ ev push "$P" "" 50 z 1 -1 0.5 zz >/dev/null
 r DEL "${P}lease" >/dev/null
 check "C acquires, restore only (fetch 0)" "OK||5|1|0|0" "$(ev fetch "$P" C 10000 50 5 '' 0)"
 check "restored: own perform_in, retry_count, error win" "5|3|EZ" \
-  "$(r ZSCORE "${P}queue" z)|$(r ZSCORE "${P}retries" z)|$(r HGET "${P}errors" z)"
-check "restored: payloads united, min score" "zz|0.5" "$(payloads "${P}payloads:z")"
+  "$(qpin "$P" z)|$(r ZSCORE "${P}retries" z)|$(r HGET "${P}errors" z)"
+check "restored: payloads united, min score" "zz|0.5" "$(qpl "$P" z)"
 check "restored: busy keys deleted" "0|0|0" \
-  "$(r EXISTS "${P}busy")|$(r EXISTS "${P}busy:errors")|$(r EXISTS "${P}busy:payloads:z")"
+  "$(r EXISTS "${P}busy")|$(r EXISTS "${P}busy:errors")|$(bhas "$P" z)"
 
 # A lost reply: the call acked batch 1 and fetched batch 2; the re-sent call
 # (same ack id) must neither ack batch 2 nor fetch a third one.
@@ -202,12 +224,12 @@ B=$(ev fetch "$P" A 10000 50 5 '' 1 | cut -d'|' -f2)
 ev push "$P" "" 50 f 1 -1 0.5 p2 f 1 -1 3 p3 >/dev/null
 check "fail below max_retry_count" "OK|2|0|60" "$(ev fail "$P" A 10000 50 "$B" 3 BOOM f 60 g 70)"
 check "fail: retry_count +1 and given perform_in overwrite the queued job" "60|0|70|2" \
-  "$(r ZSCORE "${P}queue" f)|$(r ZSCORE "${P}retries" f)|$(r ZSCORE "${P}queue" g)|$(r ZSCORE "${P}retries" g)"
-check "fail: payloads united with the pushed job, min score" "p2|0.5|p1|1|p3|3" "$(payloads "${P}payloads:f")"
+  "$(qpin "$P" f)|$(r ZSCORE "${P}retries" f)|$(qpin "$P" g)|$(r ZSCORE "${P}retries" g)"
+check "fail: payloads united with the pushed job, min score" "p2|0.5|p1|1|p3|3" "$(qpl "$P" f)"
 check "fail: error set" "BOOM|BOOM" "$(r HGET "${P}errors" f)|$(r HGET "${P}errors" g)"
 check "fail: counters failed" "2" "$(r HGET "${P}counters" failed)"
-check "fail: busy keys gone" "0|0|0" "$(r EXISTS "${P}busy")|$(r EXISTS "${P}busy:payloads:f")|$(r EXISTS "${P}busy:payloads:g")"
-check "fail: ids zset" "f|g" "$(j ZRANGE "${P}ids" 0 -1)"
+check "fail: busy keys gone" "0|0|0" "$(r EXISTS "${P}busy")|$(bhas "$P" f)|$(bhas "$P" g)"
+check "fail: ids zset" "f|g" "$(qids "$P" id)"
 check "fail re-sent (stale batch) changes nothing" "OK|0|0|60" "$(ev fail "$P" A 10000 50 "$B" 3 BOOM f 60 g 70)"
 check "counters failed unchanged" "2" "$(r HGET "${P}counters" failed)"
 # At max_retry_count: g has retry_count 2 -> 3 >= 3.
@@ -215,20 +237,20 @@ B=$(ev fetch "$P" A 10000 100 5 '' 1 | cut -d'|' -f2)
 ev push "$P" "" 100 g 500 -1 9 g9 >/dev/null
 check "fail at max: f retried, g's oldest payload morgued" "OK|2|1|70|g|g1|1" \
   "$(ev fail "$P" A 10000 100 "$B" 3 BANG f 70 g 80)"
-check "morgue: updated_at now, ids, payload, error" "100|0|g1|1|BANG" \
-  "$(r ZSCORE "${P}morgue" g)|$(r ZSCORE "${P}morgue:ids" g)|$(payloads "${P}morgue:payloads:g")|$(r HGET "${P}morgue:errors" g)"
+check "morgue: updated_at now, payload, error" "100|g1|1|BANG" \
+  "$(r ZSCORE "${P}morgue" g)|$(mpl "$P" g)|$(r HGET "${P}morgue:errors" g)"
 check "at max with one payload: the queued job pushed meanwhile is unchanged" "500|fresh|g9|9" \
-  "$(r ZSCORE "${P}queue" g)|$(rc "${P}" g)|$(payloads "${P}payloads:g")"
-check "below max: f retry_count 1" "70|1" "$(r ZSCORE "${P}queue" f)|$(r ZSCORE "${P}retries" f)"
+  "$(qpin "$P" g)|$(rc "${P}" g)|$(qpl "$P" g)"
+check "below max: f retry_count 1" "70|1" "$(qpin "$P" f)|$(r ZSCORE "${P}retries" f)"
 # At max with several payloads: the rest go back with -1, now.
 r ZADD "${P}retries" 2 f >/dev/null
-r ZADD "${P}queue" 0 f >/dev/null
+r ZADD "${P}later" 0 f >/dev/null   # (layout 2: f, failed, is in P later)
 B=$(ev fetch "$P" A 10000 100 1 '' 1 | cut -d'|' -f2)
 check "fail at max, 3 payloads" "OK|1|1|100|f|p2|0.5" "$(ev fail "$P" A 10000 100 "$B" 3 LAST f 999)"
 check "rest back: perform_in now, retry_count -1, error" "100|fresh|LAST" \
-  "$(r ZSCORE "${P}queue" f)|$(rc "${P}" f)|$(r HGET "${P}errors" f)"
-check "rest back: payloads" "p1|1|p3|3" "$(payloads "${P}payloads:f")"
-check "morgue has 2 jobs" "2|f|g" "$(r ZCARD "${P}morgue")|$(j ZRANGE "${P}morgue:ids" 0 -1)"
+  "$(qpin "$P" f)|$(rc "${P}" f)|$(r HGET "${P}errors" f)"
+check "rest back: payloads" "p1|1|p3|3" "$(qpl "$P" f)"
+check "morgue has 2 jobs" "2|f|g" "$(r ZCARD "${P}morgue")|$(mids "$P")"
 # Lease rules for fail.
 B=$(ev fetch "$P" A 10000 100 5 '' 1 | cut -d'|' -f2)
 match "fail refused for another token" "^LEASE\|[0-9]+$" "$(ev fail "$P" X 10000 100 "$B" 3 E f 1)"
@@ -236,7 +258,7 @@ r DEL "${P}lease" >/dev/null
 check "fail by the last holder re-acquires; unlisted ids go back unchanged" "OK|1|0|200" \
   "$(ev fail "$P" A 10000 100 "$B" 3 E f 200)"
 check "the unlisted id g is back with its own values" "500|fresh|g9|9" \
-  "$(r ZSCORE "${P}queue" g)|$(rc "${P}" g)|$(payloads "${P}payloads:g")"
+  "$(qpin "$P" g)|$(rc "${P}" g)|$(qpl "$P" g)"
 r DEL "${P}lease" >/dev/null
 r SET "${P}holder" Z >/dev/null
 check "fail refused when the lease is free and another was the holder" "LEASE|-2" "$(ev fail "$P" A 10000 100 '' 3 E f 1)"
@@ -248,12 +270,12 @@ ev push "$D" '' 10 a 1 -1 10 pa b 2 -1 10 pb c 3 -1 10 pc >/dev/null
 B=$(ev fetch "$D" A 10000 100 3 '' 1 | cut -d'|' -f2)
 check "fail with a done id: acks it, fails b, c back" "OK|1|0|3" "$(ev fail "$D" A 10000 100 "$B" 5 E a done b 300)"
 check "done id acked: gone, counted" "0|0|1|1" \
-  "$(r EXISTS "${D}busy:payloads:a")|$(r EXISTS "${D}payloads:a")|$(r HGET "${D}counters" processed)|$(r HGET "${D}counters" failed)"
+  "$(bhas "$D" a)|$(qhas "$D" a)|$(r HGET "${D}counters" processed)|$(r HGET "${D}counters" failed)"
 check "failed id retried, unlisted id back unchanged" "300|0|3|fresh|pc|10" \
-  "$(r ZSCORE "${D}queue" b)|$(rc "${D}" b)|$(r ZSCORE "${D}queue" c)|$(rc "${D}" c)|$(payloads "${D}payloads:c")"
+  "$(qpin "$D" b)|$(rc "${D}" b)|$(qpin "$D" c)|$(rc "${D}" c)|$(qpl "$D" c)"
 B=$(ev fetch "$D" A 10000 100 3 '' 1 | cut -d'|' -f2)
 check "only done ids: a partial ack" "OK|0|0|300" "$(ev fail "$D" A 10000 100 "$B" 5 '' c done)"
-check "partial ack: processed, nothing in flight" "2|0|b" "$(r HGET "${D}counters" processed)|$(r EXISTS "${D}busy")|$(j ZRANGE "${D}queue" 0 -1)"
+check "partial ack: processed, nothing in flight" "2|0|b" "$(r HGET "${D}counters" processed)|$(r EXISTS "${D}busy")|$(qids "$D" perform_in)"
 
 # ---------------------------------------------------------------- morgue
 r FLUSHALL >/dev/null
@@ -297,7 +319,7 @@ ev push "$P" "" 50 d1 1 -1 1 y >/dev/null
 r HSET "${P}errors" d2 E >/dev/null
 check "delete queued ids (d1 also in flight)" "2" "$(ev delete "$P" d1 d2 nope)"
 check "delete: queue empty, errors gone" "0|0|0" "$(r ZCARD "${P}queue")|$(r ZCARD "${P}ids")|$(r EXISTS "${P}errors")"
-check "delete never touches the job in flight" "1|x|1" "$(r HLEN "${P}busy")|$(payloads "${P}busy:payloads:d1")"
+check "delete never touches the job in flight" "1|x|1" "$(r HLEN "${P}busy")|$(ev busy "$P" | cut -d'|' -f7-8)"
 
 # ---------------------------------------------------------------- perform_now
 r FLUSHALL >/dev/null
