@@ -361,7 +361,7 @@ local function run_luakiq(key)
   for sh = 0, s.shards - 1 do prefixes[#prefixes + 1] = keys.prefix(cfg.namespace, "Blank", sh) end
   local poll_cmds = {}
   for _, p in ipairs(prefixes) do
-    poll_cmds[#poll_cmds + 1] = { "ZCARD", p .. "queue" }
+    poll_cmds[#poll_cmds + 1] = { "ZCARD", p .. "jobs" }
     poll_cmds[#poll_cmds + 1] = { "HLEN", p .. "busy" }
   end
   local function pending()
@@ -436,7 +436,7 @@ local function run_latency(m)
   local function pending()
     local cmds = {}
     for _, p in ipairs(prefixes) do
-      cmds[#cmds + 1] = { "ZCARD", p .. "queue" }
+      cmds[#cmds + 1] = { "ZCARD", p .. "jobs" }
       cmds[#cmds + 1] = { "HLEN", p .. "busy" }
     end
     local sum = 0

@@ -226,7 +226,7 @@ local function run_shape(B, target, s, n)
     local p = keys.prefix(cfg.namespace, "Blank", sh)
     local i = node_of_prefix(target, p)
     shards_on[i] = shards_on[i] + 1
-    poll[i][#poll[i] + 1] = { "ZCARD", p .. "queue" }
+    poll[i][#poll[i] + 1] = { "ZCARD", p .. "jobs" }
     poll[i][#poll[i] + 1] = { "HLEN", p .. "busy" }
   end
   local driver = {}
@@ -326,7 +326,7 @@ local function run_trickle(B, target, m, idle)
   local polls = {}
   for sh = 0, s.shards - 1 do
     local p = keys.prefix(cfg.namespace, "Blank", sh)
-    polls[#polls + 1] = { "ZCARD", p .. "queue" }
+    polls[#polls + 1] = { "ZCARD", p .. "jobs" }
     polls[#polls + 1] = { "HLEN", p .. "busy" }
   end
   local function pending()

@@ -114,7 +114,7 @@ local function run_luakiq(B, base, n)
   local left = 0
   for sh = 0, SHARDS - 1 do
     local p = keys.prefix(cfg.namespace, "Http", sh)
-    left = left + conn:call("ZCARD", p .. "queue") + conn:call("HLEN", p .. "busy")
+    left = left + conn:call("ZCARD", p .. "jobs") + conn:call("HLEN", p .. "busy")
   end
   conn:close()
   return { name = ("luakiq, %d threads, %d shards, batch 1"):format(B.THREADS, SHARDS), jobs = total, rate = rate,
