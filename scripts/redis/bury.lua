@@ -44,7 +44,7 @@ for i = 5, #ARGV, 3 do
   if r == nil then
     local v = redis.call("HGET", busy, id)
     local pin, rc, prio, win, pl
-    if v then pin, rc, prio, win, pl = busy_decode(v) end
+    if v then pin, rc, prio, win, pl = busy_decode(v, now_s) end
     r = pl and { pin, rc, prio, win, pl } or false
     recs[id] = r
   end

@@ -69,7 +69,7 @@ for _, l in ipairs(listed) do
   local id = l[1]
   local v = not seen[id] and redis.call("HGET", busy, id)
   local pin_b, rc_s, prio, win, pl
-  if v then pin_b, rc_s, prio, win, pl = busy_decode(v) end
+  if v then pin_b, rc_s, prio, win, pl = busy_decode(v, now_s) end
   if v then seen[id] = true end
   if not pl then
     -- not in flight (or junk: dropped with the busy keys below)
@@ -109,7 +109,7 @@ local flat = redis.call("HGETALL", busy)
 for i = 1, #flat, 2 do
   local id = flat[i]
   if not seen[id] then
-    local pin, rc, prio, win, pl = busy_decode(flat[i + 1])
+    local pin, rc, prio, win, pl = busy_decode(flat[i + 1], now_s)
     if pl then requeue(P, K, id, pin, rc, redis.call("HGET", berrs, id), pl, prio, win) end
   end
 end

@@ -62,7 +62,7 @@ if not cur and redis.call("GET", K.holder) ~= token then
   local flat, now_s = redis.call("HGETALL", busy), score_str(now)
   for i = 1, #flat, 2 do
     local id = flat[i]
-    local pin, rc, prio, win, pl = busy_decode(flat[i + 1])
+    local pin, rc, prio, win, pl = busy_decode(flat[i + 1], now_s)
     if not pl then
       -- junk: dropped
     elseif at_most_once then
@@ -280,7 +280,7 @@ if want == "1" and limit > 0 then
     -- does not decode (junk) is dropped, not delivered.
     local flat, jobs = redis.call("HGETALL", busy), {}
     for i = 1, #flat, 2 do
-      local pin, rc, _, win, pl = busy_decode(flat[i + 1])
+      local pin, rc, _, win, pl = busy_decode(flat[i + 1], score_str(now))
       if pl then
         jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin), win, pl }
       else

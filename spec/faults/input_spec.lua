@@ -206,16 +206,33 @@ describe("values in Redis that another producer wrote", function()
     assert.are.equal(0, S.stop(p), p:log())
   end)
 
+  -- Busy records (layout 2, docs/layout2.md) written as another producer
+  -- might: {id, perform_in, retry_count, payload, score}; perform_in and
+  -- retry_count are junk where the spec says so; no payload = none.
+  local function busy_records(P, ...)
+    local args = {}
+    for _, e in ipairs { ... } do
+      for k = 1, 5 do args[#args + 1] = tostring(e[k] or "") end
+    end
+    srv.conn:call("EVAL", [[
+      for i = 1, #ARGV, 5 do
+        local rec
+        if ARGV[i + 3] ~= "" then
+          rec = cmsgpack.pack(ARGV[i + 1], ARGV[i + 2], false, false, ARGV[i + 3], tonumber(ARGV[i + 4]))
+        else
+          rec = cmsgpack.pack(ARGV[i + 1], ARGV[i + 2], false, false)
+        end
+        redis.call("HSET", KEYS[1], ARGV[i], rec)
+      end]], 1, P .. "busy", unpack(args))
+  end
+
   it("junk in busy entries of a dead holder is restored as due, new, and runs", function()
     local dir = S.dir("poll_interval = 0.1", { shards = 1, batch = 5 })
     local P = keys.prefix("luakiq", "Rec", 0)
     srv.conn:call("SET", P .. "holder", "dead-host")
     srv.conn:call("SET", P .. "batch", "7")
-    srv.conn:call("HSET", P .. "busy", "j1", "abc\nxyz", "j2", "no newline", "j3", "nan\n3", "j4", "1\n2",
-      "gone", "1\n0")
-    for i, id in ipairs { "j1", "j2", "j3", "j4" } do
-      srv.conn:call("ZADD", P .. "busy:payloads:" .. id, i, tostring(i))
-    end
+    busy_records(P, { "j1", "abc", "xyz", "1", 1 }, { "j2", "no newline", "", "2", 2 }, { "j3", "nan", "3", "3", 3 },
+      { "j4", "1", "2", "4", 4 }, { "gone", "1", "0" })
     local p = spawn(dir)
     S.eventually(function()
       for _, id in ipairs { "j1", "j2", "j3", "j4" } do if #S.seen(srv.conn, id) ~= 1 then return false end end
@@ -231,9 +248,7 @@ describe("values in Redis that another producer wrote", function()
     local P = keys.prefix("luakiq", "Rec", 0)
     srv.conn:call("SET", P .. "holder", "tok")
     srv.conn:call("SET", P .. "batch", "3")
-    srv.conn:call("HSET", P .. "busy", "j1", "abc\nxyz", "j2", "12\n1", "gone", "5\n0")
-    srv.conn:call("ZADD", P .. "busy:payloads:j1", 1, "a")
-    srv.conn:call("ZADD", P .. "busy:payloads:j2", 2, "b")
+    busy_records(P, { "j1", "abc", "xyz", "a", 1 }, { "j2", "12", "1", "b", 2 }, { "gone", "5", "0" })
     local r = srv.conn:script("fetch", P, "tok", 30000, S.now(), 10, "", "1")
     assert.are.equal("3", r[2])
     assert.are.equal("2", r[6]) -- "gone" has no payloads: dropped
@@ -241,13 +256,12 @@ describe("values in Redis that another producer wrote", function()
     assert.is_number(tonumber(byid.j1[1]))
     assert.are.equal("-1", byid.j1[2])
     assert.are.same({ "12", "1" }, byid.j2)
-    srv.conn:call("HSET", P .. "busy", "j3", "x\ny")
-    srv.conn:call("ZADD", P .. "busy:payloads:j3", 3, "c")
+    busy_records(P, { "j3", "x", "y", "c", 3 })
     local f = srv.conn:script("fail", P, "tok", 30000, S.now(), "3", 5, "err", "j1", S.now() + 60)
     assert.are.equal("OK", f[1])
     assert.are.equal("0", srv.conn:call("ZSCORE", P .. "retries", "j1"))
     assert.is_false(srv.conn:call("ZSCORE", P .. "retries", "j3")) -- retry_count -1: not in the index
-    assert.truthy(srv.conn:call("ZSCORE", P .. "queue", "j3"))
+    assert.truthy(srv.conn:call("ZSCORE", P .. "later", "j3")) -- (layout 2: a job failed back waits in P later)
     assert.are.equal("1", srv.conn:call("ZSCORE", P .. "retries", "j2"))
     assert.are.equal(0, srv.conn:call("EXISTS", P .. "busy"))
   end)

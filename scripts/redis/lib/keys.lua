@@ -174,18 +174,23 @@ local function busy_record(pin, rc, prio, win, pl)
 end
 
 -- Reads a busy record: pin, rc (strings), prio, win (strings or nil),
--- payload list; nil when junk (no payloads, bad numbers: it must neither
--- break a write half-way through a script, which has no rollback, nor reach
--- the host as a non-number).
-local function busy_decode(v)
+-- payload list; nil when it does not decode or has no payloads (junk: the
+-- caller drops it). Like layout 1's busy entries, a record whose payloads
+-- decode but whose perform_in or retry_count is junk (written by someone
+-- else) reads as perform_in = junk_pin (default "0"), retry_count = "-1": it
+-- must neither break a write half-way through a script (no rollback) nor
+-- reach the host as a non-number.
+local function busy_decode(v, junk_pin)
   local n, t = counted(pcall(cmsgpack.unpack, v))
   if not t[1] then return nil end
   local pin, rc, prio, win = t[2], t[3], t[4], t[5]
-  local p = tonumber(pin)
-  if type(pin) ~= "string" or not p or p ~= p or type(rc) ~= "string" or not rc:match("^%-?%d+$")
-    or tonumber(rc) < -1 then
-    return nil
+  local p = type(pin) == "string" and tonumber(pin)
+  if not p or p ~= p or p == math.huge or p == -math.huge
+    or not (pin:match("^[-+]?%d*%.?%d*[eE]?[-+]?%d*$")) then
+    pin = junk_pin or "0"
+    p = tonumber(pin)
   end
+  if type(rc) ~= "string" or not rc:match("^%-?%d+$") or tonumber(rc) < -1 then rc = "-1" end
   if type(prio) ~= "string" or not prio:match("^%-?%d+$") or prio == "100" then prio = nil end
   if type(win) ~= "string" or win == "" then win = nil end
   local pl = unpack_payloads(n, t, 6, p)
