@@ -200,7 +200,7 @@ local function conn() return srv.conn end
 local function backlog()
   local cmds = {}
   for i, P in ipairs(prefixes) do
-    cmds[2 * i - 1] = { "ZCARD", P .. "queue" }
+    cmds[2 * i - 1] = { "ZCARD", P .. "jobs" } -- (layout 2: one member per queued job)
     cmds[2 * i] = { "EXISTS", P .. "busy" }
   end
   local r = conn():pipeline(cmds)
@@ -504,13 +504,18 @@ end
 local morgue = {}
 local morgued = 0
 for _, P in ipairs(prefixes) do
-  for _, id in ipairs(conn():call("ZRANGE", P .. "morgue", 0, -1)) do
-    local set = {}
-    for _, p in ipairs(conn():call("ZRANGE", P .. "morgue:payloads:" .. id, 0, -1)) do
-      set[tonumber(json.decode(p))] = true
+  -- (layout 2: the dead payloads are in records; jobs.lua lists them:
+  -- n, then per job id, updated_at, error, npayloads, payload, score, ...)
+  local r = conn():script("jobs", P, "morgue", "id", "asc", "-", "+", "0", "1000000")
+  local i = 2
+  for _ = 1, tonumber(r[1]) do
+    local id, np, set = r[i], tonumber(r[i + 3]), {}
+    for k = 1, np do
+      set[tonumber(json.decode(r[i + 2 + 2 * k]))] = true
       morgued = morgued + 1
     end
     morgue[id] = set
+    i = i + 4 + 2 * np
   end
 end
 
