@@ -254,4 +254,99 @@ describe("a Redis Cluster", function()
     assert.are.equal(0, rc, err)
     assert.are.equal(0, json.decode(out).total.length)
   end)
+
+  -- Slots moved by redis-cli --cluster reshard while a host of 5 threads
+  -- works through a stream: every script call on a cluster declares a guard
+  -- key that never exists (host/cluster.h, CLUSTER_GUARD), so while a slot
+  -- migrates its calls get TRYAGAIN and wait; they never run with the
+  -- shard's keys split between two nodes.
+  it("keeps every job and the order per id while redis-cli --cluster reshard moves the queue's slots", function()
+    local dir = scriptdir { ["config.lua"] = "return { threads_per_node = 5, poll_interval = 0.2, redis_timeout = 5 }" }
+    -- 30 ms a call: the shards keep a backlog (and keys to move) meanwhile
+    host.write(dir .. "/workers/W.lua", WORKER:format(dir .. "/seen"):gsub("f:close%(%)",
+      'f:close() require("luakiq.core").sleep(0.03)'))
+    local p = host.spawn("run " .. q(dir), "REDIS_URL=" .. cl.seeds)
+    local ids, v = 120, 0
+    local function push(rounds)
+      enqueue(dir, cl.seeds, ids, v + 1, v + rounds)
+      v = v + rounds
+    end
+    push(20) -- a backlog in every shard
+    -- all slots of shard 0's master to the next master, then half of that
+    -- one's to the third, while the stream goes on
+    local function reshard(from, to, slots)
+      local r = host.spawn_cmd(("redis-cli --cluster reshard 127.0.0.1:%d --cluster-from %s --cluster-to %s " ..
+        "--cluster-slots %d --cluster-yes"):format(from.port, from.conn:call("CLUSTER", "MYID"),
+        to.conn:call("CLUSTER", "MYID"), slots))
+      local moves = 0
+      while r:alive() do
+        push(2)
+        moves = moves + 1
+      end
+      assert.are.equal(0, r:wait(5), r:log())
+      assert.is_nil(r:log():find("ERR", 1, true), r:log())
+      return moves
+    end
+    local a = cl:node_of("luakiq:{W:0}:x")
+    local others = {}
+    for _, m in ipairs(cl:masters()) do if m ~= a then others[#others + 1] = m end end
+    local pushes = reshard(a, others[1], 5461)
+    assert.is_true(pushes >= 2, "the stream went on during the reshard (" .. pushes .. " pushes)")
+    assert.are.equal(others[1], cl:node_of("luakiq:{W:0}:x"))
+    reshard(others[1], others[2], 5000)
+    -- shard 0's slot once more, one key per MIGRATE and 20 ms apart (a
+    -- slot of many keys), pushes in the background: they wait for it too
+    push(3)
+    local slot, src = core.key_slot("luakiq:{W:0}:x"), cl:node_of("luakiq:{W:0}:x")
+    local dst = src == others[1] and others[2] or others[1]
+    local sid, did = src.conn:call("CLUSTER", "MYID"), dst.conn:call("CLUSTER", "MYID")
+    assert.are.equal("OK", dst.conn:call("CLUSTER", "SETSLOT", slot, "IMPORTING", sid))
+    assert.are.equal("OK", src.conn:call("CLUSTER", "SETSLOT", slot, "MIGRATING", did))
+    local bg, moved = {}, 0
+    while true do
+      local k = src.conn:call("CLUSTER", "GETKEYSINSLOT", slot, 1)[1]
+      if not k then break end
+      assert.are.equal("OK", src.conn:call("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", k))
+      moved = moved + 1
+      if moved % 5 == 1 then
+        -- (ids of their own: these pushes may land in any order)
+        local lines, b = {}, #bg + 1
+        for id = 1, ids do lines[#lines + 1] = ('{"id":"b%d-%d","payload":1}'):format(b, id) end
+        host.write(dir .. "/bg" .. b, table.concat(lines, "\n"))
+        bg[b] = host.spawn("enqueue " .. q(dir) .. " W " .. q(dir .. "/bg" .. b), "REDIS_URL=" .. cl.seeds)
+      end
+      core.sleep(0.02)
+    end
+    for _, m in ipairs(cl:masters()) do assert.are.equal("OK", m.conn:call("CLUSTER", "SETSLOT", slot, "NODE", did)) end
+    assert.is_true(moved >= 10, moved .. " keys moved")
+    for _, b in ipairs(bg) do assert.are.equal(0, b:wait(15), b:log()) end
+    push(5)
+    host.eventually(function() return all_ran(dir, ids, v) end, 60, "every job ran", function()
+      return p:log()
+    end)
+    -- each payload once, in order: no call ran on half a shard (that would
+    -- lose, repeat or reorder jobs)
+    host.eventually(function()
+      local got = seen(dir)
+      for b = 1, #bg do
+        for id = 1, ids do if not got["b" .. b .. "-" .. id] then return false end end
+      end
+      return true
+    end, 60, "every job pushed during the slow migration ran")
+    local got = seen(dir)
+    for id = 1, ids do
+      local want = {}
+      for x = 1, v do want[x] = x end
+      assert.are.same(want, got[tostring(id)], "id " .. id)
+    end
+    for b = 1, #bg do
+      for id = 1, ids do assert.are.same({ 1 }, got["b" .. b .. "-" .. id], "b" .. b .. "-" .. id) end
+    end
+    assert.is_nil(p:log():find("non local key", 1, true), p:log())
+    assert.is_true(p:alive(), p:log())
+    assert.is_true(p:signal("TERM"))
+    assert.are.equal(0, p:wait(10), p:log())
+    cl:await_ok()
+    assert.is_true(host.sh("redis-cli --cluster check 127.0.0.1:" .. a.port .. " >/dev/null 2>&1"))
+  end)
 end)
