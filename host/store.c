@@ -1316,6 +1316,26 @@ struct store_ssub *store_ssubscribe(struct event_base *base, const char *url, in
     return ss;
 }
 
+int store_ssub_add(struct store_ssub *ss, const char *channel) {
+    for (int i = 0; i < ss->nch; i++)
+        if (strcmp(ss->channels[i], channel) == 0) return 0;
+    size_t n = (size_t)ss->nch + 1;
+    char **ch = realloc(ss->channels, (n + 1) * sizeof *ch);
+    if (ch) ss->channels = ch;
+    int *slot = ch ? realloc(ss->slot, (n + 1) * sizeof *slot) : NULL;
+    if (slot) ss->slot = slot;
+    int *on = slot ? realloc(ss->on, (n + 1) * sizeof *on) : NULL;
+    if (on) ss->on = on;
+    char *copy = on ? strdup(channel) : NULL;
+    if (!copy) return -1;
+    ss->channels[ss->nch] = copy;
+    ss->slot[ss->nch] = cluster_key_slot(channel, strlen(channel));
+    ss->on[ss->nch] = -1;
+    ss->nch++;
+    store_ssub_fill(ss, 0);
+    return 0;
+}
+
 void store_ssub_free(struct store_ssub *ss) {
     if (!ss) return;
     for (int k = 0; k < CLUSTER_MAX_NODES; k++) store_ssub_drop(&ss->conns[k]);

@@ -296,7 +296,11 @@ describe("a Redis Cluster", function()
     reshard(others[1], others[2], 5000)
     -- shard 0's slot once more, one key per MIGRATE and 20 ms apart (a
     -- slot of many keys), pushes in the background: they wait for it too
-    push(3)
+    -- a backlog of 600 ids of their own: keys for the slot to move
+    local lines = {}
+    for id = 1, 600 do lines[id] = ('{"id":"s%d","payload":1}'):format(id) end
+    local rc, out, err = host.exec("enqueue " .. q(dir) .. " W", table.concat(lines, "\n"), "REDIS_URL=" .. cl.seeds)
+    assert.are.equal(0, rc, out .. err)
     local slot, src = core.key_slot("luakiq:{W:0}:x"), cl:node_of("luakiq:{W:0}:x")
     local dst = src == others[1] and others[2] or others[1]
     local sid, did = src.conn:call("CLUSTER", "MYID"), dst.conn:call("CLUSTER", "MYID")
@@ -331,6 +335,7 @@ describe("a Redis Cluster", function()
       for b = 1, #bg do
         for id = 1, ids do if not got["b" .. b .. "-" .. id] then return false end end
       end
+      for id = 1, 600 do if not got["s" .. id] then return false end end
       return true
     end, 60, "every job pushed during the slow migration ran")
     local got = seen(dir)
@@ -342,11 +347,54 @@ describe("a Redis Cluster", function()
     for b = 1, #bg do
       for id = 1, ids do assert.are.same({ 1 }, got["b" .. b .. "-" .. id], "b" .. b .. "-" .. id) end
     end
+    for id = 1, 600 do assert.are.same({ 1 }, got["s" .. id], "s" .. id) end
     assert.is_nil(p:log():find("non local key", 1, true), p:log())
     assert.is_true(p:alive(), p:log())
     assert.is_true(p:signal("TERM"))
     assert.are.equal(0, p:wait(10), p:log())
     cl:await_ok()
     assert.is_true(host.sh("redis-cli --cluster check 127.0.0.1:" .. a.port .. " >/dev/null 2>&1"))
+  end)
+
+  -- Wake-ups on a cluster come by sharded Pub/Sub, a channel per shard: an
+  -- elastic host subscribes the channels of shards a reshard added while it
+  -- runs (poll_interval 30 s: only a wake-up runs the jobs at once).
+  it("an elastic host hears the wake-ups of shards a reshard added while it runs", function()
+    -- (an elastic thread also looks at its shards every beat, 2 s here:
+    -- without the wake-up a job waits 1 s on average)
+    local dir = scriptdir {
+      ["config.lua"] = "return { threads_per_node = 2, poll_interval = 30, lease_ttl = 60, splitter = 'elastic', " ..
+        "redis_timeout = 2 }",
+    }
+    local worker = host.read(dir .. "/workers/W.lua")
+    -- each line: id, the payload (its enqueue time), the time it ran
+    worker = worker:gsub('f:write%(id, " ", tostring%(p%), "\\n"%)',
+      'f:write(id, " ", tostring(p), " ", string.format("%%.6f", require("luakiq.core").now()), "\\n")')
+    assert(worker:find("core\").now()", 1, true), "the worker writes the time")
+    host.write(dir .. "/workers/W.lua", (worker:gsub("shards_count = 6", "shards_count = 2")))
+    local p = host.spawn("run " .. q(dir), "REDIS_URL=" .. cl.url)
+    local rc, out, err = host.exec("reshard " .. q(dir) .. " W 6", nil, "REDIS_URL=" .. cl.url)
+    assert.are.equal(0, rc, out .. err)
+    host.write(dir .. "/workers/W.lua", worker) -- 6 shards, for the enqueue
+    host.eventually(function() return p:log():find("takes its share of the new ones", 1, true) end, 10,
+      "the host followed the reshard", function() return p:log() end)
+    core.sleep(2.5) -- a beat: the new channels are subscribed
+    -- one job at a time, each in a shard the reshard added
+    local lat = {}
+    for i = 1, 8 do
+      local id
+      repeat id = "n" .. math.random(1e9) until core.crc32(id) % 6 >= 2
+      local t0 = core.now()
+      rc, out, err = host.exec("enqueue " .. q(dir) .. " W", ('{"id":"%s","payload":%.6f}'):format(id, t0),
+        "REDIS_URL=" .. cl.url)
+      assert.are.equal(0, rc, out .. err)
+      local line = host.eventually(function() return (host.read(dir .. "/seen") or ""):match(id .. " %S+ (%S+)") end,
+        5, "job " .. id .. " ran")
+      lat[i] = tonumber(line) - t0
+    end
+    table.sort(lat)
+    assert.is_true(lat[4] < 0.5, "median enqueue -> perform " .. lat[4] .. " s (all: " .. table.concat(lat, ", ") .. ")")
+    assert.is_true(p:signal("TERM"))
+    assert.are.equal(0, p:wait(10), p:log())
   end)
 end)
