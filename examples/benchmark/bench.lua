@@ -330,8 +330,16 @@ local function command_delta(before, after)
   return total - driver_cmds, top
 end
 
-local function fresh_db()
-  call("FLUSHALL")
+-- FLUSHALL (on a connection of its own with a long timeout when `long`:
+-- millions of keys take longer than the driver's 10 s), then MEMORY PURGE.
+local function fresh_db(long)
+  if long then
+    local c = assert(core.connect(REDIS_URL, 600))
+    c:call("FLUSHALL")
+    c:close()
+  else
+    call("FLUSHALL")
+  end
   call("MEMORY", "PURGE")
   core.sleep(0.05)
 end
@@ -646,6 +654,7 @@ local main_ok, main_err = xpcall(function()
     large = dofile(BENCH_DIR .. "/large_shapes.lua")
     large.B = { call = call, info_field = info_field, redis_cpu = redis_cpu, commandstats = commandstats,
                 command_delta = command_delta, reset_driver = function() driver_cmds = 0 end,
+                print_commandstats = print_commandstats,
                 fresh_db = fresh_db, pending_for = pending_for, load_cfg = load_cfg, shape_env = shape_env,
                 capture = capture, q = q, spawn = spawn, stop = stop, cpu_secs = cpu_secs, TMP = TMP,
                 BENCH_DIR = BENCH_DIR, APP = APP, LUAKIQ = LUAKIQ, THREADS = THREADS, REDIS_URL = REDIS_URL,
