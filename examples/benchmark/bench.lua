@@ -382,8 +382,10 @@ local function wait_drain(n, pending, t_spawn, limit)
 end
 
 -- A function that returns the jobs of the shape's queue that are queued or
--- in flight (every shard's queue ZCARD + busy HLEN, one pipeline).
-local function pending_for(cfg, s)
+-- in flight (every shard's queue ZCARD + busy HLEN, one pipeline sent by
+-- pipe, default the driver's connection).
+local function pending_for(cfg, s, pipe)
+  pipe = pipe or pipeline
   local poll_cmds = {}
   for sh = 0, s.shards - 1 do
     local p = keys.prefix(cfg.namespace, "Blank", sh)
@@ -392,7 +394,7 @@ local function pending_for(cfg, s)
   end
   return function()
     local sum = 0
-    for _, r in ipairs(pipeline(poll_cmds)) do sum = sum + r end
+    for _, r in ipairs(pipe(poll_cmds)) do sum = sum + r end
     return sum
   end
 end
@@ -483,18 +485,7 @@ local function run_latency(m)
   local dir = TMP .. "/latency"
   os.execute("mkdir -p " .. q(dir))
   local pid = spawn(shape_env(s, { BENCH_LATENCY_DIR = dir }), q(LUAKIQ) .. " run " .. q(APP), TMP .. "/host-latency.log")
-  local prefixes = {}
-  for sh = 0, s.shards - 1 do prefixes[#prefixes + 1] = keys.prefix(cfg.namespace, "Blank", sh) end
-  local function pending()
-    local cmds = {}
-    for _, p in ipairs(prefixes) do
-      cmds[#cmds + 1] = { "ZCARD", p .. "queue" }
-      cmds[#cmds + 1] = { "HLEN", p .. "busy" }
-    end
-    local sum = 0
-    for _, r in ipairs(rconn:pipeline(cmds)) do sum = sum + r end
-    return sum
-  end
+  local pending = pending_for(cfg, s, function(cmds) return rconn:pipeline(cmds) end)
   -- Warm-up (not recorded): every thread fetches once, the host goes idle.
   client.push(rconn, cfg, "Blank", { { id = "warm-1" }, { id = "warm-2" }, { id = "warm-3" }, { id = "warm-4" }, { id = "warm-5" } })
   local deadline = core.now() + 15
@@ -645,7 +636,8 @@ local main_ok, main_err = xpcall(function()
     cl_shape = dofile(BENCH_DIR .. "/cluster_shape.lua")
     local B = { ok = ok, q = q, spawn = spawn, stop = stop, cpu_secs = cpu_secs, wait_drain = wait_drain,
                 TMP = TMP, APP = APP, LUAKIQ = LUAKIQ, THREADS = THREADS, SHAPES = SHAPES,
-                ENQUEUE_CALL = ENQUEUE_CALL, print_table = print_table, fmt_int = fmt_int, COMMANDSTATS = opt.commandstats }
+                ENQUEUE_CALL = ENQUEUE_CALL, print_table = print_table, fmt_int = fmt_int, COMMANDSTATS = opt.commandstats,
+                pending_for = pending_for }
     cl_rows, cl_idle, cl_pub, cl_tr = cl_shape.run(B, opt.cluster_shapes, opt.jobs, opt.masters, opt.trickle, opt.replicas)
     cl_shape.B = B
   end
