@@ -773,8 +773,9 @@ static int store_route(store *s, int slot, int *reread) {
  * up to STORE_RETRY_SECS: a slot migrating answers a script TRYAGAIN until
  * all its keys moved, a failover takes seconds), NOSCRIPT (loads the script
  * on that node). After STORE_TRIES rounds (or that time, once a TRYAGAIN
- * or CLUSTERDOWN was seen) the last reply stands. An I/O error on any node fails the whole pipeline (the store is
- * then broken: the caller reconnects, which reads the map again). */
+ * or CLUSTERDOWN was seen) the last reply stands. An I/O error on any node
+ * fails the whole pipeline (the store is then broken: the caller
+ * reconnects, which reads the map again). */
 #define STORE_TRIES 6
 #define STORE_RETRY_SECS 10.0
 static int store_cluster_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **outp,

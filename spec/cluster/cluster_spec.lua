@@ -272,6 +272,17 @@ describe("a Redis Cluster", function()
       v = v + rounds
     end
     push(20) -- a backlog in every shard
+    -- Jobs of one payload each, under ids of their own (they may be pushed
+    -- in any order): the JSON lines of n ids named prefix..1..n.
+    local singles = {}
+    local function single_jobs(prefix, n)
+      local lines = {}
+      for i = 1, n do
+        singles[#singles + 1] = prefix .. i
+        lines[i] = ('{"id":"%s%d","payload":1}'):format(prefix, i)
+      end
+      return table.concat(lines, "\n")
+    end
     -- all slots of shard 0's master to the next master, then half of that
     -- one's to the third, while the stream goes on
     local function reshard(from, to, slots)
@@ -294,12 +305,10 @@ describe("a Redis Cluster", function()
     assert.is_true(pushes >= 2, "the stream went on during the reshard (" .. pushes .. " pushes)")
     assert.are.equal(others[1], cl:node_of("luakiq:{W:0}:x"))
     reshard(others[1], others[2], 5000)
-    -- shard 0's slot once more, one key per MIGRATE and 20 ms apart (a
-    -- slot of many keys), pushes in the background: they wait for it too
-    -- a backlog of 600 ids of their own: keys for the slot to move
-    local lines = {}
-    for id = 1, 600 do lines[id] = ('{"id":"s%d","payload":1}'):format(id) end
-    local rc, out, err = host.exec("enqueue " .. q(dir) .. " W", table.concat(lines, "\n"), "REDIS_URL=" .. cl.seeds)
+    -- shard 0's slot once more, one key per MIGRATE and 20 ms apart, with
+    -- pushes in the background (they wait for it too); first a backlog of
+    -- 600 ids, keys for the slot to move
+    local rc, out, err = host.exec("enqueue " .. q(dir) .. " W", single_jobs("s", 600), "REDIS_URL=" .. cl.seeds)
     assert.are.equal(0, rc, out .. err)
     local slot, src = core.key_slot("luakiq:{W:0}:x"), cl:node_of("luakiq:{W:0}:x")
     local dst = src == others[1] and others[2] or others[1]
@@ -313,10 +322,8 @@ describe("a Redis Cluster", function()
       assert.are.equal("OK", src.conn:call("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", k))
       moved = moved + 1
       if moved % 5 == 1 then
-        -- (ids of their own: these pushes may land in any order)
-        local lines, b = {}, #bg + 1
-        for id = 1, ids do lines[#lines + 1] = ('{"id":"b%d-%d","payload":1}'):format(b, id) end
-        host.write(dir .. "/bg" .. b, table.concat(lines, "\n"))
+        local b = #bg + 1
+        host.write(dir .. "/bg" .. b, single_jobs("b" .. b .. "-", ids))
         bg[b] = host.spawn("enqueue " .. q(dir) .. " W " .. q(dir .. "/bg" .. b), "REDIS_URL=" .. cl.seeds)
       end
       core.sleep(0.02)
@@ -332,22 +339,16 @@ describe("a Redis Cluster", function()
     -- lose, repeat or reorder jobs)
     host.eventually(function()
       local got = seen(dir)
-      for b = 1, #bg do
-        for id = 1, ids do if not got["b" .. b .. "-" .. id] then return false end end
-      end
-      for id = 1, 600 do if not got["s" .. id] then return false end end
+      for _, id in ipairs(singles) do if not got[id] then return false end end
       return true
-    end, 60, "every job pushed during the slow migration ran")
+    end, 60, "every job of the backlog and of the background pushes ran")
     local got = seen(dir)
     for id = 1, ids do
       local want = {}
       for x = 1, v do want[x] = x end
       assert.are.same(want, got[tostring(id)], "id " .. id)
     end
-    for b = 1, #bg do
-      for id = 1, ids do assert.are.same({ 1 }, got["b" .. b .. "-" .. id], "b" .. b .. "-" .. id) end
-    end
-    for id = 1, 600 do assert.are.same({ 1 }, got["s" .. id], "s" .. id) end
+    for _, id in ipairs(singles) do assert.are.same({ 1 }, got[id], id) end
     assert.is_nil(p:log():find("non local key", 1, true), p:log())
     assert.is_true(p:alive(), p:log())
     assert.is_true(p:signal("TERM"))
