@@ -20,14 +20,27 @@ static uint16_t cluster_crc16(const char *p, size_t len) {
     return crc;
 }
 
-int cluster_key_slot(const char *key, size_t len) {
+/* The hash tag of a key: its text and length, or NULL when it has none. */
+static const char *cluster_tag(const char *key, size_t len, size_t *taglen) {
     const char *open = memchr(key, '{', len);
-    if (open) {
-        size_t rest = len - (size_t)(open - key) - 1;
-        const char *close = memchr(open + 1, '}', rest);
-        if (close && close > open + 1) return cluster_crc16(open + 1, (size_t)(close - open - 1)) & (CLUSTER_SLOTS - 1);
-    }
+    if (!open) return NULL;
+    size_t rest = len - (size_t)(open - key) - 1;
+    const char *close = memchr(open + 1, '}', rest);
+    if (!close || close == open + 1) return NULL;
+    *taglen = (size_t)(close - open - 1);
+    return open + 1;
+}
+
+int cluster_key_slot(const char *key, size_t len) {
+    size_t taglen;
+    const char *tag = cluster_tag(key, len, &taglen);
+    if (tag) return cluster_crc16(tag, taglen) & (CLUSTER_SLOTS - 1);
     return cluster_crc16(key, len) & (CLUSTER_SLOTS - 1);
+}
+
+int cluster_has_tag(const char *key, size_t len) {
+    size_t taglen;
+    return cluster_tag(key, len, &taglen) != NULL;
 }
 
 void cluster_map_reset(struct cluster_map *m) {

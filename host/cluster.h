@@ -14,6 +14,19 @@
  * and the next '}' when that is non-empty, else of the whole key; & 16383. */
 int cluster_key_slot(const char *key, size_t len);
 
+/* Whether the key has a hash tag (a non-empty {...}): then any text appended
+ * to it stays in its slot. */
+int cluster_has_tag(const char *key, size_t len);
+
+/* The guard key of a script call on a cluster: its first key followed by
+ * this suffix, a key nobody writes, declared as one more key. While the
+ * slot migrates, a node counts declared keys it lacks: with the guard
+ * always missing, the source answers ASK and the target TRYAGAIN, so a
+ * script never runs while the slot's keys are split between two nodes
+ * (docs/redis.md, "Redis Cluster"). Only for a first key with a hash tag
+ * (else the guard would hash elsewhere). */
+#define CLUSTER_GUARD "~guard"
+
 struct cluster_node {
     char host[256];
     int port;

@@ -60,6 +60,7 @@ static struct {
     struct event *renew_ev;
     struct event *tick_ev;        /* plan->tick (the hosts heartbeat) */
     store *renew_store;           /* main thread's own connection, for renewals */
+    struct store_ssub *ssub;      /* the sharded wake-up subscriber (a cluster), or NULL */
 } host;
 
 static int host_route_cmp(const void *a, const void *b) {
@@ -328,6 +329,13 @@ static void host_on_done(evutil_socket_t fd, short what, void *arg) {
  * worker threads never handle a signal or a socket of the host's (the HTTP
  * listener has a thread and a loop of its own, web.c). Why one loop: every cross-thread event becomes a callback here, in
  * one thread, with no lock around the plan's Lua state. */
+int host_subscribe_shard(const char *prefix) {
+    if (!host.ssub) return 0;
+    char chan[512];
+    if (snprintf(chan, sizeof chan, "%swake", prefix) >= (int)sizeof chan) return -1;
+    return store_ssub_add(host.ssub, chan);
+}
+
 int host_run(const struct host_plan *plan) {
     char err[512];
     int code = 1;
@@ -381,8 +389,8 @@ int host_run(const struct host_plan *plan) {
      * channel, in the shard's slot (the plain subscriber above still hears
      * producers that PUBLISH on the namespace's channel). */
     struct store_ssub *ssub = NULL;
-    if (plan->sharded_wake && plan->nroutes > 0) {
-        char **chans = calloc((size_t)plan->nroutes, sizeof *chans);
+    if (plan->sharded_wake) {
+        char **chans = calloc((size_t)plan->nroutes + 1, sizeof *chans);
         int nch = 0;
         for (int i = 0; chans && i < plan->nroutes; i++) {
             size_t len = strlen(plan->route_prefix[i]);
@@ -395,6 +403,7 @@ int host_run(const struct host_plan *plan) {
                                     err, sizeof err);
         else snprintf(err, sizeof err, "out of memory");
         if (!ssub) log_fmt(LOG_WARN, "no sharded wake-up subscriber (%s): new jobs wait up to poll_interval", err);
+        host.ssub = ssub;
         for (int i = 0; i < nch; i++) free(chans[i]);
         free(chans);
     }
@@ -431,6 +440,7 @@ int host_run(const struct host_plan *plan) {
     web_stop(web); /* the dashboard served while threads finished; not after */
     runner_join_all();
     store_sub_free(sub);
+    host.ssub = NULL;
     store_ssub_free(ssub);
     for (int i = 0; i < NSIGS; i++) event_free(sev[i]);
     event_free(host.done_ev);

@@ -34,6 +34,10 @@ struct host_plan {
  * them returning). Blocks the calling (main) thread. Returns the exit code;
  * 1 without starting any thread when the web address cannot be bound. */
 int host_run(const struct host_plan *plan);
+/* Main thread, while host_run runs (from the tick): the shard of prefix P
+ * appeared (a reshard to more shards): on a Redis Cluster, its wake-up
+ * channel P "wake" is subscribed too. 0 also when there is nothing to do. */
+int host_subscribe_shard(const char *prefix);
 /* Main thread, before host_run: a TERM or INT from now on asks for a stop
  * (runner_stopping) instead of killing the process, so a host stopped while
  * it still waits for Redis or registers exits 0 having taken nothing. A second

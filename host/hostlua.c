@@ -357,7 +357,16 @@ static int hostlua_catch_signals(lua_State *L) {
     return 0;
 }
 
+/* core.host_subscribe(prefix): from the tick, on the main thread, while
+ * core.host_run runs (host_subscribe_shard). */
+static int hostlua_subscribe(lua_State *L) {
+    lua_pushboolean(L, host_subscribe_shard(luaL_checkstring(L, 1)) == 0);
+    return 1;
+}
+
 void hostlua_register(lua_State *L, const struct hostlua_entry *entry) {
+    lua_pushcfunction(L, hostlua_subscribe);
+    lua_setfield(L, -2, "host_subscribe");
     lua_pushcfunction(L, hostlua_catch_signals);
     lua_setfield(L, -2, "host_catch_signals");
     lua_pushlightuserdata(L, (void *)entry);

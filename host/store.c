@@ -660,29 +660,47 @@ static int store_script_sha(store *s, redisContext *c, const char *name, char *s
     return known ? 0 : store_load_script(s, c, name, sha, err, errlen);
 }
 
-/* Appends one command (plain or EVALSHA) to c's output buffer. */
-static int store_append(redisContext *c, const struct store_cmd *cmd, const char *sha) {
+/* Appends one command (plain or EVALSHA) to c's output buffer. guard: a
+ * script call on a cluster, whose first key has a hash tag, declares one
+ * more key, that key followed by CLUSTER_GUARD (cluster.h: never run on a
+ * slot while it migrates). */
+static int store_append(redisContext *c, const struct store_cmd *cmd, const char *sha, int guard) {
     if (!cmd->script) return redisAppendCommandArgv(c, cmd->argc, cmd->argv, cmd->lens);
-    int n = cmd->argc + 3;
+    guard = guard && cmd->numkeys > 0 && cmd->argc >= cmd->numkeys && cluster_has_tag(cmd->argv[0], cmd->lens[0]);
+    int n = cmd->argc + 3 + guard;
     const char *stackv[32];
     size_t stackl[32];
+    char gstack[256], *g = NULL;
+    size_t glen = guard ? cmd->lens[0] + strlen(CLUSTER_GUARD) : 0;
     const char **argv = n <= 32 ? stackv : malloc(sizeof *argv * (size_t)n);
     size_t *lens = n <= 32 ? stackl : malloc(sizeof *lens * (size_t)n);
-    if (!argv || !lens) {
+    if (guard) g = glen < sizeof gstack ? gstack : malloc(glen + 1);
+    if (!argv || !lens || (guard && !g)) {
         if (argv != stackv) free(argv);
         if (lens != stackl) free(lens);
+        if (g != gstack) free(g);
         return REDIS_ERR;
     }
     char nk[16];
-    snprintf(nk, sizeof nk, "%d", cmd->numkeys);
+    snprintf(nk, sizeof nk, "%d", cmd->numkeys + guard);
     argv[0] = "EVALSHA"; lens[0] = 7;
     argv[1] = sha; lens[1] = 40;
     argv[2] = nk; lens[2] = strlen(nk);
-    memcpy(argv + 3, cmd->argv, sizeof *argv * (size_t)cmd->argc);
-    memcpy(lens + 3, cmd->lens, sizeof *lens * (size_t)cmd->argc);
+    /* the keys, the guard, the other arguments */
+    int k = guard ? cmd->numkeys : cmd->argc;
+    memcpy(argv + 3, cmd->argv, sizeof *argv * (size_t)k);
+    memcpy(lens + 3, cmd->lens, sizeof *lens * (size_t)k);
+    if (guard) {
+        memcpy(g, cmd->argv[0], cmd->lens[0]);
+        memcpy(g + cmd->lens[0], CLUSTER_GUARD, strlen(CLUSTER_GUARD));
+        argv[3 + k] = g; lens[3 + k] = glen;
+        memcpy(argv + 4 + k, cmd->argv + k, sizeof *argv * (size_t)(cmd->argc - k));
+        memcpy(lens + 4 + k, cmd->lens + k, sizeof *lens * (size_t)(cmd->argc - k));
+    }
     int rc = redisAppendCommandArgv(c, n, argv, lens);
     if (argv != stackv) free(argv);
     if (lens != stackl) free(lens);
+    if (g != gstack) free(g);
     return rc;
 }
 
@@ -751,11 +769,15 @@ static int store_route(store *s, int slot, int *reread) {
  * here and the command sent again: MOVED (the slot has a new master: the
  * map learns it, and is read whole again at most once a second), ASK (a
  * slot migrating: ASKING then the command, at the node named, map
- * untouched), TRYAGAIN / CLUSTERDOWN (backs off 50, 100, ... ms), NOSCRIPT
- * (loads the script on that node). After STORE_TRIES rounds the last reply
- * stands. An I/O error on any node fails the whole pipeline (the store is
- * then broken: the caller reconnects, which reads the map again). */
+ * untouched), TRYAGAIN / CLUSTERDOWN (backs off 50, 100, ... 500 ms, for
+ * up to STORE_RETRY_SECS: a slot migrating answers a script TRYAGAIN until
+ * all its keys moved, a failover takes seconds), NOSCRIPT (loads the script
+ * on that node). After STORE_TRIES rounds (or that time, once a TRYAGAIN
+ * or CLUSTERDOWN was seen) the last reply stands. An I/O error on any node
+ * fails the whole pipeline (the store is then broken: the caller
+ * reconnects, which reads the map again). */
 #define STORE_TRIES 6
+#define STORE_RETRY_SECS 10.0
 static int store_cluster_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **outp,
                                   char *err, size_t errlen) {
     redisReply **out = (redisReply **)outp;
@@ -768,7 +790,9 @@ static int store_cluster_pipeline(store *s, int n, const struct store_cmd *cmds,
     if (!node) { snprintf(err, errlen, "out of memory"); return -1; }
     int *ask = node + n, *sent = node + 2 * n;
     for (int i = 0; i < n; i++) { out[i] = NULL; ask[i] = 0; }
-    for (int round = 0; round < STORE_TRIES; round++) {
+    double t0 = store_now();
+    int retried = 0; /* a TRYAGAIN or CLUSTERDOWN seen: rounds limited by time */
+    for (int round = 0;; round++) {
         int pending = 0;
         memset(used, 0, sizeof used);
         for (int i = 0; i < n; i++) {
@@ -798,7 +822,7 @@ static int store_cluster_pipeline(store *s, int n, const struct store_cmd *cmds,
                 if (out[i] || node[i] != k) continue;
                 if (cmds[i].script) store_script_sha(s, c, cmds[i].script, sha, err, errlen); /* known: no I/O */
                 if ((ask[i] && redisAppendCommand(c, "ASKING") != REDIS_OK) ||
-                    store_append(c, &cmds[i], sha) != REDIS_OK || store_flush_big(c) != REDIS_OK) goto io;
+                    store_append(c, &cmds[i], sha, 1) != REDIS_OK || store_flush_big(c) != REDIS_OK) goto io;
             }
             if (store_flush(c) != REDIS_OK) goto io;
         }
@@ -818,7 +842,11 @@ static int store_cluster_pipeline(store *s, int n, const struct store_cmd *cmds,
                 out[i] = r;
             }
         }
-        if (round == STORE_TRIES - 1) break; /* the last replies stand, whatever they say */
+        for (int i = 0; i < n && !retried; i++)
+            if (sent[i] && out[i]->type == REDIS_REPLY_ERROR &&
+                cluster_redirect(out[i]->str, out[i]->len, NULL, NULL, 0, NULL) == CLUSTER_RETRY) retried = 1;
+        /* the last replies stand, whatever they say */
+        if (round >= STORE_TRIES - 1 && !(retried && store_now() - t0 < STORE_RETRY_SECS)) break;
         int backoff = 0;
         for (int i = 0; i < n; i++) {
             redisReply *r = out[i];
@@ -850,7 +878,8 @@ static int store_cluster_pipeline(store *s, int n, const struct store_cmd *cmds,
             out[i] = NULL;
         }
         if (backoff) {
-            struct timespec ts = {0, (long)(round + 1) * 50 * 1000000L};
+            long ms = round < 9 ? (long)(round + 1) * 50 : 500;
+            struct timespec ts = {ms / 1000, ms % 1000 * 1000000L};
             nanosleep(&ts, NULL);
         }
     }
@@ -890,7 +919,7 @@ int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **
         if (cmds[i].script && store_script_sha(s, s->c, cmds[i].script, sha, err, errlen) < 0) return -1;
     for (int i = 0; i < n; i++) {
         if (cmds[i].script && store_script_sha(s, s->c, cmds[i].script, sha, err, errlen) < 0) return -1;
-        if (store_append(s->c, &cmds[i], sha) != REDIS_OK || store_flush_big(s->c) != REDIS_OK) goto io;
+        if (store_append(s->c, &cmds[i], sha, 0) != REDIS_OK || store_flush_big(s->c) != REDIS_OK) goto io;
     }
     int got = 0;
     for (; got < n; got++) {
@@ -913,7 +942,7 @@ int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **
         out[i] = NULL;
         void *again = NULL;
         if (store_load_script(s, s->c, cmds[i].script, sha, err, errlen) < 0 ||
-            store_append(s->c, &cmds[i], sha) != REDIS_OK || redisGetReply(s->c, &again) != REDIS_OK || !again) {
+            store_append(s->c, &cmds[i], sha, 0) != REDIS_OK || redisGetReply(s->c, &again) != REDIS_OK || !again) {
             for (int j = 0; j < n; j++) if (out[j]) freeReplyObject(out[j]);
             if (!s->broken && s->c->err) goto io;
             s->broken = s->broken || s->c->err;
@@ -1286,6 +1315,26 @@ struct store_ssub *store_ssubscribe(struct event_base *base, const char *url, in
     }
     store_ssub_fill(ss, 0);
     return ss;
+}
+
+int store_ssub_add(struct store_ssub *ss, const char *channel) {
+    for (int i = 0; i < ss->nch; i++)
+        if (strcmp(ss->channels[i], channel) == 0) return 0;
+    size_t n = (size_t)ss->nch + 1;
+    char **ch = realloc(ss->channels, (n + 1) * sizeof *ch);
+    if (ch) ss->channels = ch;
+    int *slot = ch ? realloc(ss->slot, (n + 1) * sizeof *slot) : NULL;
+    if (slot) ss->slot = slot;
+    int *on = slot ? realloc(ss->on, (n + 1) * sizeof *on) : NULL;
+    if (on) ss->on = on;
+    char *copy = on ? strdup(channel) : NULL;
+    if (!copy) return -1;
+    ss->channels[ss->nch] = copy;
+    ss->slot[ss->nch] = cluster_key_slot(channel, strlen(channel));
+    ss->on[ss->nch] = -1;
+    ss->nch++;
+    store_ssub_fill(ss, 0);
+    return 0;
 }
 
 void store_ssub_free(struct store_ssub *ss) {

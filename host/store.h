@@ -104,6 +104,9 @@ void store_sub_free(struct store_sub *sub);
 struct store_ssub;
 struct store_ssub *store_ssubscribe(struct event_base *base, const char *url, int n, const char *const *channels,
                                     store_message_cb cb, void *arg, char *err, size_t errlen);
+/* Main thread: one more channel (a shard created by a reshard while the host
+ * runs), subscribed on its slot's master; 0 when known already or added. */
+int store_ssub_add(struct store_ssub *ss, const char *channel);
 void store_ssub_free(struct store_ssub *ss);
 
 #endif

@@ -35,7 +35,14 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
   --masters N         masters of the --cluster cluster (default 3; 1: one cluster-enabled node with every slot)
   --trickle N         --cluster also pushes N jobs one at a time, 1 ms apart, to an idle host (default 3000;
                       0 = skip): wake-up PUBLISHes, Redis CPU per node, latency
-  --replicas N        replicas per master of the --cluster cluster (default 0; needs --masters >= 3)]]
+  --replicas N        replicas per master of the --cluster cluster (default 0; needs --masters >= 3)
+  --big N             the large-backlog shape (large_shapes.lua): enqueue N blank jobs (memory, enqueue rate
+                      and Redis CPU per job), then drain --sample jobs with N queued and, in the same run, with
+                      10,000 queued; refused when N x 500 bytes + 1 GiB is more than MemAvailable; alone it
+                      runs nothing else
+  --sample N          jobs drained per backlog by --big (default 100000)
+  --merge N           the merge-heavy shape (large_shapes.lua): N payloads, 100 for each of N/100 ids, pushed
+                      in calls of 10,000 and drained, against Sidekiq's N jobs; alone it runs nothing else]]
 
 local SHAPES = {
   lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },
@@ -59,7 +66,7 @@ local POLL = 0.01
 
 -- --- options ------------------------------------------------------------------
 local opt = { jobs = 100000, shapes = SHAPE_ORDER, latency = 1000, io = 5000, sidekiq = "auto",
-              cluster_shapes = { "lag1", "b100" }, masters = 3, trickle = 3000, replicas = 0 }
+              cluster_shapes = { "lag1", "b100" }, masters = 3, trickle = 3000, replicas = 0, sample = 100000 }
 do
   local given = {}
   local i = 1
@@ -93,15 +100,39 @@ do
     elseif a == "--masters" then opt.masters = assert(tonumber(val()), "--masters: a number")
     elseif a == "--trickle" then opt.trickle = assert(tonumber(val()), "--trickle: a number")
     elseif a == "--replicas" then opt.replicas = assert(tonumber(val()), "--replicas: a number")
+    elseif a == "--big" then opt.big = assert(tonumber(val()), "--big: a number")
+    elseif a == "--sample" then opt.sample = assert(tonumber(val()), "--sample: a number")
+    elseif a == "--merge" then opt.merge = assert(tonumber(val()), "--merge: a number")
     else io.stderr:write(USAGE, "\n") os.exit(a == "--help" and 0 or 2) end
     given[a] = true
     i = i + 1
   end
-  if opt.cluster then -- --cluster alone: the cluster comparison only
+  if opt.cluster or opt.big or opt.merge then -- alone, each runs nothing else
     if not given["--shapes"] then opt.shapes = {} end
     if not given["--latency"] then opt.latency = 0 end
     if not given["--io"] then opt.io = 0 end
   end
+end
+
+-- --big N must fit in this machine's memory: ~350 bytes of Redis per queued
+-- blank job today, counted as 500 (allocator, rehashing) plus 1 GiB for the
+-- rest. Refused with one line before anything starts.
+if opt.big then
+  if opt.big < 20000 or opt.sample < 1000 then
+    io.stderr:write("--big N needs N >= 20000 and --sample >= 1000\n") os.exit(2)
+  end
+  local f = io.open("/proc/meminfo")
+  local avail = f and tonumber(f:read("*a"):match("MemAvailable:%s*(%d+)"))
+  if f then f:close() end
+  local need = opt.big * 500 + 2 ^ 30
+  if avail and need > avail * 1024 then
+    io.stderr:write(("--big %d: needs about %.1f GiB of memory (N x 500 bytes + 1 GiB), %.1f GiB available; refused\n")
+      :format(opt.big, need / 2 ^ 30, avail / 2 ^ 20))
+    os.exit(2)
+  end
+end
+if opt.merge and (opt.merge < 100 or opt.merge % 100 ~= 0) then
+  io.stderr:write("--merge N needs a multiple of 100 (100 payloads per id)\n") os.exit(2)
 end
 
 -- --- processes ----------------------------------------------------------------
@@ -254,6 +285,14 @@ local function info_field(section, field)
   return tonumber(call("INFO", section):match(field .. ":([%d%.]+)"))
 end
 
+-- CPU seconds (user + system) redis-server has used so far, from INFO cpu:
+-- the same account as cpu_secs(REDIS_PID), to the microsecond instead of
+-- the clock tick (10 ms), for the short windows of large_shapes.lua.
+local function redis_cpu()
+  local s = call("INFO", "cpu")
+  return tonumber(s:match("used_cpu_sys:([%d%.]+)")) + tonumber(s:match("used_cpu_user:([%d%.]+)"))
+end
+
 local function commandstats()
   local t, us = {}, {}
   for name, calls, usec in call("INFO", "commandstats"):gmatch("cmdstat_([^:]+):calls=(%d+),usec=(%d+)") do
@@ -291,8 +330,16 @@ local function command_delta(before, after)
   return total - driver_cmds, top
 end
 
-local function fresh_db()
-  call("FLUSHALL")
+-- FLUSHALL (on a connection of its own with a long timeout when `long`:
+-- millions of keys take longer than the driver's 10 s), then MEMORY PURGE.
+local function fresh_db(long)
+  if long then
+    local c = assert(core.connect(REDIS_URL, 600))
+    c:call("FLUSHALL")
+    c:close()
+  else
+    call("FLUSHALL")
+  end
   call("MEMORY", "PURGE")
   core.sleep(0.05)
 end
@@ -334,6 +381,24 @@ local function wait_drain(n, pending, t_spawn, limit)
   return rate, t_first and (t_first - t_spawn) or nil
 end
 
+-- A function that returns the jobs of the shape's queue that are queued or
+-- in flight (every shard's jobs ZCARD + busy HLEN, one pipeline sent by
+-- pipe, default the driver's connection).
+local function pending_for(cfg, s, pipe)
+  pipe = pipe or pipeline
+  local poll_cmds = {}
+  for sh = 0, s.shards - 1 do
+    local p = keys.prefix(cfg.namespace, "Blank", sh)
+    poll_cmds[#poll_cmds + 1] = { "ZCARD", p .. "jobs" }
+    poll_cmds[#poll_cmds + 1] = { "HLEN", p .. "busy" }
+  end
+  return function()
+    local sum = 0
+    for _, r in ipairs(pipe(poll_cmds)) do sum = sum + r end
+    return sum
+  end
+end
+
 local function run_luakiq(key)
   local s = SHAPES[key]
   local n = opt.jobs
@@ -357,18 +422,7 @@ local function run_luakiq(key)
   rconn:close()
   jobs = nil
   local mem1 = info_field("memory", "used_memory")
-  local prefixes = {}
-  for sh = 0, s.shards - 1 do prefixes[#prefixes + 1] = keys.prefix(cfg.namespace, "Blank", sh) end
-  local poll_cmds = {}
-  for _, p in ipairs(prefixes) do
-    poll_cmds[#poll_cmds + 1] = { "ZCARD", p .. "jobs" }
-    poll_cmds[#poll_cmds + 1] = { "HLEN", p .. "busy" }
-  end
-  local function pending()
-    local sum = 0
-    for _, r in ipairs(pipeline(poll_cmds)) do sum = sum + r end
-    return sum
-  end
+  local pending = pending_for(cfg, s)
   assert(pending() == n, "enqueue lost jobs")
 
   driver_cmds = 0
@@ -431,18 +485,7 @@ local function run_latency(m)
   local dir = TMP .. "/latency"
   os.execute("mkdir -p " .. q(dir))
   local pid = spawn(shape_env(s, { BENCH_LATENCY_DIR = dir }), q(LUAKIQ) .. " run " .. q(APP), TMP .. "/host-latency.log")
-  local prefixes = {}
-  for sh = 0, s.shards - 1 do prefixes[#prefixes + 1] = keys.prefix(cfg.namespace, "Blank", sh) end
-  local function pending()
-    local cmds = {}
-    for _, p in ipairs(prefixes) do
-      cmds[#cmds + 1] = { "ZCARD", p .. "jobs" }
-      cmds[#cmds + 1] = { "HLEN", p .. "busy" }
-    end
-    local sum = 0
-    for _, r in ipairs(rconn:pipeline(cmds)) do sum = sum + r end
-    return sum
-  end
+  local pending = pending_for(cfg, s, function(cmds) return rconn:pipeline(cmds) end)
   -- Warm-up (not recorded): every thread fetches once, the host goes idle.
   client.push(rconn, cfg, "Blank", { { id = "warm-1" }, { id = "warm-2" }, { id = "warm-3" }, { id = "warm-4" }, { id = "warm-5" } })
   local deadline = core.now() + 15
@@ -593,9 +636,24 @@ local main_ok, main_err = xpcall(function()
     cl_shape = dofile(BENCH_DIR .. "/cluster_shape.lua")
     local B = { ok = ok, q = q, spawn = spawn, stop = stop, cpu_secs = cpu_secs, wait_drain = wait_drain,
                 TMP = TMP, APP = APP, LUAKIQ = LUAKIQ, THREADS = THREADS, SHAPES = SHAPES,
-                ENQUEUE_CALL = ENQUEUE_CALL, print_table = print_table, fmt_int = fmt_int, COMMANDSTATS = opt.commandstats }
+                ENQUEUE_CALL = ENQUEUE_CALL, print_table = print_table, fmt_int = fmt_int, COMMANDSTATS = opt.commandstats,
+                pending_for = pending_for }
     cl_rows, cl_idle, cl_pub, cl_tr = cl_shape.run(B, opt.cluster_shapes, opt.jobs, opt.masters, opt.trickle, opt.replicas)
     cl_shape.B = B
+  end
+  local large, big_res, merge_rows
+  if opt.big or opt.merge then
+    large = dofile(BENCH_DIR .. "/large_shapes.lua")
+    large.B = { call = call, info_field = info_field, redis_cpu = redis_cpu, commandstats = commandstats,
+                command_delta = command_delta, reset_driver = function() driver_cmds = 0 end,
+                print_commandstats = print_commandstats,
+                fresh_db = fresh_db, pending_for = pending_for, load_cfg = load_cfg, shape_env = shape_env,
+                capture = capture, q = q, spawn = spawn, stop = stop, cpu_secs = cpu_secs, TMP = TMP,
+                BENCH_DIR = BENCH_DIR, APP = APP, LUAKIQ = LUAKIQ, THREADS = THREADS, REDIS_URL = REDIS_URL,
+                SIDEKIQ_VERSION = SIDEKIQ_VERSION, SHAPES = SHAPES, ENQUEUE_CALL = ENQUEUE_CALL, POLL = POLL,
+                print_table = print_table, fmt_int = fmt_int, mb = mb }
+    if opt.merge then merge_rows = large.merge(large.B, opt.merge) end
+    if opt.big then big_res = large.big(large.B, opt.big, opt.sample) end
   end
   local rtt, floor_w, floor_l
   if #results > 0 then
@@ -661,6 +719,8 @@ local main_ok, main_err = xpcall(function()
   end
 
   if cl_rows then cl_shape.print(cl_shape.B, cl_rows, cl_idle, opt.masters, cl_pub, cl_tr) end
+  if merge_rows then large.print_merge(large.B, merge_rows) end
+  if big_res then large.print_big(large.B, big_res) end
 
   -- The issue's targets.
   if #results == 0 and not lat and not io_lk then return end

@@ -323,17 +323,7 @@ local function run_trickle(B, target, m, idle)
                 BENCH_THREADS = B.THREADS, REDIS_URL = target.url, BENCH_THROTTLE = "", BENCH_LATENCY_DIR = dir }
   local log = B.TMP .. "/host-trickle-" .. #target.nodes .. ".log"
   local pid = B.spawn(env, B.q(B.LUAKIQ) .. " run " .. B.q(B.APP), log)
-  local polls = {}
-  for sh = 0, s.shards - 1 do
-    local p = keys.prefix(cfg.namespace, "Blank", sh)
-    polls[#polls + 1] = { "ZCARD", p .. "jobs" }
-    polls[#polls + 1] = { "HLEN", p .. "busy" }
-  end
-  local function pending()
-    local sum = 0
-    for _, r in ipairs(rconn:pipeline(polls)) do sum = sum + r end
-    return sum
-  end
+  local pending = B.pending_for(cfg, s, function(cmds) return rconn:pipeline(cmds) end)
   local function wait_empty(limit)
     local deadline = core.now() + limit
     while pending() > 0 do

@@ -552,13 +552,33 @@ function commands.run(argv)
   local reload = require "luakiq.reload"
   local reload_arg = json.encode { dir = pos[1], overrides = overrides(opt) }
   local running = json.decode(json.encode(reload.summary(cfg, groups))) -- as the check's, through JSON
+  -- On a Redis Cluster wake-ups come by sharded Pub/Sub, one channel per
+  -- shard, subscribed at the start: an elastic host that sees a queue
+  -- resharded to more shards (luakiq reshard) subscribes the new ones.
+  local sharded = runtime.sharded(conn)
+  local subscribed = {} -- queue name -> shards whose channels are subscribed
+  if cfg.elastic and sharded then
+    for _, w in ipairs(cfg.workers) do subscribed[w.queue_name] = w.shards_count end
+  end
+  local function follow_reshards()
+    if not next(subscribed) then return end
+    local flat = beat_conn():call("HGETALL", keys.registry(cfg.namespace))
+    for i = 1, #flat, 2 do
+      local q, n = flat[i], tonumber(flat[i + 1])
+      if subscribed[q] and n and n > subscribed[q] then
+        for s = subscribed[q], n - 1 do core.host_subscribe(keys.prefix(cfg.namespace, q, s)) end
+        subscribed[q] = n
+      end
+    end
+  end
   local function beat(leave)
     if leave then return hosts.leave(beat_conn(), cfg.namespace, token) end
     hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web, cfg.elastic))
+    follow_reshards()
   end
   local code, stuck, signalled = core.host_run {
     boots = boots, routes = routes, redis = cfg.redis,
-    wake_channel = keys.wake_channel(cfg.namespace), sharded_wake = runtime.sharded(conn),
+    wake_channel = keys.wake_channel(cfg.namespace), sharded_wake = sharded,
     token = token, tokens = tokens,
     lease_ms = math.floor(cfg.lease_ttl * 1000), renew_ms = math.floor(cfg.lease_renew * 1000),
     dump_path = cfg.dump_path or (os.getenv("TMPDIR") or "/tmp") .. "/luakiq_ttin_" .. core.getpid() .. ".txt",

@@ -23,7 +23,7 @@
 -- luakiq:include units
 local member, cost, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
 local limit = ARGV[3] ~= "" and tonumber(ARGV[3]) or math.huge
-local calls, version = KEYS[3], KEYS[4]
+local calls, version = opt_key(3), opt_key(4)
 if not member or not cost or cost < 0 or not limit or limit < 1 or not ttl or ttl < 1
   or (calls and (not version or not ARGV[5] or not ARGV[6])) then
   error("luakiq units_acquire: ARGV must be member, cost >= 0, concurrency >= 1 or \"\", ttl_ms >= 1" ..

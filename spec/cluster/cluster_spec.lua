@@ -254,4 +254,148 @@ describe("a Redis Cluster", function()
     assert.are.equal(0, rc, err)
     assert.are.equal(0, json.decode(out).total.length)
   end)
+
+  -- Slots moved by redis-cli --cluster reshard while a host of 5 threads
+  -- works through a stream: every script call on a cluster declares a guard
+  -- key that never exists (host/cluster.h, CLUSTER_GUARD), so while a slot
+  -- migrates its calls get TRYAGAIN and wait; they never run with the
+  -- shard's keys split between two nodes.
+  it("keeps every job and the order per id while redis-cli --cluster reshard moves the queue's slots", function()
+    local dir = scriptdir { ["config.lua"] = "return { threads_per_node = 5, poll_interval = 0.2, redis_timeout = 5 }" }
+    -- 30 ms a call: the shards keep a backlog (and keys to move) meanwhile
+    host.write(dir .. "/workers/W.lua", WORKER:format(dir .. "/seen"):gsub("f:close%(%)",
+      'f:close() require("luakiq.core").sleep(0.03)'))
+    local p = host.spawn("run " .. q(dir), "REDIS_URL=" .. cl.seeds)
+    local ids, v = 120, 0
+    local function push(rounds)
+      enqueue(dir, cl.seeds, ids, v + 1, v + rounds)
+      v = v + rounds
+    end
+    push(20) -- a backlog in every shard
+    -- Jobs of one payload each, under ids of their own (they may be pushed
+    -- in any order): the JSON lines of n ids named prefix..1..n.
+    local singles = {}
+    local function single_jobs(prefix, n)
+      local lines = {}
+      for i = 1, n do
+        singles[#singles + 1] = prefix .. i
+        lines[i] = ('{"id":"%s%d","payload":1}'):format(prefix, i)
+      end
+      return table.concat(lines, "\n")
+    end
+    -- all slots of shard 0's master to the next master, then half of that
+    -- one's to the third, while the stream goes on
+    local function reshard(from, to, slots)
+      local r = host.spawn_cmd(("redis-cli --cluster reshard 127.0.0.1:%d --cluster-from %s --cluster-to %s " ..
+        "--cluster-slots %d --cluster-yes"):format(from.port, from.conn:call("CLUSTER", "MYID"),
+        to.conn:call("CLUSTER", "MYID"), slots))
+      local moves = 0
+      while r:alive() do
+        push(2)
+        moves = moves + 1
+      end
+      assert.are.equal(0, r:wait(5), r:log())
+      assert.is_nil(r:log():find("ERR", 1, true), r:log())
+      return moves
+    end
+    local a = cl:node_of("luakiq:{W:0}:x")
+    local others = {}
+    for _, m in ipairs(cl:masters()) do if m ~= a then others[#others + 1] = m end end
+    local pushes = reshard(a, others[1], 5461)
+    assert.is_true(pushes >= 2, "the stream went on during the reshard (" .. pushes .. " pushes)")
+    assert.are.equal(others[1], cl:node_of("luakiq:{W:0}:x"))
+    reshard(others[1], others[2], 5000)
+    -- shard 0's slot once more, one key per MIGRATE and 20 ms apart, with
+    -- pushes in the background (they wait for it too); first a backlog of
+    -- 600 ids, keys for the slot to move
+    local rc, out, err = host.exec("enqueue " .. q(dir) .. " W", single_jobs("s", 600), "REDIS_URL=" .. cl.seeds)
+    assert.are.equal(0, rc, out .. err)
+    local slot, src = core.key_slot("luakiq:{W:0}:x"), cl:node_of("luakiq:{W:0}:x")
+    local dst = src == others[1] and others[2] or others[1]
+    local sid, did = src.conn:call("CLUSTER", "MYID"), dst.conn:call("CLUSTER", "MYID")
+    assert.are.equal("OK", dst.conn:call("CLUSTER", "SETSLOT", slot, "IMPORTING", sid))
+    assert.are.equal("OK", src.conn:call("CLUSTER", "SETSLOT", slot, "MIGRATING", did))
+    local bg, moved = {}, 0
+    while true do
+      local k = src.conn:call("CLUSTER", "GETKEYSINSLOT", slot, 1)[1]
+      if not k then break end
+      assert.are.equal("OK", src.conn:call("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", k))
+      moved = moved + 1
+      if moved % 5 == 1 then
+        local b = #bg + 1
+        host.write(dir .. "/bg" .. b, single_jobs("b" .. b .. "-", ids))
+        bg[b] = host.spawn("enqueue " .. q(dir) .. " W " .. q(dir .. "/bg" .. b), "REDIS_URL=" .. cl.seeds)
+      end
+      core.sleep(0.02)
+    end
+    for _, m in ipairs(cl:masters()) do assert.are.equal("OK", m.conn:call("CLUSTER", "SETSLOT", slot, "NODE", did)) end
+    assert.is_true(moved >= 10, moved .. " keys moved")
+    for _, b in ipairs(bg) do assert.are.equal(0, b:wait(15), b:log()) end
+    push(5)
+    host.eventually(function() return all_ran(dir, ids, v) end, 60, "every job ran", function()
+      return p:log()
+    end)
+    -- each payload once, in order: no call ran on half a shard (that would
+    -- lose, repeat or reorder jobs)
+    host.eventually(function()
+      local got = seen(dir)
+      for _, id in ipairs(singles) do if not got[id] then return false end end
+      return true
+    end, 60, "every job of the backlog and of the background pushes ran")
+    local got = seen(dir)
+    for id = 1, ids do
+      local want = {}
+      for x = 1, v do want[x] = x end
+      assert.are.same(want, got[tostring(id)], "id " .. id)
+    end
+    for _, id in ipairs(singles) do assert.are.same({ 1 }, got[id], id) end
+    assert.is_nil(p:log():find("non local key", 1, true), p:log())
+    assert.is_true(p:alive(), p:log())
+    assert.is_true(p:signal("TERM"))
+    assert.are.equal(0, p:wait(10), p:log())
+    cl:await_ok()
+    assert.is_true(host.sh("redis-cli --cluster check 127.0.0.1:" .. a.port .. " >/dev/null 2>&1"))
+  end)
+
+  -- Wake-ups on a cluster come by sharded Pub/Sub, a channel per shard: an
+  -- elastic host subscribes the channels of shards a reshard added while it
+  -- runs (poll_interval 30 s: only a wake-up runs the jobs at once).
+  it("an elastic host hears the wake-ups of shards a reshard added while it runs", function()
+    -- (an elastic thread also looks at its shards every beat, 2 s here:
+    -- without the wake-up a job waits 1 s on average)
+    local dir = scriptdir {
+      ["config.lua"] = "return { threads_per_node = 2, poll_interval = 30, lease_ttl = 60, splitter = 'elastic', " ..
+        "redis_timeout = 2 }",
+    }
+    local worker = host.read(dir .. "/workers/W.lua")
+    -- each line: id, the payload (its enqueue time), the time it ran
+    worker = worker:gsub('f:write%(id, " ", tostring%(p%), "\\n"%)',
+      'f:write(id, " ", tostring(p), " ", string.format("%%.6f", require("luakiq.core").now()), "\\n")')
+    assert(worker:find("core\").now()", 1, true), "the worker writes the time")
+    host.write(dir .. "/workers/W.lua", (worker:gsub("shards_count = 6", "shards_count = 2")))
+    local p = host.spawn("run " .. q(dir), "REDIS_URL=" .. cl.url)
+    local rc, out, err = host.exec("reshard " .. q(dir) .. " W 6", nil, "REDIS_URL=" .. cl.url)
+    assert.are.equal(0, rc, out .. err)
+    host.write(dir .. "/workers/W.lua", worker) -- 6 shards, for the enqueue
+    host.eventually(function() return p:log():find("takes its share of the new ones", 1, true) end, 10,
+      "the host followed the reshard", function() return p:log() end)
+    core.sleep(2.5) -- a beat: the new channels are subscribed
+    -- one job at a time, each in a shard the reshard added
+    local lat = {}
+    for i = 1, 8 do
+      local id
+      repeat id = "n" .. math.random(1e9) until core.crc32(id) % 6 >= 2
+      local t0 = core.now()
+      rc, out, err = host.exec("enqueue " .. q(dir) .. " W", ('{"id":"%s","payload":%.6f}'):format(id, t0),
+        "REDIS_URL=" .. cl.url)
+      assert.are.equal(0, rc, out .. err)
+      local line = host.eventually(function() return (host.read(dir .. "/seen") or ""):match(id .. " %S+ (%S+)") end,
+        5, "job " .. id .. " ran")
+      lat[i] = tonumber(line) - t0
+    end
+    table.sort(lat)
+    assert.is_true(lat[4] < 0.5, "median enqueue -> perform " .. lat[4] .. " s (all: " .. table.concat(lat, ", ") .. ")")
+    assert.is_true(p:signal("TERM"))
+    assert.are.equal(0, p:wait(10), p:log())
+  end)
 end)

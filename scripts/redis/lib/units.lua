@@ -14,3 +14,11 @@ local function drop_lapsed(running, units, calls)
   end
   return now
 end
+
+-- KEYS[i] when the caller gave it, nil otherwise. On a Redis Cluster the
+-- host declares one more key after the others, the guard (docs/redis.md,
+-- "The guard key"): it is not one of the optional keys.
+local function opt_key(i)
+  local k = KEYS[i]
+  if k and k:sub(-6) ~= "~guard" then return k end
+end
