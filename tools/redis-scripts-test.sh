@@ -381,6 +381,47 @@ check "delete_failed last page" "1|0" "$(ev delete_failed "$P" 5)"
 check "delete_failed leaves fresh jobs" "e1|k1" "$(qids "$P" id)"
 check "delete_failed: payload keys gone" "0|0" "$(qhas "$P" e2)|$(qhas "$P" e3)"
 
+# ---------------------------------------------------------------- perform_in pages by binary search
+# Without levels and stale entries jobs.lua finds a perform_in page by binary
+# search over ready and later; with a stale entry (of an id not queued: it
+# changes nothing listed) it walks. Both must give every page alike.
+r FLUSHALL >/dev/null
+args=()
+for i in $(seq 1 12); do args+=("r$i" $((i * 5)) -1 $((i * 5)) x); done
+ev push "$P" "" 100 "${args[@]}" >/dev/null
+args=()
+for i in $(seq 1 9); do args+=("s$i" $((55 + i * 5)) -1 1 x); done
+ev push "$P" "" 100 "${args[@]}" >/dev/null
+args=()
+for i in $(seq 1 10); do args+=("l$i" $((i * 10)) -1 1 x); done
+ev push "$P" "" 100 "${args[@]}" >/dev/null
+args=()
+for i in $(seq 1 6); do args+=("f$i" $((100 + i * 7)) -1 1 x); done
+ev push "$P" "" 100 "${args[@]}" >/dev/null
+check "binary-search fixture: ready and later both hold jobs" "yes" \
+  "$([ "$(r LLEN "${P}ready")" -ge 15 ] && [ "$(r ZCARD "${P}later")" -ge 10 ] && echo yes || echo "no: $(r LLEN "${P}ready") $(r ZCARD "${P}later")")"
+pages() {
+  for dir in asc desc; do
+    for b in "-inf +inf" "20 60" "(50 (105" "100 100" "200 300"; do
+      for off in 0 1 2 5 9 14 20 27 33 36 40; do
+        for lim in 1 4 10; do
+          # shellcheck disable=SC2086
+          echo "$dir $b $off $lim: $(ev jobs "$P" queue perform_in "$dir" $b "$off" "$lim" keys)"
+        done
+      done
+    done
+  done
+}
+fast=$(pages)
+r HSET "${P}stale" not-queued 1 >/dev/null
+walked=$(pages)
+r DEL "${P}stale" >/dev/null
+check "perform_in pages: binary search = walk (660 pages)" "" "$(diff <(echo "$fast") <(echo "$walked") | head -5)"
+check "perform_in page: ties of ready and later, ready first" "3|r10|50|l5|50|r11|55" \
+  "$(ev jobs "$P" queue perform_in asc 50 55 0 3 keys)"
+check "perform_in page desc is the reverse" "3|r11|55|l5|50|r10|50" \
+  "$(ev jobs "$P" queue perform_in desc 50 55 0 3 keys)"
+
 # ---------------------------------------------------------------- stats, heads, busy
 r FLUSHALL >/dev/null
 check "stats of an empty shard" "0|0|0||0|0|0|0" "$(ev stats "$P")"

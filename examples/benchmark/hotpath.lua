@@ -6,8 +6,11 @@
 -- Per QUEUED: push QUEUED blank jobs in calls of 1,000 (Redis CPU per job
 -- from INFO cpu, used_memory per queued job), then fetch 100,000 of them
 -- 10 at a time with acks, push 100,000 more (not measured) and fetch
--- 100,000 100 at a time (Redis CPU per fetched job). One line per figure:
--- "QUEUED figure value".
+-- 100,000 100 at a time (Redis CPU per fetched job). Before the fetches,
+-- the Redis CPU of one listing page (100 jobs by perform_in) at offset 90 %
+-- of QUEUED: as the shard is ("page_deep_ms"), and with a stale entry of an
+-- id not queued, which makes layout 2's jobs.lua walk ("page_deep_walk_ms";
+-- layout 1 ignores it; only up to 100,000 queued). One line per figure: "QUEUED figure value".
 package.path = "spec/?.lua;" .. package.path
 local core = require "luakiq.core"
 local redis = require "helpers.redis"
@@ -56,6 +59,14 @@ local function fetch(srv, n, limit, now)
   return got
 end
 
+-- Redis CPU (ms) of one page of 100 queued jobs by perform_in at offset off.
+local function page_ms(srv, off)
+  local c = cpu(srv)
+  local r = srv.conn:script("jobs", P, "queue", "perform_in", "asc", "-inf", "+inf", tostring(off), "100", "keys")
+  assert(tonumber(r[1]) == 100, tostring(r[1]))
+  return (cpu(srv) - c) * 1e3
+end
+
 local sizes = {}
 for i = 1, select("#", ...) do sizes[#sizes + 1] = tonumber((select(i, ...))) end
 if #sizes == 0 then sizes = { 100000, 1000000 } end
@@ -67,6 +78,14 @@ for _, queued in ipairs(sizes) do
   local c1, m1 = cpu(srv), mem(srv)
   print(("%d push_us_per_job %.2f"):format(queued, (c1 - c0) / queued * 1e6))
   print(("%d bytes_per_queued_job %.1f"):format(queued, (m1 - m0) / queued))
+  local off = math.floor(queued * 0.9)
+  page_ms(srv, 0) -- (loads the script)
+  print(("%d page_deep_ms %.2f"):format(queued, page_ms(srv, off)))
+  if queued <= 100000 then -- (layout 2's walk: ~13 us per job skipped, past the client's timeout at 1M)
+    srv.conn:call("HSET", P .. "stale", "not-queued", "1")
+    print(("%d page_deep_walk_ms %.2f"):format(queued, page_ms(srv, off)))
+    srv.conn:call("DEL", P .. "stale")
+  end
   local s = math.min(SAMPLE, queued)
   local c2 = cpu(srv)
   local got = fetch(srv, s, 10, now)

@@ -50,18 +50,21 @@ for _, v in ipairs({ offset or -1, limit or -1 }) do
   end
 end
 if limit == 0 then return { "0" } end
+-- A score bound ("-inf", "+inf", "x", "(x"): its value and whether it is
+-- exclusive.
+local function score_bound(b)
+  if b == "-inf" then return -math.huge, false end
+  if b == "+inf" or b == "inf" then return math.huge, false end
+  local excl = b:sub(1, 1) == "("
+  local v = tonumber(excl and b:sub(2) or b)
+  if not v or v ~= v then error("luakiq jobs: bad score bound '" .. b .. "'", 0) end
+  return v, excl
+end
+
 -- One page of queued ids by retry_count (see the header).
 local function by_retry_count()
-  local function bound(s)
-    if s == "-inf" then return -math.huge, false end
-    if s == "+inf" or s == "inf" then return math.huge, false end
-    local excl = s:sub(1, 1) == "("
-    local v = tonumber(excl and s:sub(2) or s)
-    if not v or v ~= v then error("luakiq jobs: bad score bound '" .. s .. "'", 0) end
-    return v, excl
-  end
-  local lo, lox = bound(min)
-  local hi, hix = bound(max)
+  local lo, lox = score_bound(min)
+  local hi, hix = score_bound(max)
   local R, I = K.retries, K.jobs
   local nr_all = redis.call("ZCARD", R)
   local fresh_in = (lo < -1 or (lo == -1 and not lox)) and (hi > -1 or (hi == -1 and not hix))
@@ -136,42 +139,80 @@ local function page_by_rank(key, lex)
   return redis.call("ZRANGE", key, skip, stop)
 end
 
-local ids, members = nil, nil -- (by id: the members, records included)
-if what == "queue" and order == "retry_count" then
-  ids = by_retry_count()
-elseif order == "id" then
-  -- id bounds as member bounds: [x from esc(x)\0\0 on, (x from esc(x)\0\1
-  -- on (ids that extend x included); up to [x below esc(x)\0\1, up to (x
-  -- below esc(x)\0\0
-  local function mb(b, lower)
-    if b == "-" or b == "+" then return b end
-    local c = b:sub(1, 1)
-    if c ~= "[" and c ~= "(" then error("luakiq jobs: bad lex bound '" .. b .. "'", 0) end
-    local E = esc(b:sub(2))
-    if lower then return c == "[" and "[" .. E .. "\0\0" or "[" .. E .. "\0\1" end
-    return c == "[" and "(" .. E .. "\0\1" or "(" .. E .. "\0\0"
+-- One page by perform_in over ready and later (score bounds lo..hi,
+-- exclusive when lox/hix) for a shard with neither levels nor stale
+-- entries: every entry of ready is then a live job of place "r", in
+-- perform_in order, so both sources are sorted and the page's first entry is
+-- found by binary search (the k-th of two sorted sequences): O(log^2 n +
+-- limit) lookups, where walk_page looks up offset entries. The merge order is
+-- walk_page's: perform_in, ready before later on a tie. nil when a probed
+-- entry is not a live "r" job (junk): the caller walks.
+local function ready_later_page(lo, lox, hi, hix)
+  local bad = false
+  local function rpin(i) -- the perform_in of ready's entry i (0-based)
+    local _, _, place, pin = find_job(K, redis.call("LINDEX", K.ready, i) or "")
+    if place ~= "r" then bad = true return 0 end
+    return pin
   end
-  min, max = mb(min, true), mb(max, false)
-  members = page_by_rank(K[src], true)
-  ids = {}
-  for i, m in ipairs(members) do ids[i] = member_id(m) end
-elseif what == "queue" and not has_levels(K) and redis.call("EXISTS", K.ready) == 0 then
-  -- by perform_in, nothing in ready (every job queued for later, or
-  -- retried): one sorted set, by rank
-  ids = page_by_rank(K.later, false)
-elseif what == "queue" then
-  -- by perform_in: ready's live entries, later and the levels, each up to
-  -- offset + limit in the range, merged by (perform_in, id)
-  local function bound(b)
-    if b == "-inf" then return -math.huge, false end
-    if b == "+inf" or b == "inf" then return math.huge, false end
-    local excl = b:sub(1, 1) == "("
-    local v = tonumber(excl and b:sub(2) or b)
-    if not v or v ~= v then error("luakiq jobs: bad score bound '" .. b .. "'", 0) end
-    return v, excl
+  local n = redis.call("LLEN", K.ready)
+  local function first(pred) -- the first index of ready whose pin satisfies pred (n: none)
+    local l, h = 0, n
+    while l < h and not bad do
+      local m = math.floor((l + h) / 2)
+      if pred(rpin(m)) then h = m else l = m + 1 end
+    end
+    return l
   end
-  local lo, lox = bound(min)
-  local hi, hix = bound(max)
+  local a = first(function(x) return x > lo or (x == lo and not lox) end)
+  local nR = math.max(0, first(function(x) return x > hi or (x == hi and hix) end) - a)
+  if bad then return nil end
+  local la = 0
+  if min ~= "-inf" then la = redis.call("ZCOUNT", K.later, "-inf", lox and min:sub(2) or "(" .. min) end
+  local nL = redis.call("ZCOUNT", K.later, min, max)
+  local total = nR + nL
+  if offset >= total then return {} end
+  local s, c = offset, math.min(limit, total - offset) -- the page's positions in ascending order
+  if dir == "desc" then s = math.max(0, total - offset - limit); c = total - offset - s end
+  local function lscore(j) return tonumber(redis.call("ZRANGE", K.later, la + j, la + j, "WITHSCORES")[2]) end
+  -- i of the first s come from ready, s - i from later
+  local il, ih, i = math.max(0, s - nL), math.min(s, nR), 0
+  while true do
+    i = math.floor((il + ih) / 2)
+    local j = s - i
+    if i > 0 and j < nL and rpin(a + i - 1) > lscore(j) then ih = i - 1
+    elseif j > 0 and i < nR and lscore(j - 1) >= rpin(a + i) then il = i + 1
+    else break end
+    if bad then return nil end
+  end
+  local j = s - i
+  local rs = i < nR and redis.call("LRANGE", K.ready, a + i, a + math.min(nR, i + c) - 1) or {}
+  local ls = j < nL and redis.call("ZRANGE", K.later, la + j, la + math.min(nL, j + c) - 1, "WITHSCORES") or {}
+  local rp = {}
+  for k, id in ipairs(rs) do
+    local _, _, place, pin = find_job(K, id)
+    if place ~= "r" then return nil end
+    rp[k] = pin
+  end
+  local out, x, y = {}, 1, 1
+  while #out < c do
+    if y * 2 > #ls or (x <= #rs and rp[x] <= tonumber(ls[2 * y])) then
+      out[#out + 1], x = rs[x], x + 1
+    else
+      out[#out + 1], y = ls[2 * y - 1], y + 1
+    end
+  end
+  if dir == "desc" then
+    for k = 1, math.floor(#out / 2) do out[k], out[#out + 1 - k] = out[#out + 1 - k], out[k] end
+  end
+  return out
+end
+
+-- One page by perform_in over ready, later and the levels (score bounds
+-- lo..hi, exclusive when lox/hix), by walking: each source up to offset +
+-- limit entries in the range, merged. O(offset + limit): ready has no
+-- ranks (see ready_later_page for the case without levels and stale
+-- entries).
+local function walk_page(lo, lox, hi, hix)
   local function inside(x) return (x > lo or (x == lo and not lox)) and (x < hi or (x == hi and not hix)) end
   local want = offset + limit
   local all = {}
@@ -182,9 +223,9 @@ elseif what == "queue" then
   if has_levels(K) then
     for _, n in ipairs(redis.call("ZRANGE", K.levels, 0, -1)) do keys[#keys + 1] = level_key(P, n) end
   end
-  for _, k in ipairs(keys) do
+  for src_rank, k in ipairs(keys) do
     local r = redis.call(cmd, k, lo_s, hi_s, "WITHSCORES", "LIMIT", 0, want)
-    for i = 1, #r, 2 do all[#all + 1] = { r[i], tonumber(r[i + 1]) } end
+    for i = 1, #r, 2 do all[#all + 1] = { r[i], tonumber(r[i + 1]), src_rank, i } end
   end
   -- ready, live entries only: from the head (stale entries of an id precede
   -- its live one) or from the tail (the first entry of an id met is its
@@ -217,7 +258,7 @@ elseif what == "queue" then
         local _, _, place, pin = find_job(K, id)
         if place == "r" then
           if inside(pin) then
-            all[#all + 1] = { id, pin }
+            all[#all + 1] = { id, pin, 0, #all }
             got = got + 1
             if got >= want then break end
           elseif (dir == "asc" and pin > hi) or (dir == "desc" and pin < lo) then
@@ -230,16 +271,54 @@ elseif what == "queue" then
     if past then break end
     pos = pos + #chunk
   end
+  -- the merge order: perform_in, then ready before later before the levels
+  -- (in their order), then each source's own order (ZRANGEBYSCORE and the
+  -- list walk already give it in the listing's direction)
   table.sort(all, function(a, b)
     if a[2] ~= b[2] then
       if dir == "desc" then return a[2] > b[2] end
       return a[2] < b[2]
     end
-    if dir == "desc" then return a[1] > b[1] end
-    return a[1] < b[1]
+    if a[3] ~= b[3] then
+      if dir == "desc" then return a[3] > b[3] end
+      return a[3] < b[3]
+    end
+    return a[4] < b[4]
   end)
-  ids = {}
+  local ids = {}
   for i = offset + 1, math.min(#all, offset + limit) do ids[#ids + 1] = all[i][1] end
+  return ids
+end
+
+local ids, members = nil, nil -- (by id: the members, records included)
+if what == "queue" and order == "retry_count" then
+  ids = by_retry_count()
+elseif order == "id" then
+  -- id bounds as member bounds: [x from esc(x)\0\0 on, (x from esc(x)\0\1
+  -- on (ids that extend x included); up to [x below esc(x)\0\1, up to (x
+  -- below esc(x)\0\0
+  local function mb(b, lower)
+    if b == "-" or b == "+" then return b end
+    local c = b:sub(1, 1)
+    if c ~= "[" and c ~= "(" then error("luakiq jobs: bad lex bound '" .. b .. "'", 0) end
+    local E = esc(b:sub(2))
+    if lower then return c == "[" and "[" .. E .. "\0\0" or "[" .. E .. "\0\1" end
+    return c == "[" and "(" .. E .. "\0\1" or "(" .. E .. "\0\0"
+  end
+  min, max = mb(min, true), mb(max, false)
+  members = page_by_rank(K[src], true)
+  ids = {}
+  for i, m in ipairs(members) do ids[i] = member_id(m) end
+elseif what == "queue" and not has_levels(K) and redis.call("EXISTS", K.ready) == 0 then
+  -- by perform_in, nothing in ready (every job queued for later, or
+  -- retried): one sorted set, by rank
+  ids = page_by_rank(K.later, false)
+elseif what == "queue" then
+  -- by perform_in: ready's live entries, later and the levels
+  local lo, lox = score_bound(min)
+  local hi, hix = score_bound(max)
+  if not has_levels(K) and redis.call("EXISTS", K.stale) == 0 then ids = ready_later_page(lo, lox, hi, hix) end
+  if not ids then ids = walk_page(lo, lox, hi, hix) end
 else
   ids = page_by_rank(K[src], false)
 end
