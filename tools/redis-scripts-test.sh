@@ -422,6 +422,13 @@ check "perform_in page: ties of ready and later, ready first" "3|r10|50|l5|50|r1
 check "perform_in page desc is the reverse" "3|r11|55|l5|50|r10|50" \
   "$(ev jobs "$P" queue perform_in desc 50 55 0 3 keys)"
 
+# ---------------------------------------------------------------- junk in ready
+r FLUSHALL >/dev/null
+ev push "$P" "" 50 g1 10 -1 10 x >/dev/null
+r EVAL 'redis.call("ZADD", KEYS[1] .. "jobs", 0, "jx\0\0r\193junk") redis.call("RPUSH", KEYS[1] .. "ready", "jx")' 1 "$P" >/dev/null
+check "fetch passes a junk record met in ready: g1 taken" "1|g1" "$(ev fetch "$P" A 10000 60 10 '' 1 | cut -d'|' -f6-7)"
+check "the junk member goes with its ready entry" "0|0" "$(r ZCARD "${P}jobs")|$(r LLEN "${P}ready")"
+
 # ---------------------------------------------------------------- stats, heads, busy
 r FLUSHALL >/dev/null
 check "stats of an empty shard" "0|0|0||0|0|0|0" "$(ev stats "$P")"

@@ -228,7 +228,9 @@ local function take_default(max, now_s)
           R[#R + 1] = { id, pin, m, pos, pl }
           if #R > max then break end
         end
-        -- (an entry without a live record is junk: passed, and popped)
+        -- (an entry without a live record is junk: passed, and popped; a
+        -- member of the id that does not decode goes with it)
+        if m and not place then redis.call("ZREM", K.jobs, m) end
       end
       pos = pos + 1
     end
