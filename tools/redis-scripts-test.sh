@@ -478,5 +478,33 @@ check "and a push without tags drops them" "0" "$(r HEXISTS "${P}tags" tc)"
 match "tagged: bad count refused" "count must be" "$(ev tagged "$P" a 0 0)"
 match "tagged: bad cursor refused" "cursor must be" "$(ev tagged "$P" a x 10)"
 
+# ---------------------------------------------------------------- schedule
+r FLUSHALL >/dev/null
+pub0=$(publishes)
+check "schedule: a new tick enqueues" "1" "$(ev schedule "$P" s1 100 100 "$CH" j1 pay)"
+check "schedule: the job, perform_in = score = tick" "100|pay|100" "$(qpin "$P" j1)|$(qpl "$P" j1)"
+check "schedule: due and ready empty: appended to ready, tail = tick" "j1|100|0" \
+  "$(j LRANGE "${P}ready" 0 -1)|$(r GET "${P}tail")|$(r EXISTS "${P}later")"
+check "schedule: the new head publishes" "$((pub0 + 1))" "$(publishes)"
+check "schedule: the same tick again: nothing" "0" "$(ev schedule "$P" s1 100 100 "$CH" j1 pay)"
+check "schedule: an earlier tick: nothing" "0" "$(ev schedule "$P" s1 90 100 "$CH" j1 pay)"
+check "schedule: merged into the queued job (new + queued)" "1" "$(ev schedule "$P" s1 200 150 "$CH" j1 pay2)"
+check "schedule: payloads united, perform_in and place kept" "100|pay|100|pay2|200|j1" \
+  "$(qpin "$P" j1)|$(qpl "$P" j1)|$(j LRANGE "${P}ready" 0 -1)"
+check "schedule: the same payload keeps its minimal score" "1|pay|100|pay2|200" \
+  "$(ev schedule "$P" s1 300 300 "$CH" j1 pay)|$(qpl "$P" j1)"
+check "schedule: the merge does not publish" "$((pub0 + 1))" "$(publishes)"
+check "schedule: a future tick goes to later" "1|500|0" \
+  "$(ev schedule "$P" s2 500 400 "" j2 p)|$(r ZSCORE "${P}later" j2)|$(r LPOS "${P}ready" j2 | grep -c .)"
+check "schedule: a due tick below the tail goes to later" "1|70" \
+  "$(ev schedule "$P" s3 70 120 "" j3 p)|$(r ZSCORE "${P}later" j3)"
+check "schedule: a new schedule skips a tick over 60 s old (records it)" "0|0|10" \
+  "$(ev schedule "$P" s4 10 400 "" j4 p)|$(qhas "$P" j4)|$(r HGET "${P}schedules" s4)"
+r SET "${P}shards" 7 >/dev/null
+match "schedule: routed with another shards_count: refused" "resharded: queue has 7 shards, the schedule used 5" \
+  "$(ev schedule "$P" s1 900 900 "" j1 pay 5)"
+check "schedule: fetch takes them in perform_in order" "j3|j1" \
+  "$(ev fetch "$P" A 10000 450 10 '' 1 | tr '|' '\n' | grep -x 'j[0-9]' | paste -sd'|' -)"
+
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]
