@@ -78,6 +78,17 @@ mpl() { ev jobs "$1" morgue id asc "[$2" "[$2" 0 1 | cut -d'|' -f6-; }
 qids() { ev jobs "$1" queue "$2" asc "$([ "$2" = id ] && echo - || echo -inf)" "$([ "$2" = id ] && echo + || echo +inf)" 0 1000 keys | cut -d'|' -f2- | awk -F'|' '{o=""; for (i = 1; i <= NF; i += 2) o = o (i > 1 ? "|" : "") $i; print o}'; }
 # mids P: the dead ids, in id order.
 mids() { ev jobs "$1" morgue id asc - + 0 1000 keys | cut -d'|' -f2- | awk -F'|' '{o=""; for (i = 1; i <= NF; i += 2) o = o (i > 1 ? "|" : "") $i; print o}'; }
+# mput P ID UPDATED_AT ERROR PAYLOAD SCORE...: a dead job as the morgue
+# stores it (morgue:jobs record, morgue, morgue:errors when ERROR is not "").
+mput() {
+  local p=$1 id=$2 at=$3 err=$4; shift 4
+  r EVAL 'local v = {}
+    for i = 4, #ARGV, 2 do v[#v + 1], v[#v + 2] = ARGV[i], tonumber(ARGV[i + 1]) end
+    redis.call("ZADD", KEYS[1] .. "morgue:jobs", 0, ARGV[1] .. "\0\0" .. cmsgpack.pack(unpack(v)))
+    redis.call("ZADD", KEYS[1] .. "morgue", ARGV[2], ARGV[1])
+    if ARGV[3] ~= "" then redis.call("HSET", KEYS[1] .. "morgue:errors", ARGV[1], ARGV[3]) end' \
+    1 "$p" "$id" "$at" "$err" "$@" >/dev/null
+}
 # bhas P ID: 1 when the id is in flight.
 bhas() { r HEXISTS "${1}busy" "$2"; }
 # bentry P ID: the in-flight job's perform_in and retry_count, one a line.
@@ -279,34 +290,30 @@ check "partial ack: processed, nothing in flight" "2|0|b" "$(r HGET "${D}counter
 
 # ---------------------------------------------------------------- morgue
 r FLUSHALL >/dev/null
-r ZADD "${P}morgue" 10 m1 20 m2 30 m3 >/dev/null
-r ZADD "${P}morgue:ids" 0 m1 0 m2 0 m3 >/dev/null
-r ZADD "${P}morgue:payloads:m1" 1 pa 5 pb >/dev/null
-r ZADD "${P}morgue:payloads:m2" 1 x >/dev/null
-r ZADD "${P}morgue:payloads:m3" 1 x >/dev/null
-r HSET "${P}morgue:errors" m1 DEAD >/dev/null
+mput "$P" m1 10 DEAD pa 1 pb 5
+mput "$P" m2 20 "" x 1
+mput "$P" m3 30 "" x 1
 ev push "$P" "" 50 m1 999 4 3 pa m1 999 4 4 pc >/dev/null
 r HSET "${P}errors" m1 OLD >/dev/null
 pub0=$(publishes)
 check "morgue_requeue by id" "1|2" "$(ev morgue_requeue "$P" "$CH" 77 100 m1)"
 check "requeue: perform_in now, retry_count -1, morgue error copied" "77|fresh|DEAD" \
-  "$(r ZSCORE "${P}queue" m1)|$(rc "${P}" m1)|$(r HGET "${P}errors" m1)"
-check "requeue: payloads united, min score" "pa|1|pc|4|pb|5" "$(payloads "${P}payloads:m1")"
-check "requeue: morgue keys gone" "0|0|0|0" \
-  "$(r ZSCORE "${P}morgue" m1 | grep -c .)|$(r ZSCORE "${P}morgue:ids" m1 | grep -c .)|$(r EXISTS "${P}morgue:payloads:m1")|$(r HEXISTS "${P}morgue:errors" m1)"
+  "$(qpin "$P" m1)|$(rc "${P}" m1)|$(r HGET "${P}errors" m1)"
+check "requeue: payloads united, min score" "pa|1|pc|4|pb|5" "$(qpl "$P" m1)"
+check "requeue: morgue keys gone" "0|0|2|0" \
+  "$(r ZSCORE "${P}morgue" m1 | grep -c .)|$(mids "$P" | tr '|' '\n' | grep -c '^m1$')|$(r ZCARD "${P}morgue:jobs")|$(r HEXISTS "${P}morgue:errors" m1)"
 check "requeue publishes" "$((pub0 + 1))" "$(publishes)"
 check "requeue all, paged (limit 1)" "1|1" "$(ev morgue_requeue "$P" "$CH" 78 1)"
-check "first page took m2 (lex order)" "78" "$(r ZSCORE "${P}queue" m2)"
+check "first page took m2 (lex order)" "78" "$(qpin "$P" m2)"
 check "requeue all, last page" "1|0" "$(ev morgue_requeue "$P" "$CH" 78 1)"
 check "requeue all, empty" "0|0" "$(ev morgue_requeue "$P" "$CH" 78 1)"
 check "requeue of a missing id" "0|0" "$(ev morgue_requeue "$P" "$CH" 78 1 nope)"
 check "nothing requeued: no publish" "$((pub0 + 3))" "$(publishes)"
-r ZADD "${P}morgue" 10 d1 20 d2 30 d3 >/dev/null
-r ZADD "${P}morgue:ids" 0 d1 0 d2 0 d3 >/dev/null
-r ZADD "${P}morgue:payloads:d1" 1 x >/dev/null
-r HSET "${P}morgue:errors" d1 E >/dev/null
+mput "$P" d1 10 E x 1
+mput "$P" d2 20 "" x 1
+mput "$P" d3 30 "" x 1
 check "morgue_delete by id" "1|2" "$(ev morgue_delete "$P" 100 d1 nope)"
-check "morgue_delete: keys gone" "0|0" "$(r EXISTS "${P}morgue:payloads:d1")|$(r HEXISTS "${P}morgue:errors" d1)"
+check "morgue_delete: keys gone" "d2|d3|0" "$(mids "$P")|$(r HEXISTS "${P}morgue:errors" d1)"
 check "morgue_delete all, paged" "1|1" "$(ev morgue_delete "$P" 1)"
 check "morgue_delete all, last page" "1|0" "$(ev morgue_delete "$P" 1)"
 check "morgue_delete limit 0 does nothing" "0|0" "$(ev morgue_delete "$P" 0)"
@@ -318,7 +325,7 @@ ev fetch "$P" A 10000 50 1 '' 1 >/dev/null
 ev push "$P" "" 50 d1 1 -1 1 y >/dev/null
 r HSET "${P}errors" d2 E >/dev/null
 check "delete queued ids (d1 also in flight)" "2" "$(ev delete "$P" d1 d2 nope)"
-check "delete: queue empty, errors gone" "0|0|0" "$(r ZCARD "${P}queue")|$(r ZCARD "${P}ids")|$(r EXISTS "${P}errors")"
+check "delete: queue empty, errors gone" "0|0|0" "$(r ZCARD "${P}jobs")|$(r ZCARD "${P}later")|$(r EXISTS "${P}errors")"
 check "delete never touches the job in flight" "1|x|1" "$(r HLEN "${P}busy")|$(ev busy "$P" | cut -d'|' -f7-8)"
 
 # ---------------------------------------------------------------- perform_now
@@ -329,13 +336,13 @@ check "perform_now page 1" "2|1" "$(ev perform_now "$P" "$CH" 50 2)"
 check "perform_now page 2" "1|0" "$(ev perform_now "$P" "$CH" 50 2)"
 check "perform_now nothing left" "0|0" "$(ev perform_now "$P" "$CH" 50 2)"
 check "perform_now sets now, never 0" "10|50|50|50" \
-  "$(r ZSCORE "${P}queue" n1)|$(r ZSCORE "${P}queue" n2)|$(r ZSCORE "${P}queue" n3)|$(r ZSCORE "${P}queue" n4)"
+  "$(qpin "$P" n1)|$(qpin "$P" n2)|$(qpin "$P" n3)|$(qpin "$P" n4)"
 check "perform_now publishes when something changed" "$((pub0 + 2))" "$(publishes)"
 ev push "$P" "" 50 i1 90 -1 1 x i2 95 -1 1 x i3 40 -1 1 x >/dev/null
-r ZADD "${P}queue:7" 99 i4 >/dev/null; r HSET "${P}prio" i4 7 >/dev/null; r ZADD "${P}levels" 7 7 >/dev/null
+ev push "$P" "" 50 i4 99 -1 1 x "" priority 1 7 >/dev/null
 check "perform_now by id: future ones only, any level" "2|0" "$(ev perform_now "$P" "$CH" 50 1 i1 i3 i4 nope)"
-check "perform_now by id: i1, i4 now; i2, i3 as they were" "50|95|40|50" \
-  "$(r ZSCORE "${P}queue" i1)|$(r ZSCORE "${P}queue" i2)|$(r ZSCORE "${P}queue" i3)|$(r ZSCORE "${P}queue:7" i4)"
+check "perform_now by id: i1, i4 now; i2, i3 as they were" "50|95|40|50|50" \
+  "$(qpin "$P" i1)|$(qpin "$P" i2)|$(qpin "$P" i3)|$(qpin "$P" i4)|$(r ZSCORE "${P}queue:7" i4)"
 
 # ---------------------------------------------------------------- failures
 r FLUSHALL >/dev/null
@@ -359,21 +366,20 @@ check "failures: a step returns about COUNT entries, not the 1000" "yes" \
 r FLUSHALL >/dev/null
 ev push "$P" "" 50 k1 10 -1 1 x k2 11 0 1 a k2 11 0 2 b k3 12 3 1 x k4 13 5 1 x >/dev/null
 r HSET "${P}errors" k2 E2 >/dev/null
-r ZADD "${P}morgue" 1 k2 >/dev/null; r ZADD "${P}morgue:ids" 0 k2 >/dev/null
-r ZADD "${P}morgue:payloads:k2" 0.5 b 9 c >/dev/null
+mput "$P" k2 1 "" b 0.5 c 9
 check "kill_failed page 1" "2|1" "$(ev kill_failed "$P" 90 2)"
-check "kill_failed: all payloads to the morgue, min score" "b|0.5|a|1|c|9" "$(payloads "${P}morgue:payloads:k2")"
+check "kill_failed: all payloads to the morgue, min score" "b|0.5|a|1|c|9" "$(mpl "$P" k2)"
 check "kill_failed: updated_at now, error copied" "90|E2|90" \
   "$(r ZSCORE "${P}morgue" k2)|$(r HGET "${P}morgue:errors" k2)|$(r ZSCORE "${P}morgue" k3)"
-check "kill_failed: removed from the queue" "k1|k4" "$(j ZRANGE "${P}queue" 0 -1)"
-check "kill_failed: queue keys gone" "0|0" "$(r EXISTS "${P}payloads:k2")|$(r HEXISTS "${P}errors" k2)"
+check "kill_failed: removed from the queue" "k1|k4" "$(qids "$P" id)"
+check "kill_failed: queue keys gone" "0|0" "$(qhas "$P" k2)|$(r HEXISTS "${P}errors" k2)"
 check "kill_failed page 2" "1|0" "$(ev kill_failed "$P" 90 2)"
-check "kill_failed leaves fresh jobs" "k1|fresh" "$(j ZRANGE "${P}ids" 0 -1)|$(rc "${P}" k1)"
+check "kill_failed leaves fresh jobs" "k1|fresh" "$(qids "$P" id)|$(rc "${P}" k1)"
 ev push "$P" "" 50 e1 10 -1 1 x e2 11 0 1 x e3 12 2 1 x >/dev/null
 check "delete_failed page" "1|1" "$(ev delete_failed "$P" 1)"
 check "delete_failed last page" "1|0" "$(ev delete_failed "$P" 5)"
-check "delete_failed leaves fresh jobs" "e1|k1" "$(j ZRANGE "${P}ids" 0 -1)"
-check "delete_failed: payload keys gone" "0|0" "$(r EXISTS "${P}payloads:e2")|$(r EXISTS "${P}payloads:e3")"
+check "delete_failed leaves fresh jobs" "e1|k1" "$(qids "$P" id)"
+check "delete_failed: payload keys gone" "0|0" "$(qhas "$P" e2)|$(qhas "$P" e3)"
 
 # ---------------------------------------------------------------- stats, heads, busy
 r FLUSHALL >/dev/null
@@ -434,11 +440,8 @@ ev push "$R" "" 60 a 1 5 1 y g 1 -1 1 y g 1 3 1 y h 1 4 1 y h 1 -1 1 y >/dev/nul
 check "push rc >= 0: queued a keeps -1, g's first (-1) wins, new h gets 4" "fresh|fresh|4" "$(rc "$R" a)|$(rc "$R" g)|$(rc "$R" h)"
 match "jobs rejects a bad order" "bad what/order" "$(ev jobs "$P" queue updated_at asc - + 0 10)"
 match "jobs rejects a bad dir" "dir must be" "$(ev jobs "$P" queue id up - + 0 10)"
-r ZADD "${P}morgue" 300 ma 100 mb >/dev/null
-r ZADD "${P}morgue:ids" 0 ma 0 mb >/dev/null
-r ZADD "${P}morgue:payloads:ma" 1 x 2 y >/dev/null
-r ZADD "${P}morgue:payloads:mb" 1 z >/dev/null
-r HSET "${P}morgue:errors" mb EMB >/dev/null
+mput "$P" ma 300 "" x 1 y 2
+mput "$P" mb 100 EMB z 1
 MA="ma|300||2|x|1|y|2"
 MB="mb|100|EMB|1|z|1"
 check "morgue jobs by id asc" "2|$MA|$MB" "$(ev jobs "$P" morgue id asc - + 0 10)"

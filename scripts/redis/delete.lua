@@ -9,17 +9,5 @@
 local P = KEYS[1]
 local K = shard_keys(P)
 local count = 0
-for _, id in ipairs(ARGV) do
-  local m, _, place = find_job(K, id)
-  if m then
-    redis.call("ZREM", K.jobs, m)
-    if place then
-      leave_place(P, K, id, place, place == "p" and redis.call("HGET", K.prio, id) or nil)
-      count = count + 1
-    end
-  end
-  if has_windows(K) then redis.call("HDEL", K.windows, id) end
-  redis.call("ZREM", K.retries, id)
-  redis.call("HDEL", K.errors, id)
-end
+for _, id in ipairs(ARGV) do count = count + unqueue_job(P, K, id) end
 return count

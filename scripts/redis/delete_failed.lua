@@ -5,17 +5,12 @@
 -- remaining is 0.
 -- luakiq:include keys
 -- luakiq:include levels
+-- luakiq:include shard
 -- luakiq:include args
 local P = KEYS[1]
 local K = shard_keys(P)
 local limit = arg_count("delete_failed", "limit", ARGV[1])
 local ids = {}
 if limit > 0 then ids = redis.call("ZRANGEBYSCORE", K.retries, 0, "+inf", "LIMIT", 0, limit) end
-for _, id in ipairs(ids) do
-  unqueue(P, K, id)
-  redis.call("ZREM", K.retries, id)
-  redis.call("ZREM", K.ids, id)
-  redis.call("DEL", payloads_key(P, id))
-  redis.call("HDEL", K.errors, id)
-end
+for _, id in ipairs(ids) do unqueue_job(P, K, id) end
 return { tostring(#ids), tostring(redis.call("ZCOUNT", K.retries, 0, "+inf")) }

@@ -12,21 +12,12 @@
 local P = KEYS[1]
 local K = shard_keys(P)
 local now, limit = arg_finite("kill_failed", "now", ARGV[1]), arg_count("kill_failed", "limit", ARGV[2])
-local now_s = string.format("%.17g", now)
+local now_s = score_str(now)
 local ids = {}
 if limit > 0 then ids = redis.call("ZRANGEBYSCORE", K.retries, 0, "+inf", "LIMIT", 0, limit) end
 for _, id in ipairs(ids) do
-  local src, dst = payloads_key(P, id), morgue_payloads_key(P, id)
-  if redis.call("EXISTS", src) == 1 then
-    redis.call("ZADD", K.morgue, now_s, id)
-    redis.call("ZADD", K.morgue_ids, 0, id)
-    merge_payloads(src, dst)
-    local err = redis.call("HGET", K.errors, id)
-    if err then redis.call("HSET", K.morgue_errors, id, err) else redis.call("HDEL", K.morgue_errors, id) end
-  end
-  unqueue(P, K, id)
-  redis.call("ZREM", K.retries, id)
-  redis.call("ZREM", K.ids, id)
-  redis.call("HDEL", K.errors, id)
+  unqueue_job(P, K, id, function(pl)
+    morgue_add(K, id, pl, now_s, redis.call("HGET", K.errors, id) or "")
+  end)
 end
 return { tostring(#ids), tostring(redis.call("ZCOUNT", K.retries, 0, "+inf")) }

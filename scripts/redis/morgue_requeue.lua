@@ -16,29 +16,27 @@
 local P = KEYS[1]
 local K = shard_keys(P)
 local now, limit = arg_finite("morgue_requeue", "now", ARGV[2]), arg_count("morgue_requeue", "limit", ARGV[3])
-local now_s = string.format("%.17g", now)
+local now_s = score_str(now)
 local ids = {}
 if #ARGV > 3 then
   for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
 elseif limit > 0 then
-  ids = redis.call("ZRANGEBYLEX", K.morgue_ids, "-", "+", "LIMIT", 0, limit)
+  ids = redis.call("ZRANGEBYLEX", K.morgue_jobs, "-", "+", "LIMIT", 0, limit)
+  for i, m in ipairs(ids) do ids[i] = member_id(m) end
 end
 local count = 0
 for _, id in ipairs(ids) do
-  local src, dst = morgue_payloads_key(P, id), payloads_key(P, id)
-  if redis.call("ZSCORE", K.morgue, id) and redis.call("EXISTS", src) == 1 then
+  local m = find_member(K.morgue_jobs, esc(id))
+  local pl = m and morgue_decode(m, esc(id))
+  if pl and redis.call("ZSCORE", K.morgue, id) then
+    -- requeue keeps the lower of two priorities: given the queued job's own,
+    -- the job keeps it (the morgue keeps none)
     local _, prio = queued_at(P, K, id)
-    queue_at(P, K, id, now_s, prio)
-    redis.call("ZREM", K.retries, id) -- retry_count -1: not in the retries index
-    redis.call("ZADD", K.ids, 0, id)
-    merge_payloads(src, dst)
-    local err = redis.call("HGET", K.morgue_errors, id)
-    if err then redis.call("HSET", K.errors, id, err) else redis.call("HDEL", K.errors, id) end
+    requeue(P, K, id, now_s, "-1", redis.call("HGET", K.morgue_errors, id), pl, prio)
     count = count + 1
   end
-  redis.call("DEL", src)
+  if m then redis.call("ZREM", K.morgue_jobs, m) end
   redis.call("ZREM", K.morgue, id)
-  redis.call("ZREM", K.morgue_ids, id)
   redis.call("HDEL", K.morgue_errors, id)
 end
 if count > 0 then wake(ARGV[1], P) end

@@ -45,6 +45,27 @@ local function leave_place(P, K, id, place, n)
   end
 end
 
+-- Takes the queued job of id out of the queue with everything kept for it
+-- (its place, windows, retry_count, error); on_payloads(pl), when given, is
+-- called with its payload list first (not for a junk record). Returns 1 when
+-- a job was queued, else 0. delete.lua, delete_failed.lua, kill_failed.lua.
+local function unqueue_job(P, K, id, on_payloads)
+  local m, _, place, _, pl = find_job(K, id)
+  local count = 0
+  if m then
+    redis.call("ZREM", K.jobs, m)
+    if place then
+      leave_place(P, K, id, place, place == "p" and redis.call("HGET", K.prio, id) or nil)
+      if on_payloads then on_payloads(pl) end
+      count = 1
+    end
+  end
+  if has_windows(K) then redis.call("HDEL", K.windows, id) end
+  redis.call("ZREM", K.retries, id)
+  redis.call("HDEL", K.errors, id)
+  return count
+end
+
 -- Puts a job back in the queue ("failed + queued", docs/redis.md "Merge
 -- rules"): perform_in pin_s, retry_count rc_s, error err (nil or "" = none),
 -- priority n (nil = 100), windows win (nil = the queued job's), payloads pl
