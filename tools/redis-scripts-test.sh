@@ -529,5 +529,76 @@ check "and a push without tags drops them" "0" "$(r HEXISTS "${P}tags" tc)"
 match "tagged: bad count refused" "count must be" "$(ev tagged "$P" a 0 0)"
 match "tagged: bad cursor refused" "cursor must be" "$(ev tagged "$P" a x 10)"
 
+# ---------------------------------------------------------------- schedule
+r FLUSHALL >/dev/null
+pub0=$(publishes)
+check "schedule: a new tick enqueues" "1" "$(ev schedule "$P" s1 100 100 "$CH" j1 pay)"
+check "schedule: the job, perform_in = score = tick" "100|pay|100" "$(qpin "$P" j1)|$(qpl "$P" j1)"
+check "schedule: due and ready empty: appended to ready, tail = tick" "j1|100|0" \
+  "$(j LRANGE "${P}ready" 0 -1)|$(r GET "${P}tail")|$(r EXISTS "${P}later")"
+check "schedule: the new head publishes" "$((pub0 + 1))" "$(publishes)"
+check "schedule: the same tick again: nothing" "0" "$(ev schedule "$P" s1 100 100 "$CH" j1 pay)"
+check "schedule: an earlier tick: nothing" "0" "$(ev schedule "$P" s1 90 100 "$CH" j1 pay)"
+check "schedule: merged into the queued job (new + queued)" "1" "$(ev schedule "$P" s1 200 150 "$CH" j1 pay2)"
+check "schedule: payloads united, perform_in and place kept" "100|pay|100|pay2|200|j1" \
+  "$(qpin "$P" j1)|$(qpl "$P" j1)|$(j LRANGE "${P}ready" 0 -1)"
+check "schedule: the same payload keeps its minimal score" "1|pay|100|pay2|200" \
+  "$(ev schedule "$P" s1 300 300 "$CH" j1 pay)|$(qpl "$P" j1)"
+check "schedule: the merge does not publish" "$((pub0 + 1))" "$(publishes)"
+check "schedule: a future tick goes to later" "1|500|0" \
+  "$(ev schedule "$P" s2 500 400 "" j2 p)|$(r ZSCORE "${P}later" j2)|$(r LPOS "${P}ready" j2 | grep -c .)"
+check "schedule: a due tick below the tail goes to later" "1|70" \
+  "$(ev schedule "$P" s3 70 120 "" j3 p)|$(r ZSCORE "${P}later" j3)"
+check "schedule: a new schedule skips a tick over 60 s old (records it)" "0|0|10" \
+  "$(ev schedule "$P" s4 10 400 "" j4 p)|$(qhas "$P" j4)|$(r HGET "${P}schedules" s4)"
+r SET "${P}shards" 7 >/dev/null
+match "schedule: routed with another shards_count: refused" "resharded: queue has 7 shards, the schedule used 5" \
+  "$(ev schedule "$P" s1 900 900 "" j1 pay 5)"
+check "schedule: fetch takes them in perform_in order" "j3|j1" \
+  "$(ev fetch "$P" A 10000 450 10 '' 1 | tr '|' '\n' | grep -x 'j[0-9]' | paste -sd'|' -)"
+
+# ---------------------------------------------------------------- reshard
+# Shard 0 -> shard 1 of queue Q (token T): reshard_out stages, the host
+# carries the records (here redis-cli -x), reshard_in merges, drop forgets.
+r FLUSHALL >/dev/null
+P1="$NS:{Q:1}:"
+for s in "$P" "$P1"; do ev reshard_shard "$s" freeze T 2 "" >/dev/null; done
+r SET "${P}lease" T >/dev/null
+# shard 0: a due now (ready), b future with priority 7, tags, an expiry and
+# windows, retried with an error; c queued and dead
+ev push "$P" "" 100 a 50 -1 50 pa b 500 3 1 pb1 b 500 3 2 pb2 c 60 -1 60 pc \
+  "" priority 2 7 "" tags 2 $'t1\nt2' "" expires_at 2 9000 3 9000 "" windows 2 "UTC|09:00-17:00" >/dev/null
+r HSET "${P}errors" b Eb >/dev/null
+r EVAL "redis.call('ZADD', KEYS[1] .. 'morgue:jobs', 0, 'c\0\0' .. cmsgpack.pack('dead1', 1, 'dead2', 2)) redis.call('ZADD', KEYS[1] .. 'morgue', 70, 'c') redis.call('HSET', KEYS[1] .. 'morgue:errors', 'c', 'Ec')" 1 "$P" >/dev/null
+# shard 1: pushed meanwhile under the new count: b with priority 9, another
+# payload and a lower score for pb2; c dead earlier
+ev push "$P1" "" 100 b 20 -1 0.5 pb2 b 20 -1 7 pbx "" priority 1 9 "" tags 1 t3 >/dev/null
+r EVAL "redis.call('ZADD', KEYS[1] .. 'morgue:jobs', 0, 'c\0\0' .. cmsgpack.pack('dead1', 5, 'dead3', 3)) redis.call('ZADD', KEYS[1] .. 'morgue', 65, 'c') redis.call('HSET', KEYS[1] .. 'morgue:errors', 'c', 'old')" 1 "$P1" >/dev/null
+match "reshard_out: refused without the lease" "not frozen and leased" "$(ev reshard_out "$P1" T a)"
+check "reshard_out: ids with something staged" "a|b|c" "$(ev reshard_out "$P" T a b c nothing | tr '|' '\n' | grep -x '[a-z]*' | paste -sd'|' -)"
+check "reshard_out: the shard's keys emptied, a's ready entry stale" "0|0|0|0|0|1|0|0|0|0" \
+  "$(r ZCARD "${P}jobs")|$(r ZCARD "${P}later")|$(r EXISTS "${P}queue:7")|$(r ZCARD "${P}morgue")|$(r ZCARD "${P}morgue:jobs")|$(r HGET "${P}stale" a)|$(r EXISTS "${P}retries")|$(r EXISTS "${P}errors")|$(r EXISTS "${P}tags")|$(r EXISTS "${P}expires:b")"
+check "reshard_out: staged once" "3|3" "$(r HLEN "${P}reshard:out")|$(ev reshard_out "$P" T a b c | tr '|' '\n' | grep -cx '[a-z]')"
+for id in a b c; do
+  r HGET "${P}reshard:out" "$id" | head -c -1 >"$DIR/rec"
+  # twice: importing is idempotent
+  for _ in 1 2; do redis-cli -s "$DIR/redis.sock" -x EVALSHA "${SHA[reshard_in]}" 1 "$P1" T "$id" <"$DIR/rec" >/dev/null; done
+done
+check "reshard_in: a into later (never ready), as it was" "50|pa|50|50|0|fresh" \
+  "$(qpin "$P1" a)|$(qpl "$P1" a)|$(r ZSCORE "${P1}later" a)|$(r EXISTS "${P1}ready")|$(rc "$P1" a)"
+check "reshard_in: b merged (failed + queued): its perform_in, retry_count, error, the lower priority" \
+  "500|3|Eb|7|500|0" \
+  "$(qpin "$P1" b)|$(rc "$P1" b)|$(r HGET "${P1}errors" b)|$(r HGET "${P1}prio" b)|$(r ZSCORE "${P1}queue:7" b)|$(r EXISTS "${P1}queue:9")"
+check "reshard_in: b's payloads united, min score" "pb2|0.5|pb1|1|pbx|7" "$(qpl "$P1" b)"
+check "reshard_in: b's windows, expiry (a payload here without one keeps none), tags united" \
+  "UTC|09:00-17:00|pb1|9000|b|t1,t2,t3|b|b|b" \
+  "$(r HGET "${P1}windows" b)|$(j HGETALL "${P1}expires:b")|$(r SMEMBERS "${P1}expiring")|$(r HGET "${P1}tags" b | paste -sd, -)|$(r SMEMBERS "${P1}tag:t1")|$(r SMEMBERS "${P1}tag:t2")|$(r SMEMBERS "${P1}tag:t3")"
+check "reshard_in: c dead, payloads united, updated_at and error of the later" "dead1|1|dead2|2|dead3|3|70|Ec" \
+  "$(mpl "$P1" c)|$(r ZSCORE "${P1}morgue" c)|$(r HGET "${P1}morgue:errors" c)"
+check "reshard_in: c queued too" "60|pc|60" "$(qpin "$P1" c)|$(qpl "$P1" c)"
+check "reshard_shard drop: staged records forgotten" "3|0" "$(ev reshard_shard "$P" drop T a b c)|$(r EXISTS "${P}reshard:out")"
+check "thaw of a removed shard with no job left: ready, stale, tail gone" "1|0|0|0" \
+  "$(ev reshard_shard "$P" thaw T "" 1)|$(r EXISTS "${P}ready")|$(r EXISTS "${P}stale")|$(r EXISTS "${P}tail")"
+
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

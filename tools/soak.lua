@@ -394,9 +394,9 @@ if opt.reshard then
   local function misplaced(count)
     local bad = 0
     for s, P in ipairs(prefixes) do
-      for _, k in ipairs { "ids", "morgue:ids" } do
-        for _, id in ipairs(conn():call("ZRANGE", P .. k, 0, -1)) do
-          if keys.shard(id, count) ~= s - 1 then bad = bad + 1 end
+      for _, k in ipairs { "jobs", "morgue:jobs" } do
+        for _, m in ipairs(conn():call("ZRANGE", P .. k, 0, -1)) do
+          if keys.shard(keys.member_id(m), count) ~= s - 1 then bad = bad + 1 end
         end
       end
       for _, id in ipairs(conn():call("HKEYS", P .. "busy")) do

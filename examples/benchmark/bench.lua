@@ -563,13 +563,18 @@ local function evalsha_rate()
   return tonumber(out:match("([%d%.]+) requests per second"))
 end
 
--- The floor of an enqueue: the writes a new luakiq job needs (its entries in
--- the queue and ids sorted sets, its own payload set), sent as plain
--- pipelined commands without a script, against a Sidekiq-like LPUSH of the
--- same number of 50-byte JSON strings. Returns Redis CPU seconds per job
--- for both (FLUSHALL before and after).
+-- The floor of an enqueue: the writes push.lua makes for new blank jobs due
+-- now in a shard whose P ready is empty (layout 2, docs/layout2.md: a member
+-- esc(id) .. "\0\0" .. record of P jobs per job and its id in P ready, each
+-- variadic per 1,000 jobs, then P tail), sent as plain pipelined commands
+-- without a script, against a Sidekiq-like LPUSH of the same number of
+-- 50-byte JSON strings. Returns Redis CPU seconds per job for both
+-- (FLUSHALL before and after).
 local function enqueue_floor(n)
   local now = string.format("%.17g", core.now())
+  -- the record of a blank job (place "r", perform_in, payload "", its score
+  -- = perform_in written as nil), encoded by Redis's own cmsgpack as push.lua does
+  local rec = "r" .. call("EVAL", "return cmsgpack.pack(tonumber(ARGV[1]), '', nil)", "0", now)
   local function measure(build)
     fresh_db()
     local c0 = cpu_secs(REDIS_PID)
@@ -579,15 +584,13 @@ local function enqueue_floor(n)
     return used / n
   end
   local writes = measure(function(from, to)
-    local q, ids, cmds = { "ZADD", "f:{Q:0}:queue", "NX" }, { "ZADD", "f:{Q:0}:ids", "NX" }, {}
-    cmds[1], cmds[2] = q, ids
+    local jobs, ready = { "ZADD", "f:{Q:0}:jobs" }, { "RPUSH", "f:{Q:0}:ready" }
     for j = from, to do
       local id = tostring(j)
-      q[#q + 1], q[#q + 2] = now, id
-      ids[#ids + 1], ids[#ids + 2] = "0", id
-      cmds[#cmds + 1] = { "ZADD", "f:{Q:0}:payloads:" .. id, "LT", now, "" }
+      jobs[#jobs + 1], jobs[#jobs + 2] = "0", id .. "\0\0" .. rec
+      ready[#ready + 1] = id
     end
-    return cmds
+    return { jobs, ready, { "SET", "f:{Q:0}:tail", now } }
   end)
   local lpush = measure(function(from, to)
     local l = { "LPUSH", "queue:default" }

@@ -19,6 +19,18 @@ function M.shard(id, shards_count)
   return core.crc32(id) % shards_count
 end
 
+-- A member of a shard's P jobs or P morgue:jobs (docs/layout2.md): esc(id)
+-- .. "\0\0" .. record, esc turning each byte 0 of the id into 0, 1. Returns
+-- the id and the ZRANGEBYLEX bound just past every member of that id (the
+-- next page of a listing by id starts there, whatever the id's record). A
+-- member without the "\0\0" (junk written by someone else) is its own id.
+function M.member_id(m)
+  local e = m:find("\0\0", 1, true)
+  if not e then return m, "(" .. m end
+  local E = m:sub(1, e - 1)
+  return (E:gsub("%z\1", "\0")), "[" .. E .. "\0\1"
+end
+
 function M.registry(ns) return ns .. ":queues" end
 function M.wake_channel(ns) return ns .. ":wake" end
 -- The queue scripts' channel argument that makes them SPUBLISH on the

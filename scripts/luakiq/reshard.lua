@@ -214,12 +214,16 @@ function M.run(conn, cfg, worker_name, n_text, opts)
       local P = prefix[s]
       -- what a killed run staged first (lib/keys.lua: reshard_out)
       moved = moved + move(s, check(conn:call("HGETALL", P .. "reshard:out"), "HGETALL"))
-      for _, index in ipairs { "ids", "morgue:ids" } do
+      -- the queued and the dead jobs, by id (members esc(id) .. "\0\0" ..
+      -- record, docs/layout2.md)
+      for _, index in ipairs { "jobs", "morgue:jobs" } do
         local from = "-"
         repeat
           local ids = conn:call("ZRANGEBYLEX", P .. index, from, "+", "LIMIT", "0", tostring(M.PAGE))
-          local mis = {}
-          for _, id in ipairs(ids) do
+          local mis, after = {}, nil
+          for _, m in ipairs(ids) do
+            local id
+            id, after = keys.member_id(m)
             if keys.shard(id, B) ~= s then mis[#mis + 1] = id end
           end
           for i = 1, #mis, batch do
@@ -230,7 +234,7 @@ function M.run(conn, cfg, worker_name, n_text, opts)
             tick()
             if opts.pace then core.sleep(opts.pace) end
           end
-          if #ids > 0 then from = "(" .. ids[#ids] end
+          if after then from = after end
           tick()
         until #ids < M.PAGE
       end

@@ -6,14 +6,16 @@
 -- the reshard ran; it is younger than the moved one):
 --   queued: payloads united (an equal payload keeps the minimal score);
 --     perform_in, retry_count, error and windows of the moved job ("failed +
---     queued"), the lowest priority; an expiry per payload, the later one (a
---     payload here without one keeps none);
+--     queued", lib/shard.lua requeue), the lowest priority; an expiry per
+--     payload, the later one (a payload here without one keeps none); the
+--     job goes to P later (or its level), never to P ready;
 --   dead: payloads united (min score), updated_at the later, the error of
 --     the later;
 --   tags united.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = the reshard's token
 -- (the shard must be frozen by it), then pairs id, record. Returns the number
--- of records taken in.
+-- of records taken in. (Scores in a record may be numbers or score strings:
+-- layout 1's records had strings.)
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include tags
@@ -27,50 +29,65 @@ end
 if redis.call("GET", K.reshard) ~= token then
   error("luakiq reshard_in: the shard is not frozen by this reshard", 0)
 end
+-- A flat payload list {payload, score, ...} with the scores as numbers, or
+-- nil when it is not one.
+local function payload_list(pl)
+  if type(pl) ~= "table" then return nil end
+  local out = {}
+  for j = 1, #pl, 2 do
+    local s = tonumber(pl[j + 1])
+    if type(pl[j]) ~= "string" or not s or s ~= s then return nil end
+    out[j], out[j + 1] = pl[j], s
+  end
+  return out
+end
+-- Check every record before the first write (no rollback).
 local recs = {}
 for i = 2, #ARGV, 2 do
   local ok, r = pcall(cmsgpack.unpack, ARGV[i + 1])
-  if not ok or type(r) ~= "table" then error("luakiq reshard_in: bad record for id " .. ARGV[i], 0) end
+  local bad = not ok or type(r) ~= "table"
+  if not bad and r.q then
+    r.q.pl = payload_list(r.q.pl)
+    bad = not r.q.pl or not tonumber(r.q[1]) or not tonumber(r.q[2])
+  end
+  if not bad and r.d then
+    r.d.pl = payload_list(r.d.pl)
+    bad = not r.d.pl or not tonumber(r.d[1])
+  end
+  if bad then error("luakiq reshard_in: bad record for id " .. ARGV[i], 0) end
   recs[#recs + 1] = { ARGV[i], r }
 end
 for _, e in ipairs(recs) do
   local id, r = e[1], e[2]
   local q, d = r.q, r.d
-  if q then
+  if q and #q.pl > 0 then
     local pin, rc, err, prio, win = q[1], q[2], q[3], q[4], q[5]
     if prio == "" then prio = nil end
-    local pk, ek = payloads_key(P, id), expires_key(P, id)
+    if win == "" then win = nil end
     -- the expiries first: whether a payload was here decides
     local ex = q.ex or {}
-    for j = 1, #ex, 2 do
-      local payload, at = ex[j], ex[j + 1]
-      local here = redis.call("ZSCORE", pk, payload)
-      local old = tonumber(redis.call("HGET", ek, payload))
-      if not here or (old and old < tonumber(at)) then
-        redis.call("HSET", ek, payload, at)
-        redis.call("SADD", K.expiring, id)
+    if #ex > 0 then
+      local ek = expires_key(P, id)
+      local _, _, place, _, here = find_job(K, id)
+      local had = place and unite({}, here) or {}
+      for j = 1, #ex, 2 do
+        local payload, at = ex[j], ex[j + 1]
+        local old = tonumber(redis.call("HGET", ek, payload))
+        if not had[payload] or (old and old < tonumber(at)) then
+          redis.call("HSET", ek, payload, at)
+          redis.call("SADD", K.expiring, id)
+        end
       end
     end
-    queue_at(P, K, id, pin, merged_priority(P, K, id, prio))
-    set_retry(K, id, rc)
-    redis.call("ZADD", K.ids, 0, id)
-    local pl = q.pl
-    for j = 1, #pl, 2 do redis.call("ZADD", pk, "LT", pl[j + 1], pl[j]) end
-    if err ~= "" then redis.call("HSET", K.errors, id, err) else redis.call("HDEL", K.errors, id) end
-    if win ~= "" then
-      redis.call("HSET", K.windows, id, win)
-      K.has_windows = true
-    end
+    requeue(P, K, id, score_str(tonumber(pin)), score_str(tonumber(rc)), err, q.pl, prio, win)
   end
-  if d then
-    local upd, err, pl = d[1], d[2], d.pl
-    local old = tonumber(redis.call("ZSCORE", K.morgue, id))
-    redis.call("ZADD", K.morgue, "GT", upd, id)
-    redis.call("ZADD", K.morgue_ids, 0, id)
-    local mk = morgue_payloads_key(P, id)
-    for j = 1, #pl, 2 do redis.call("ZADD", mk, "LT", pl[j + 1], pl[j]) end
-    if not old or old <= tonumber(upd) then
-      if err ~= "" then redis.call("HSET", K.morgue_errors, id, err) else redis.call("HDEL", K.morgue_errors, id) end
+  if d and #d.pl > 0 then
+    local upd, err = d[1], d[2]
+    local old = redis.call("ZSCORE", K.morgue, id)
+    if not old or tonumber(old) <= tonumber(upd) then
+      morgue_add(K, id, d.pl, upd, err or "")
+    else
+      morgue_add(K, id, d.pl, old, nil)
     end
   end
   if r.t and r.t ~= "" then

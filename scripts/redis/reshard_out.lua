@@ -11,13 +11,18 @@
 -- in flight (else an error, nothing changed).
 -- An id already staged keeps its record (the caller imports it first); an
 -- id with nothing here stages nothing.
--- Record (cmsgpack; every value a string, binary safe): {q = false or {pin,
--- rc, error, priority, windows, pl = {payload, score, ...}, ex = {payload,
--- expires_at, ...}}, d = false or {updated_at, error, pl = {...}}, t = tags}
--- ("" = none). Returns {id, record, ...} of every given id that is staged.
+-- Layout 2 (docs/layout2.md): the queued job leaves P jobs and its place (a
+-- P ready entry becomes stale, P later or its level loses it); the dead job
+-- leaves P morgue:jobs.
+-- Record (cmsgpack): {q = false or {pin, rc, error, priority, windows, pl =
+-- {payload, score, ...}, ex = {payload, expires_at, ...}}, d = false or
+-- {updated_at, error, pl = {...}}, t = tags} ("" = none; pin, rc,
+-- updated_at, expires_at Redis score strings, payload scores numbers).
+-- Returns {id, record, ...} of every given id that is staged.
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include tags
+-- luakiq:include shard
 local P = KEYS[1]
 local K = shard_keys(P)
 local token = ARGV[1]
@@ -33,40 +38,38 @@ for i = 2, #ARGV do
   local rec = redis.call("HGET", K.reshard_out, id)
   if not rec then
     local r, any = { q = false, d = false, t = "" }, false
-    local pin, prio = queued_at(P, K, id)
-    local pk = payloads_key(P, id)
-    if pin then
-      local pl = redis.call("ZRANGE", pk, 0, -1, "WITHSCORES")
-      if #pl > 0 then
-        local ek = expires_key(P, id)
-        r.q = { pin, redis.call("ZSCORE", K.retries, id) or "-1", redis.call("HGET", K.errors, id) or "",
+    local m, E, place, pin, pl = find_job(K, id)
+    if m then
+      -- (a junk record is dropped with the id's queued fields)
+      redis.call("ZREM", K.jobs, m)
+      if place then
+        local prio = place == "p" and redis.call("HGET", K.prio, id) or nil
+        r.q = { score_str(pin), redis.call("ZSCORE", K.retries, id) or "-1", redis.call("HGET", K.errors, id) or "",
                 prio or "", has_windows(K) and redis.call("HGET", K.windows, id) or "",
-                pl = pl, ex = expiring and redis.call("HGETALL", ek) or {} }
+                pl = pl, ex = expiring and redis.call("HGETALL", expires_key(P, id)) or {} }
         any = true
+        leave_place(P, K, id, place, prio)
       end
-      unqueue(P, K, id)
+      if has_windows(K) then redis.call("HDEL", K.windows, id) end
       redis.call("ZREM", K.retries, id)
       redis.call("HDEL", K.errors, id)
-      redis.call("DEL", pk)
       if expiring then
         redis.call("DEL", expires_key(P, id))
         redis.call("SREM", K.expiring, id)
       end
     end
-    redis.call("ZREM", K.ids, id)
     local upd = redis.call("ZSCORE", K.morgue, id)
+    local dm = find_member(K.morgue_jobs, E)
     if upd then
-      local mk = morgue_payloads_key(P, id)
-      local pl = redis.call("ZRANGE", mk, 0, -1, "WITHSCORES")
-      if #pl > 0 then
-        r.d = { upd, redis.call("HGET", K.morgue_errors, id) or "", pl = pl }
+      local dpl = dm and morgue_decode(dm, E)
+      if dpl then
+        r.d = { upd, redis.call("HGET", K.morgue_errors, id) or "", pl = dpl }
         any = true
       end
       redis.call("ZREM", K.morgue, id)
       redis.call("HDEL", K.morgue_errors, id)
-      redis.call("DEL", mk)
     end
-    redis.call("ZREM", K.morgue_ids, id)
+    if dm then redis.call("ZREM", K.morgue_jobs, dm) end
     local text = has_tags(K) and redis.call("HGET", K.tags, id)
     if text then
       if any then r.t = text end

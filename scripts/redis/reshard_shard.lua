@@ -20,7 +20,9 @@
 --     when P reshard is the token: deletes it, the reshard's lease and P
 --     reshard:got, and publishes the prefix on CHANNEL (idle hosts fetch at
 --     once). A removed shard also loses its holder, batch counter and tag
---     entries (its jobs have gone); its P shards stays, to refuse pushes
+--     entries (its jobs have gone), and when no job is left in P jobs its
+--     P ready, P stale and P tail (stale entries of the moved jobs: nobody
+--     fetches there to pop them); its P shards stays, to refuse pushes
 --     routed with an old count. Returns 1, or 0 when not frozen by token.
 -- luakiq:include keys
 local P = KEYS[1]
@@ -69,6 +71,7 @@ elseif op == "thaw" then
       for t in string.gmatch(flat[i + 1], "[^\n]+") do redis.call("SREM", tag_key(P, t), flat[i]) end
     end
     redis.call("DEL", K.tags)
+    if redis.call("EXISTS", K.jobs) == 0 then redis.call("DEL", K.ready, K.stale, K.tail) end
   end
   if ARGV[3] and ARGV[3] ~= "" then redis.call("PUBLISH", ARGV[3], P) end
   return 1

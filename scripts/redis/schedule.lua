@@ -11,7 +11,11 @@
 -- (returns 0). A schedule seen for the first time records its tick and
 -- enqueues only when the tick is at most 60 s old (a new schedule does not
 -- fire a tick from before it existed). The job: perform_in = score = tick,
--- merged into a queued job of the same id like a push ("new + queued").
+-- merged into a queued job of the same id like a push ("new + queued": the
+-- payload keeps the minimal score; perform_in, retry_count, priority and
+-- place of the queued job). A new job is placed as push.lua places one
+-- (docs/layout2.md): at the end of P ready when the tick is due and not
+-- below P tail, else in P later.
 -- Returns 1 when it enqueued.
 -- luakiq:include keys
 -- luakiq:include levels
@@ -30,15 +34,35 @@ if ARGV[7] then
 end
 local last = tonumber(redis.call("HGET", K.schedules, name))
 if last and last >= tick then return 0 end
-local tick_s = string.format("%.17g", tick)
+local tick_s = score_str(tick)
 redis.call("HSET", K.schedules, name, tick_s)
 if not last and now - tick > 60 then return 0 end
+tick = tonumber(tick_s)
 local before = queue_head(P, K)
-if not queued_at(P, K, id) then redis.call("ZADD", K.queue, tick_s, id) end
-redis.call("ZADD", K.ids, "NX", 0, id)
-redis.call("ZADD", payloads_key(P, id), "LT", tick_s, payload)
-local head = queue_head(P, K)
-if channel ~= "" and head and (not before or tonumber(head) < tonumber(before)) then
-  wake(channel, P)
+local m, E, place, pin, pl = find_job(K, id)
+if place then
+  -- queued: the payload joins it (minimal score); nothing else changes
+  local map = unite({}, pl)
+  local s = map[payload]
+  if s and s <= tick then return 1 end
+  map[payload] = tick
+  redis.call("ZREM", K.jobs, m)
+  redis.call("ZADD", K.jobs, "0", E .. "\0\0" .. job_record(place, pin, sort_payloads(map)))
+  return 1
 end
+-- new (a junk member of the id is replaced)
+if m then redis.call("ZREM", K.jobs, m) end
+place = "l"
+if tick <= now then
+  local tail = redis.call("EXISTS", K.ready) == 1 and tonumber(redis.call("GET", K.tail)) or -math.huge
+  if tick >= tail then place = "r" end
+end
+if place == "r" then
+  redis.call("RPUSH", K.ready, id)
+  redis.call("SET", K.tail, tick_s)
+else
+  redis.call("ZADD", K.later, tick_s, id)
+end
+redis.call("ZADD", K.jobs, "0", E .. "\0\0" .. job_record(place, tick, { payload, tick }))
+if channel ~= "" and (not before or tick < tonumber(before)) then wake(channel, P) end
 return 1

@@ -305,9 +305,11 @@ describe("a Redis Cluster", function()
     assert.is_true(pushes >= 2, "the stream went on during the reshard (" .. pushes .. " pushes)")
     assert.are.equal(others[1], cl:node_of("luakiq:{W:0}:x"))
     reshard(others[1], others[2], 5000)
-    -- shard 0's slot once more, one key per MIGRATE and 20 ms apart, with
+    -- shard 0's slot once more, one key per MIGRATE and 100 ms apart, with
     -- pushes in the background (they wait for it too); first a backlog of
-    -- 600 ids, keys for the slot to move
+    -- 600 ids. (Layout 2 keeps a fixed set of keys per shard, docs/layout2.md:
+    -- the 600 jobs are members of a few keys, so the slot moves in ~10
+    -- MIGRATEs, and a background push starts at every other one.)
     local rc, out, err = host.exec("enqueue " .. q(dir) .. " W", single_jobs("s", 600), "REDIS_URL=" .. cl.seeds)
     assert.are.equal(0, rc, out .. err)
     local slot, src = core.key_slot("luakiq:{W:0}:x"), cl:node_of("luakiq:{W:0}:x")
@@ -321,15 +323,15 @@ describe("a Redis Cluster", function()
       if not k then break end
       assert.are.equal("OK", src.conn:call("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", k))
       moved = moved + 1
-      if moved % 5 == 1 then
+      if moved % 2 == 1 then
         local b = #bg + 1
         host.write(dir .. "/bg" .. b, single_jobs("b" .. b .. "-", ids))
         bg[b] = host.spawn("enqueue " .. q(dir) .. " W " .. q(dir .. "/bg" .. b), "REDIS_URL=" .. cl.seeds)
       end
-      core.sleep(0.02)
+      core.sleep(0.1)
     end
     for _, m in ipairs(cl:masters()) do assert.are.equal("OK", m.conn:call("CLUSTER", "SETSLOT", slot, "NODE", did)) end
-    assert.is_true(moved >= 10, moved .. " keys moved")
+    assert.is_true(moved >= 5 and #bg >= 3, moved .. " keys moved, " .. #bg .. " pushes meanwhile")
     for _, b in ipairs(bg) do assert.are.equal(0, b:wait(15), b:log()) end
     push(5)
     host.eventually(function() return all_ran(dir, ids, v) end, 60, "every job ran", function()

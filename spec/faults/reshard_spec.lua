@@ -32,28 +32,44 @@ local function one_line(s) return select(2, tostring(s):gsub("\n", "")) == 1 end
 
 -- Everything Redis holds of id in queue W under `count` shards (raw, as
 -- strings): its queued job, its dead job, tags, expiries; nil parts absent.
+-- Layout 2 (docs/layout2.md): the jobs' records are read through jobs.lua (by
+-- id); `placed`: the job is where fetch finds it (P later or its level at its
+-- perform_in, or else an entry in P ready).
 local function snap(conn, count, id)
   local P = keys.prefix("luakiq", "W", keys.shard(id, count))
   local r = conn:pipeline {
-    { "ZSCORE", P .. "queue", id }, { "HGET", P .. "prio", id }, { "ZSCORE", P .. "retries", id },
-    { "HGET", P .. "errors", id }, { "HGET", P .. "windows", id }, { "ZRANGE", P .. "payloads:" .. id, 0, -1, "WITHSCORES" },
-    { "HGETALL", P .. "expires:" .. id }, { "ZSCORE", P .. "morgue", id }, { "HGET", P .. "morgue:errors", id },
-    { "ZRANGE", P .. "morgue:payloads:" .. id, 0, -1, "WITHSCORES" }, { "HGET", P .. "tags", id },
-    { "ZSCORE", P .. "ids", id }, { "ZSCORE", P .. "morgue:ids", id }, { "HEXISTS", P .. "busy", id },
+    { script = "jobs", P, "queue", "id", "asc", "[" .. id, "[" .. id, "0", "1" }, { "HGET", P .. "prio", id },
+    { "ZSCORE", P .. "retries", id }, { "HGET", P .. "errors", id }, { "HGET", P .. "windows", id },
+    { "HGETALL", P .. "expires:" .. id }, { script = "jobs", P, "morgue", "id", "asc", "[" .. id, "[" .. id, "0", "1" },
+    { "HGET", P .. "tags", id }, { "ZSCORE", P .. "later", id }, { "LPOS", P .. "ready", id },
+    { "HEXISTS", P .. "busy", id },
   }
-  local pin = r[1]
-  if not pin and r[2] then pin = conn:call("ZSCORE", P .. "queue:" .. r[2], id) end
-  local ex = r[7]
-  local exp = {}
-  for i = 1, #ex, 2 do exp[ex[i]] = ex[i + 1] end
+  for _, x in ipairs(r) do
+    if type(x) == "table" and x.err then error(x.err) end
+  end
+  -- (jobs.lua: n, id, perform_in or updated_at, [retry_count,] error, npayloads, payload, score, ...)
+  local function payloads(rec, from)
+    local out = {}
+    for i = from, #rec do out[#out + 1] = rec[i] end
+    return out
+  end
+  local q, d = r[1], r[7]
+  local queued, dead
+  if q[1] == "1" or q[1] == 1 then
+    local pin = q[3]
+    local lv = r[2] and conn:pipeline({ { "ZSCORE", P .. "queue:" .. r[2], id } })[1] or nil
+    local placed = r[9] == pin or lv == pin or (not r[9] and not lv and r[10] ~= nil and r[10] ~= false)
+    queued = { pin = pin, prio = r[2], rc = r[3], err = r[4], win = r[5], payloads = payloads(q, 7), exp = {},
+               placed = placed }
+    local ex = r[6]
+    for i = 1, #ex, 2 do queued.exp[ex[i]] = ex[i + 1] end
+  end
+  if d[1] == "1" or d[1] == 1 then
+    dead = { at = d[3], err = d[4] ~= "" and d[4] or nil, payloads = payloads(d, 6) }
+  end
   local tags = {}
-  if r[11] then for t in r[11]:gmatch("[^\n]+") do tags[#tags + 1] = t .. "=" .. tostring(conn:call("SISMEMBER", P .. "tag:" .. t, id)) end end
-  return {
-    queued = pin and { pin = pin, prio = r[2], rc = r[3], err = r[4], win = r[5], payloads = r[6], exp = exp,
-                       indexed = r[12] } or nil,
-    dead = r[8] and { at = r[8], err = r[9], payloads = r[10], indexed = r[13] } or nil,
-    tags = tags, busy = r[14],
-  }
+  if r[8] then for t in r[8]:gmatch("[^\n]+") do tags[#tags + 1] = t .. "=" .. tostring(conn:call("SISMEMBER", P .. "tag:" .. t, id)) end end
+  return { queued = queued, dead = dead, tags = tags, busy = r[11] }
 end
 
 local function all_snaps(conn, count, n)
@@ -67,8 +83,9 @@ local function misplaced(conn, count, upto)
   local bad = {}
   for s = 0, upto - 1 do
     local P = keys.prefix("luakiq", "W", s)
-    for _, k in ipairs { "ids", "morgue:ids" } do
-      for _, id in ipairs(conn:call("ZRANGE", P .. k, 0, -1)) do
+    for _, k in ipairs { "jobs", "morgue:jobs" } do
+      for _, m in ipairs(conn:call("ZRANGE", P .. k, 0, -1)) do
+        local id = keys.member_id(m)
         if keys.shard(id, count) ~= s then bad[#bad + 1] = k .. " " .. id .. " in " .. s end
       end
     end
@@ -150,6 +167,14 @@ describe("luakiq reshard", function()
           conn:call("HSET", keys.prefix("luakiq", "W", keys.shard("id" .. i, 4)) .. "errors", "id" .. i, "failed " .. i)
         end
         local before = all_snaps(conn, 4, N)
+        -- (the snapshots see every job: N queued, each where fetch finds it, and the dead ones)
+        local nq, nd, np = 0, 0, 0
+        for i = 1, N do
+          if before[i].queued then nq = nq + 1 end
+          if before[i].queued and before[i].queued.placed then np = np + 1 end
+          if before[i].dead then nd = nd + 1 end
+        end
+        assert.are.same({ N, N, math.ceil(N / 7) }, { nq, np, nd })
         -- a holder that died with a batch in flight (its lease lapses in 0.3 s)
         local r = conn:pipeline({ { script = "fetch", keys.prefix("luakiq", "W", 1), "dead:1:x", "300",
                                     string.format("%.17g", core.now()), "40", "", "1" } })[1]
