@@ -30,7 +30,11 @@ describe("actions", function()
       for i = 1, 1001 do jobs[i] = { id = i, perform_in = now() + i } end
       env:push("Test", jobs)
       assert.are.same({ changed = 1001 }, act("perform_all_now", "Test"))
-      assert.are.equal(0, env.conn:call("ZCOUNT", env:prefix("Test") .. "queue", "(" .. now(), "+inf"))
+      -- every one of them now due: none left after now in later (where
+      -- future jobs wait), all 1001 at now
+      assert.are.equal(0, env.conn:call("ZCOUNT", env:prefix("Test") .. "later", "(" .. now(), "+inf"))
+      assert.are.equal(1001, env.conn:call("ZCOUNT", env:prefix("Test") .. "later", now(), now()))
+      assert.are.equal(now(), env:queued("Test", 1001).perform_in)
     end)
   end)
 
