@@ -123,6 +123,8 @@ describe("luakiq migrate", function()
       assert.truthy(err:find("is in layout 1", 1, true), err)
       assert.truthy(err:find("`luakiq migrate " .. dir .. "`", 1, true), err)
     end
+    -- (register.lua checks the layout in the same call: nothing written)
+    assert.are.same({ "LAYOUT", "1" }, srv.conn:script("register", "luakiq:queues", "New", "2"))
     local after = srv.conn:call("KEYS", "*")
     table.sort(after)
     assert.are.same(all, after)
