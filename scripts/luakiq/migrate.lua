@@ -3,7 +3,7 @@
 -- (docs/layout2.md, "Layout version and migration"; docs/operations.md,
 -- "Upgrading from layout 1"). Runs in the CLI's VM.
 --
--- The layout version ({NS:queues}:layout, layout.lua) says where a
+-- The layout version (NS:{NS:queues}:layout, layout.lua) says where a
 -- namespace is: absent with queues registered = layout 1; "1>2" = this
 -- migration under way (every luakiq of layout 2 refuses to start); "2".
 -- Every step below is one atomic call of migrate_shard.lua on one shard

@@ -1,7 +1,7 @@
 -- layout.lua: the layout version of a namespace, read (and set) atomically
 -- with the queue registry (docs/layout2.md, "Layout version and migration").
 -- KEYS[1] = the registry "NS:queues"; the version is the STRING
--- "{NS:queues}:layout" (keys.lua layout_key: the registry's slot on a Redis
+-- "NS:{NS:queues}:layout" (keys.lua layout_key: the registry's slot on a Redis
 -- Cluster, so one call sees both).
 -- ARGV[1] = operation:
 --   "check" (every entry point of luakiq, once at start): returns the

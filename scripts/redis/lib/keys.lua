@@ -89,10 +89,14 @@ local FENCE = "layout2"
 local function shards_of(v) return v and (v:match("^%d+") or v) or nil end
 local function fenced_shards(count) return count .. ":" .. FENCE end
 
--- The layout version of a namespace: "{NS:queues}:layout", in the slot of
--- the registry NS:queues (a namespace has no braces, so the tag is the
--- registry's whole name), read and written with it by layout.lua.
-local function layout_key(registry) return "{" .. registry .. "}:layout" end
+-- The layout version of a namespace: "NS:{NS:queues}:layout", in the slot
+-- of the registry NS:queues (a namespace has no braces, so the tag is the
+-- registry's whole name) and under NS: (an ACL user limited to ~NS:* keys
+-- reaches it), read and written with the registry by layout.lua and
+-- register.lua.
+local function layout_key(registry)
+  return (registry:match("^(.*):queues$") or registry) .. ":{" .. registry .. "}:layout"
+end
 
 -- HASH payload -> expires_at, for the id's payloads pushed with one
 local function expires_key(P, id) return P .. "expires:" .. id end
