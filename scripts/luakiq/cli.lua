@@ -25,6 +25,7 @@ usage: luakiq COMMAND ...
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
   reshard DIR WORKER N                 change WORKER's shards_count to N while hosts run (moves its jobs)
+  migrate DIR [--page N]               convert the namespace from layout 1 (older luakiq) to layout 2, online
   schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
   hosts DIR                            the running hosts: threads, shards, calls (JSON lines)
   timing DIR WORKER [--day YYYY-MM-DD] wait and run times of one UTC day: count, mean, std, histogram (JSON)
@@ -89,6 +90,17 @@ after a kill. Prints {"worker","queue","from","to","moved","restored","waited",
 "paused","seconds","passes"} (seconds). Then set shards_count = N in the worker
 file: a host started with the old count is refused (docs/operations.md,
 "Resharding"). --batch: ids per move call (default 200).]],
+  migrate = [[usage: luakiq migrate DIR [--page N] [--redis URL]
+Converts DIR's namespace (every registered queue) from layout 1, written by
+a luakiq before layout 2, to layout 2, while layout-1 hosts may still run:
+each shard is fenced (layout-1 hosts stop taking it, layout-1 pushes are
+refused), its batch in flight converted once its lease is free (a layout-2
+host restores it), then its queued and dead jobs --page at a time (default
+500), each page one atomic call. Resumable: killed, run it again. Hosts and
+commands of this luakiq refuse the namespace until it is done. Progress on a
+terminal; prints one summary line. On a layout-2 namespace it sweeps in
+jobs a layout-1 producer wrote late, if any (docs/operations.md,
+"Upgrading from layout 1").]],
   job = [[usage: luakiq job DIR WORKER ID [--redis URL]
 Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","retry_count","error",
 "payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
@@ -173,10 +185,15 @@ local function connect_failed(err)
   error(err, 0)
 end
 
-local function connect(cfg, retry_for)
+-- any_layout: no layout check (luakiq migrate; a host replacing itself).
+local function connect(cfg, retry_for, any_layout)
   local conn, err = runtime.connect(cfg, retry_for)
-  if conn then return conn end
-  connect_failed(err)
+  if not conn then connect_failed(err) end
+  if not any_layout then
+    local why = runtime.layout_refusal(conn, cfg)
+    if why then error(why, 0) end
+  end
+  return conn
 end
 
 -- Loads the script directory, connects, and returns cfg, conn. Commands
@@ -395,6 +412,23 @@ function commands.reshard(argv)
   return 0
 end
 
+function commands.migrate(argv)
+  local pos, opt = parse(argv, 2, { redis = true, page = true, pace = true })
+  if not pos[1] or pos[2] then usage("usage: luakiq migrate DIR [--page N]") end
+  local page = opt.page and tonumber(opt.page)
+  if opt.page and (not page or page < 1 or page > 10000 or page % 1 ~= 0) then
+    usage("--page must be an integer from 1 to 10000")
+  end
+  local cfg = open(pos[1], opt, false)
+  local conn = connect(cfg, 0, true)
+  local migrate = require "luakiq.migrate"
+  -- (--pace SECONDS, not in the help: a pause after each page call, for specs)
+  local sum = migrate.run(conn, cfg, { page = page, pace = opt.pace and tonumber(opt.pace),
+    progress = require("luakiq.feed").progress(core.isatty(2)), wake = runtime.wake_arg(conn, cfg) })
+  io.stdout:write(migrate.summary_line(sum), "\n")
+  return 0
+end
+
 function commands.job(argv)
   local pos, opt = parse(argv, 2, { redis = true })
   local dir, worker, id = pos[1], pos[2], pos[3]
@@ -458,7 +492,7 @@ end
 local function replace(cfg, argv, token, stuck, signalled, code)
   local log = require "luakiq.log"
   local runner = require "luakiq.runner"
-  local conn = connect(cfg, 10)
+  local conn = connect(cfg, 10, true)
   for _, s in ipairs(stuck) do
     local ok, err = pcall(runner.fail_stuck, cfg, conn, token, s.record, s.parked)
     if not ok then log.error("cannot fail a stuck call's jobs (they come back after lease_ttl): " .. tostring(err)) end
@@ -504,6 +538,10 @@ function commands.run(argv)
     return 0
   end
   if not conn then connect_failed(cerr) end
+  -- the layout version, before anything is written (the web thread and the
+  -- worker threads start later, under this check)
+  local why = runtime.layout_refusal(conn, cfg)
+  if why then error(why, 0) end
   local ok, rerr = runtime.register(conn, cfg)
   if not ok then usage(rerr) end
   -- acks a stop on this machine could not send (luakiq.unacked), before any fetch

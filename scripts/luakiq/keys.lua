@@ -32,6 +32,11 @@ function M.member_id(m)
 end
 
 function M.registry(ns) return ns .. ":queues" end
+-- The namespace's layout version (STRING "2"; layout.lua): tagged with the
+-- registry's whole name, so it shares the registry's slot on a Redis
+-- Cluster (a namespace has no braces), and under NS: like every key (ACL
+-- key patterns). Written by layout.lua and register.lua only.
+function M.layout(ns) return ns .. ":{" .. M.registry(ns) .. "}:layout" end
 function M.wake_channel(ns) return ns .. ":wake" end
 -- The queue scripts' channel argument that makes them SPUBLISH on the
 -- shard's own channel PREFIX .. "wake" (a Redis Cluster; lib/keys.lua wake).

@@ -126,11 +126,39 @@ function M.wake_arg(conn, cfg)
   return M.sharded(conn) and keys.SHARDED or keys.wake_channel(cfg.namespace)
 end
 
+-- The one-line refusal of a namespace in layout v (as layout.lua or
+-- register.lua found it), nil for "2".
+local function layout_refusal(cfg, v)
+  if v == "2" then return nil end
+  local ns, cmd = cfg.namespace, "luakiq migrate " .. tostring(cfg.dir)
+  if v == "1" then
+    return string.format("namespace '%s' in Redis is in layout 1 (written by an older luakiq) and this luakiq " ..
+      "reads layout 2: convert it with `%s` (docs/operations.md, 'Upgrading from layout 1')", ns, cmd)
+  elseif v == "1>2" then
+    return string.format("namespace '%s' in Redis is being converted to layout 2 (a migration is running or was " ..
+      "interrupted): run `%s` to finish it", ns, cmd)
+  end
+  return string.format("namespace '%s' in Redis has layout '%s', written by a newer luakiq; this one reads layout 2",
+    ns, tostring(v))
+end
+
+-- Whether this luakiq may use cfg's namespace: the layout version
+-- (layout.lua "check", once per entry point: `luakiq run` before any
+-- thread starts, every CLI command that reads or writes queues). A new
+-- namespace is marked layout 2 by the check. Returns nil (go), or the
+-- one-line reason to refuse (docs/layout2.md, "Layout version and migration").
+function M.layout_refusal(conn, cfg)
+  return layout_refusal(cfg, conn:script("layout", keys.registry(cfg.namespace), "check"))
+end
+
 -- Records each worker's shards_count in the queue registry; refuses a worker
 -- whose count differs from the stored one (its ids would land in other shards).
+-- A namespace of another layout than 2 registers nothing: raises the one
+-- line of M.layout_refusal (register.lua checks it in the same call).
 function M.register(conn, cfg)
   for _, w in ipairs(cfg.workers) do
     local stored = conn:script("register", keys.registry(cfg.namespace), w.queue_name, w.shards_count)
+    if type(stored) == "table" and stored[1] == "LAYOUT" then error(layout_refusal(cfg, stored[2]), 0) end
     if tonumber(stored) ~= w.shards_count then
       return nil, string.format(
         "%s: shards_count is %d but queue '%s' already has %s shards in Redis; " ..

@@ -17,7 +17,8 @@ local K = shard_keys(P)
 -- a shard a reshard froze has nothing for anyone (fetch.lua refuses it;
 -- the reshard wakes it when it is done), but a caller that still holds its
 -- lease should fetch once: that fetch gives the lease back to the reshard
-if redis.call("EXISTS", K.reshard) == 1 then
+local frozen = redis.call("GET", K.reshard)
+if frozen and frozen ~= FENCE then -- (FENCE: layout 2's fence, not a freeze)
   local mine = ARGV[1] ~= nil and ARGV[1] ~= "" and redis.call("GET", K.lease) == ARGV[1]
   return { "", mine and "1" or "0" }
 end

@@ -125,7 +125,7 @@ finite(ARGV[2], "now")
 -- A queue resharded (luakiq.reshard) records its count in each shard: a
 -- push routed with another count would put ids in the wrong shard.
 if shards then
-  local have = redis.call("GET", K.shards)
+  local have = shards_of(redis.call("GET", K.shards))
   if have and have ~= shards then
     error("luakiq push: resharded: queue has " .. have .. " shards, the push used " .. shards, 0)
   end

@@ -5,10 +5,24 @@
 -- when it differs from its own: a queue's shards_count is fixed, because
 -- shard = crc32(id) % shards_count (docs/configuration.md, "Changing
 -- shards_count").
+-- The namespace's layout version is checked in the same call (layout.lua
+-- "check", docs/layout2.md): a queue is registered only in a layout-2
+-- namespace (a new one is marked so first); otherwise nothing is written and
+-- the reply is {"LAYOUT", version} ("1": layout 1, "1>2": a migration under
+-- way, else a newer luakiq's).
+-- luakiq:include keys
 local queue, count = ARGV[1], tonumber(ARGV[2])
 if not queue or queue == "" then error("luakiq register: queue name is empty", 0) end
 if not count or count ~= math.floor(count) or count < 1 or count > 1e9 then
   error("luakiq register: shards_count must be an integer >= 1, got '" .. tostring(ARGV[2]) .. "'", 0)
+end
+local lk = layout_key(KEYS[1])
+local v = redis.call("GET", lk)
+if not v then
+  if redis.call("EXISTS", KEYS[1]) == 1 then return { "LAYOUT", "1" } end
+  redis.call("SET", lk, "2")
+elseif v ~= "2" then
+  return { "LAYOUT", v }
 end
 redis.call("HSETNX", KEYS[1], queue, string.format("%d", count))
 return redis.call("HGET", KEYS[1], queue)

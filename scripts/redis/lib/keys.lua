@@ -56,6 +56,48 @@ local function shard_keys(P)
   }
 end
 
+-- Layout 1's keys of a shard that layout 2 replaced (docs/redis.md of
+-- layout 1): the migration (migrate_shard.lua) reads them, converts them
+-- and deletes them; no other script touches them. `migrate` is the
+-- migration's own record of the shard (HASH: what it converted).
+local function layout1_keys(P)
+  return {
+    queue = P .. "queue",           -- ZSET id -> perform_in (priority 100)
+    ids = P .. "ids",               -- ZSET id -> 0 (the queued ids)
+    morgue_ids = P .. "morgue:ids", -- ZSET id -> 0 (the dead ids)
+    migrate = P .. "migrate",       -- HASH jobs, dead, busy, dropped: converted so far
+  }
+end
+-- ZSET payload -> score of a layout-1 job: kind "queued" (P payloads:<id>),
+-- "busy" (P busy:payloads:<id>) or "dead" (P morgue:payloads:<id>)
+local function layout1_payloads_key(P, kind, id)
+  if kind == "busy" then return P .. "busy:payloads:" .. id end
+  if kind == "dead" then return P .. "morgue:payloads:" .. id end
+  return P .. "payloads:" .. id
+end
+
+-- Layout 2's fence against layout-1 hosts and producers (docs/layout2.md,
+-- "Layout version and migration"). luakiq migrate leaves each shard it
+-- converted with P reshard = FENCE: a layout-1 fetch.lua gives a frozen
+-- shard to no holder, so a layout-1 host never takes (or restores) it; and
+-- P shards = COUNT .. ":" .. FENCE: a layout-1 push.lua compares the whole
+-- text with its own count and refuses the push, writing nothing. Layout 2
+-- reads past both (fetch.lua, heads.lua; shards_of in push and schedule).
+local FENCE = "layout2"
+-- The shards_count of a P shards value (nil when absent), without the fence;
+-- and the fenced value of a count.
+local function shards_of(v) return v and (v:match("^%d+") or v) or nil end
+local function fenced_shards(count) return count .. ":" .. FENCE end
+
+-- The layout version of a namespace: "NS:{NS:queues}:layout", in the slot
+-- of the registry NS:queues (a namespace has no braces, so the tag is the
+-- registry's whole name) and under NS: (an ACL user limited to ~NS:* keys
+-- reaches it), read and written with the registry by layout.lua and
+-- register.lua.
+local function layout_key(registry)
+  return (registry:match("^(.*):queues$") or registry) .. ":{" .. registry .. "}:layout"
+end
+
 -- HASH payload -> expires_at, for the id's payloads pushed with one
 local function expires_key(P, id) return P .. "expires:" .. id end
 
