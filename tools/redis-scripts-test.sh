@@ -62,7 +62,7 @@ match() { # match DESCRIPTION REGEX ACTUAL
 rc() { local v; v=$(r ZSCORE "${1}retries" "$2"); echo "${v:-fresh}"; }
 publishes() { r INFO commandstats | sed -n 's/^cmdstat_publish:calls=\([0-9]*\).*/\1/p' | tr -d '\r' | grep . || echo 0; }
 payloads() { j ZRANGE "$1" 0 -1 WITHSCORES; }
-# Layout 2 (docs/layout2.md) keeps a job's payloads in its record: these read
+# Layout 2 (docs/redis.md) keeps a job's payloads in its record: these read
 # a shard through the scripts (job.lua, jobs.lua, busy.lua).
 # qstate P ID: the first state job.lua finds ("queued", "in_flight", "dead", "").
 qstate() { ev job "$1" "$2" | cut -d'|' -f1; }

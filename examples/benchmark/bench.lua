@@ -564,7 +564,7 @@ local function evalsha_rate()
 end
 
 -- The floor of an enqueue: the writes push.lua makes for new blank jobs due
--- now in a shard whose P ready is empty (layout 2, docs/layout2.md: a member
+-- now in a shard whose P ready is empty (layout 2, docs/redis.md: a member
 -- esc(id) .. "\0\0" .. record of P jobs per job and its id in P ready, each
 -- variadic per 1,000 jobs, then P tail), sent as plain pipelined commands
 -- without a script, against a Sidekiq-like LPUSH of the same number of

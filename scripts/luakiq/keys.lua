@@ -19,7 +19,7 @@ function M.shard(id, shards_count)
   return core.crc32(id) % shards_count
 end
 
--- A member of a shard's P jobs or P morgue:jobs (docs/layout2.md): esc(id)
+-- A member of a shard's P jobs or P morgue:jobs (docs/redis.md): esc(id)
 -- .. "\0\0" .. record, esc turning each byte 0 of the id into 0, 1. Returns
 -- the id and the ZRANGEBYLEX bound just past every member of that id (the
 -- next page of a listing by id starts there, whatever the id's record). A

@@ -1,6 +1,6 @@
 -- luakiq.migrate: `luakiq migrate DIR`, a namespace converted online from
 -- layout 1 (docs/redis.md of luakiq before layout 2) to layout 2
--- (docs/layout2.md, "Layout version and migration"; docs/operations.md,
+-- (docs/redis.md, "Migration from layout 1"; docs/operations.md,
 -- "Upgrading from layout 1"). Runs in the CLI's VM.
 --
 -- The layout version (NS:{NS:queues}:layout, layout.lua) says where a

@@ -215,7 +215,7 @@ function M.run(conn, cfg, worker_name, n_text, opts)
       -- what a killed run staged first (lib/keys.lua: reshard_out)
       moved = moved + move(s, check(conn:call("HGETALL", P .. "reshard:out"), "HGETALL"))
       -- the queued and the dead jobs, by id (members esc(id) .. "\0\0" ..
-      -- record, docs/layout2.md)
+      -- record, docs/redis.md)
       for _, index in ipairs { "jobs", "morgue:jobs" } do
         local from = "-"
         repeat

@@ -146,7 +146,7 @@ end
 -- (layout.lua "check", once per entry point: `luakiq run` before any
 -- thread starts, every CLI command that reads or writes queues). A new
 -- namespace is marked layout 2 by the check. Returns nil (go), or the
--- one-line reason to refuse (docs/layout2.md, "Layout version and migration").
+-- one-line reason to refuse (docs/redis.md, "Migration from layout 1").
 function M.layout_refusal(conn, cfg)
   return layout_refusal(cfg, conn:script("layout", keys.registry(cfg.namespace), "check"))
 end

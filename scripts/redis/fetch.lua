@@ -194,7 +194,7 @@ local function pin_str(x)
 end
 
 -- The due jobs of priority 100, up to max, in perform_in order (ties by
--- id), from two sorted sources (docs/layout2.md, "fetch"): P ready from its
+-- id), from two sorted sources (docs/redis.md, "The due order"): P ready from its
 -- head (skipping stale entries; stopping at a job not due yet: producers'
 -- clocks differ) and P later. Takes them out of both (not out of P jobs:
 -- the caller's). Returns ids, pins (strings), ready entries ({id, pin,

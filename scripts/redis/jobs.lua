@@ -21,7 +21,7 @@
 -- retry_count >= 0, so the fresh jobs (-1) come from the id index, skipping
 -- retried ids; with no retried job queued that is a rank lookup, otherwise a
 -- walk of the id index (linear in offset, like ZRANGEBYSCORE's LIMIT).
--- Layout 2 (docs/layout2.md): by id, the lex indexes `jobs` and
+-- Layout 2 (docs/redis.md): by id, the lex indexes `jobs` and
 -- `morgue:jobs` carry each record (an id bound x becomes a bound on the
 -- members esc(x) .. "\0\0" .. record); by perform_in, P ready (walked,
 -- skipping stale entries) is merged with P later and the levels:

@@ -1,5 +1,5 @@
 -- layout.lua: the layout version of a namespace, read (and set) atomically
--- with the queue registry (docs/layout2.md, "Layout version and migration").
+-- with the queue registry (docs/redis.md, "Migration from layout 1").
 -- KEYS[1] = the registry "NS:queues"; the version is the STRING
 -- "NS:{NS:queues}:layout" (keys.lua layout_key: the registry's slot on a Redis
 -- Cluster, so one call sees both).

@@ -177,7 +177,7 @@ if tagsec or has_tags(K) then
     end
   end
 end
--- The jobs of this call by id (docs/layout2.md, "push"): each distinct id is
+-- The jobs of this call by id (docs/redis.md, "push.lua"): each distinct id is
 -- looked up once in P jobs; its groups merge in memory ("new + queued": the
 -- payloads united, an equal payload keeping the minimal score; perform_in
 -- and retry_count of the queued job, else of the id's first group; the

@@ -6,7 +6,7 @@
 -- shard = crc32(id) % shards_count (docs/configuration.md, "Changing
 -- shards_count").
 -- The namespace's layout version is checked in the same call (layout.lua
--- "check", docs/layout2.md): a queue is registered only in a layout-2
+-- "check", docs/redis.md): a queue is registered only in a layout-2
 -- namespace (a new one is marked so first); otherwise nothing is written and
 -- the reply is {"LAYOUT", version} ("1": layout 1, "1>2": a migration under
 -- way, else a newer luakiq's).

@@ -11,7 +11,7 @@
 -- in flight (else an error, nothing changed).
 -- An id already staged keeps its record (the caller imports it first); an
 -- id with nothing here stages nothing.
--- Layout 2 (docs/layout2.md): the queued job leaves P jobs and its place (a
+-- Layout 2 (docs/redis.md): the queued job leaves P jobs and its place (a
 -- P ready entry becomes stale, P later or its level loses it); the dead job
 -- leaves P morgue:jobs.
 -- Record (cmsgpack): {q = false or {pin, rc, error, priority, windows, pl =

@@ -14,7 +14,7 @@
 -- merged into a queued job of the same id like a push ("new + queued": the
 -- payload keeps the minimal score; perform_in, retry_count, priority and
 -- place of the queued job). A new job is placed as push.lua places one
--- (docs/layout2.md): at the end of P ready when the tick is due and not
+-- (docs/redis.md): at the end of P ready when the tick is due and not
 -- below P tail, else in P later.
 -- Returns 1 when it enqueued.
 -- luakiq:include keys

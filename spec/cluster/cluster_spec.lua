@@ -307,7 +307,7 @@ describe("a Redis Cluster", function()
     reshard(others[1], others[2], 5000)
     -- shard 0's slot once more, one key per MIGRATE and 100 ms apart, with
     -- pushes in the background (they wait for it too); first a backlog of
-    -- 600 ids. (Layout 2 keeps a fixed set of keys per shard, docs/layout2.md:
+    -- 600 ids. (Layout 2 keeps a fixed set of keys per shard, docs/redis.md:
     -- the 600 jobs are members of a few keys, so the slot moves in ~10
     -- MIGRATEs, and a background push starts at every other one.)
     local rc, out, err = host.exec("enqueue " .. q(dir) .. " W", single_jobs("s", 600), "REDIS_URL=" .. cl.seeds)

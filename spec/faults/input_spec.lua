@@ -206,7 +206,7 @@ describe("values in Redis that another producer wrote", function()
     assert.are.equal(0, S.stop(p), p:log())
   end)
 
-  -- Busy records (layout 2, docs/layout2.md) written as another producer
+  -- Busy records (layout 2, docs/redis.md) written as another producer
   -- might: {id, perform_in, retry_count, payload, score}; perform_in and
   -- retry_count are junk where the spec says so; no payload = none.
   local function busy_records(P, ...)

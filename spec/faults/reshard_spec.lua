@@ -32,7 +32,7 @@ local function one_line(s) return select(2, tostring(s):gsub("\n", "")) == 1 end
 
 -- Everything Redis holds of id in queue W under `count` shards (raw, as
 -- strings): its queued job, its dead job, tags, expiries; nil parts absent.
--- Layout 2 (docs/layout2.md): the jobs' records are read through jobs.lua (by
+-- Layout 2 (docs/redis.md): the jobs' records are read through jobs.lua (by
 -- id); `placed`: the job is where fetch finds it (P later or its level at its
 -- perform_in, or else an entry in P ready).
 local function snap(conn, count, id)

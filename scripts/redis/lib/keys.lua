@@ -20,7 +20,7 @@ end
 
 -- The shard's keys, by name: shard_keys(P).busy_errors == P .. "busy:errors".
 -- (One table constructor: measured cheaper per script call than building
--- the names on first use through a metatable.) Layout 2 (docs/layout2.md):
+-- the names on first use through a metatable.) Layout 2 (docs/redis.md):
 -- a queued job is one member of `jobs` carrying its record, plus its place
 -- in the due order: `ready` (a list), `later` (a zset) or a level.
 local function shard_keys(P)
@@ -76,7 +76,7 @@ local function layout1_payloads_key(P, kind, id)
   return P .. "payloads:" .. id
 end
 
--- Layout 2's fence against layout-1 hosts and producers (docs/layout2.md,
+-- Layout 2's fence against layout-1 hosts and producers (docs/redis.md,
 -- "Layout version and migration"). luakiq migrate leaves each shard it
 -- converted with P reshard = FENCE: a layout-1 fetch.lua gives a frozen
 -- shard to no holder, so a layout-1 host never takes (or restores) it; and
@@ -111,7 +111,7 @@ local function level_key(P, n) return P .. "queue:" .. n end
 -- the host reads back exactly the stored double).
 local function score_str(x) return string.format("%.17g", x) end
 
--- Records (docs/layout2.md, "Records"). An id in `jobs` / `morgue:jobs` is
+-- Records (docs/redis.md, "Records"). An id in `jobs` / `morgue:jobs` is
 -- esc(id) .. "\0\0" .. record: every byte 0 of the id becomes 0, 1, so "\0\0"
 -- ends it and escaped ids sort as the ids do.
 local function esc(id)

@@ -1,6 +1,6 @@
 -- Priorities and per-job windows of queued jobs ("luakiq:include levels",
 -- after "luakiq:include keys"; docs/redis.md, "Priority").
--- Layout 2 (docs/layout2.md): every queued job is one member of P jobs
+-- Layout 2 (docs/redis.md): every queued job is one member of P jobs
 -- (its record: place, perform_in, payloads). A job of the default priority
 -- (100) has its place in P ready or P later; one of priority N ~= 100 is in
 -- P queue:N (id -> perform_in, place "p"), with P prio[id] = N and N in
@@ -99,7 +99,7 @@ local function set_windows(K, id, w)
 end
 
 -- The perform_in (number) of the first live entry of P ready, or nil. Stale
--- entries at its head (docs/layout2.md, P stale) are popped on the way, so
+-- entries at its head (docs/redis.md, "Stale entries") are popped on the way, so
 -- the next caller does not walk them again.
 local function ready_head(K)
   local stale = redis.call("EXISTS", K.stale) == 1
