@@ -70,8 +70,8 @@ end
 local sizes = {}
 for i = 1, select("#", ...) do sizes[#sizes + 1] = tonumber((select(i, ...))) end
 if #sizes == 0 then sizes = { 100000, 1000000 } end
-for _, queued in ipairs(sizes) do
-  local srv = redis.start()
+-- One size on a fresh redis-server (stopped by the caller, also on an error).
+local function measure(srv, queued)
   local now = core.now()
   local m0, c0 = mem(srv), cpu(srv)
   push(srv, queued, now)
@@ -96,6 +96,15 @@ for _, queued in ipairs(sizes) do
   got = fetch(srv, s, 100, now)
   local c5 = cpu(srv)
   print(("%d fetch100_us_per_job %.2f"):format(queued, (c5 - c4) / got * 1e6))
+end
+
+for _, queued in ipairs(sizes) do
+  local srv = redis.start()
+  local ok, err = pcall(measure, srv, queued)
   srv:stop()
+  if not ok then
+    redis.cleanup()
+    error(err, 0)
+  end
 end
 redis.cleanup()

@@ -329,12 +329,7 @@ for i, id in ipairs(ids) do
     local E, place, pin
     if members then m, E = members[i], esc(id) else m, E = find_job(K, id) end
     if m then place, pin, pl = job_decode(m, E) end
-    if place then
-      first = score_str(pin)
-      if place == "p" and order == "perform_in" then
-        -- (a level's score is the perform_in; equal by construction)
-      end
-    end
+    if place then first = score_str(pin) end
   else
     local E = esc(id)
     m = members and members[i] or find_member(K.morgue_jobs, E)

@@ -20,18 +20,14 @@ local op = ARGV[1]
 if op ~= "check" and op ~= "begin" and op ~= "done" then
   error("luakiq layout: operation must be check, begin or done, got '" .. tostring(op) .. "'", 0)
 end
-local v = redis.call("GET", lk)
 if op == "done" then
+  local v = redis.call("GET", lk)
   if v == "1>2" then
     redis.call("SET", lk, "2")
     return "2"
   end
   return v or ""
 end
-if v then return v end
-if redis.call("EXISTS", reg) == 0 then
-  redis.call("SET", lk, "2")
-  return "2"
-end
-if op == "begin" then redis.call("SET", lk, "1>2") end
-return "1"
+local v = layout_version(reg)
+if op == "begin" and v == "1" then redis.call("SET", lk, "1>2") end
+return v

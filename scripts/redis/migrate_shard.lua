@@ -35,7 +35,7 @@
 --     layout-2 job of its id as a push would (payloads united, the minimal
 --     score; the queued job's perform_in and retry_count). Returns {jobs,
 --     dead, dropped, more}: converted by this call, and "1" while layout-1
---     keys remain. P migrate (HASH jobs, dead, busy, dropped) sums them.
+--     keys remain.
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include shard
@@ -99,7 +99,7 @@ end
 if op == "claim" then
   if redis.call("GET", K.holder) == FENCE then return { "CLAIMED", "0" } end
   if redis.call("EXISTS", K.lease) == 1 then return { "LEASED", tostring(redis.call("PTTL", K.lease)) } end
-  local flat, n, dropped = redis.call("HGETALL", K.busy), 0, 0
+  local flat, n = redis.call("HGETALL", K.busy), 0
   for i = 1, #flat, 2 do
     local id = flat[i]
     local pl = take_payloads("busy", id)
@@ -107,7 +107,6 @@ if op == "claim" then
       -- (layout 1's restore skips an entry without payloads)
       redis.call("HDEL", K.busy, id)
       redis.call("HDEL", K.busy_errors, id)
-      dropped = dropped + 1
     else
       local pin, rc, prio, win = busy_entry(flat[i + 1])
       redis.call("HSET", K.busy, id, busy_record(pin, rc, prio, win, pl))
@@ -115,8 +114,6 @@ if op == "claim" then
     end
   end
   redis.call("SET", K.holder, FENCE)
-  if n > 0 then redis.call("HINCRBY", L.migrate, "busy", n) end
-  if dropped > 0 then redis.call("HINCRBY", L.migrate, "dropped", dropped) end
   return { "CLAIMED", tostring(n) }
 end
 
@@ -211,9 +208,6 @@ for _, src in ipairs { { L.ids, convert_queued }, { L.queue, convert_queued }, {
     end
     left = left - #ids
   end
-end
-for field, n in pairs { jobs = got.job, dead = got.dead, dropped = got.dropped } do
-  if n > 0 then redis.call("HINCRBY", L.migrate, field, n) end
 end
 local more = redis.call("EXISTS", L.ids, L.queue, L.morgue_ids) > 0
 return { tostring(got.job), tostring(got.dead), tostring(got.dropped), more and "1" or "0" }

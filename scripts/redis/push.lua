@@ -240,9 +240,7 @@ for _, id in ipairs(order) do
   local j = byid[id]
   if not j.place and not j.prio and j.pin <= now then cands[#cands + 1] = id end
 end
-if #cands > 0 and redis.call("EXISTS", K.ready) == 1 then
-  tail = tonumber(redis.call("GET", K.tail)) or -math.huge
-end
+if #cands > 0 then tail = ready_tail(K) end
 if #cands > 1 then
   table.sort(cands, function(a, b)
     local x, y = byid[a].pin, byid[b].pin

@@ -16,13 +16,7 @@ if not queue or queue == "" then error("luakiq register: queue name is empty", 0
 if not count or count ~= math.floor(count) or count < 1 or count > 1e9 then
   error("luakiq register: shards_count must be an integer >= 1, got '" .. tostring(ARGV[2]) .. "'", 0)
 end
-local lk = layout_key(KEYS[1])
-local v = redis.call("GET", lk)
-if not v then
-  if redis.call("EXISTS", KEYS[1]) == 1 then return { "LAYOUT", "1" } end
-  redis.call("SET", lk, "2")
-elseif v ~= "2" then
-  return { "LAYOUT", v }
-end
+local v = layout_version(KEYS[1])
+if v ~= "2" then return { "LAYOUT", v } end
 redis.call("HSETNX", KEYS[1], queue, string.format("%d", count))
 return redis.call("HGET", KEYS[1], queue)

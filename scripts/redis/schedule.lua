@@ -53,10 +53,7 @@ end
 -- new (a junk member of the id is replaced)
 if m then redis.call("ZREM", K.jobs, m) end
 place = "l"
-if tick <= now then
-  local tail = redis.call("EXISTS", K.ready) == 1 and tonumber(redis.call("GET", K.tail)) or -math.huge
-  if tick >= tail then place = "r" end
-end
+if tick <= now and tick >= ready_tail(K) then place = "r" end
 if place == "r" then
   redis.call("RPUSH", K.ready, id)
   redis.call("SET", K.tail, tick_s)

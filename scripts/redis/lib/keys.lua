@@ -65,7 +65,6 @@ local function layout1_keys(P)
     queue = P .. "queue",           -- ZSET id -> perform_in (priority 100)
     ids = P .. "ids",               -- ZSET id -> 0 (the queued ids)
     morgue_ids = P .. "morgue:ids", -- ZSET id -> 0 (the dead ids)
-    migrate = P .. "migrate",       -- HASH jobs, dead, busy, dropped: converted so far
   }
 end
 -- ZSET payload -> score of a layout-1 job: kind "queued" (P payloads:<id>),
@@ -96,6 +95,18 @@ local function fenced_shards(count) return count .. ":" .. FENCE end
 -- register.lua.
 local function layout_key(registry)
   return (registry:match("^(.*):queues$") or registry) .. ":{" .. registry .. "}:layout"
+end
+
+-- The layout version of the namespace of the registry reg, as stored; none
+-- stored: "1" when queues are registered (layout 1 never stored one), else
+-- "2", which is stored (a new namespace). layout.lua, register.lua.
+local function layout_version(reg)
+  local lk = layout_key(reg)
+  local v = redis.call("GET", lk)
+  if v then return v end
+  if redis.call("EXISTS", reg) == 1 then return "1" end
+  redis.call("SET", lk, "2")
+  return "2"
 end
 
 -- HASH payload -> expires_at, for the id's payloads pushed with one

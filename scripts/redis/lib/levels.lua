@@ -98,6 +98,14 @@ local function set_windows(K, id, w)
   end
 end
 
+-- The perform_in (number) of P ready's last entry (P tail), -inf when
+-- ready is empty: a new job due now joins ready only at or above it, so
+-- ready stays in perform_in order (push.lua, schedule.lua).
+local function ready_tail(K)
+  if redis.call("EXISTS", K.ready) == 0 then return -math.huge end
+  return tonumber(redis.call("GET", K.tail)) or -math.huge
+end
+
 -- The perform_in (number) of the first live entry of P ready, or nil. Stale
 -- entries at its head (docs/redis.md, "Stale entries") are popped on the way, so
 -- the next caller does not walk them again.
