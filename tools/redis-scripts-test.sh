@@ -381,10 +381,10 @@ check "delete_failed last page" "1|0" "$(ev delete_failed "$P" 5)"
 check "delete_failed leaves fresh jobs" "e1|k1" "$(qids "$P" id)"
 check "delete_failed: payload keys gone" "0|0" "$(qhas "$P" e2)|$(qhas "$P" e3)"
 
-# ---------------------------------------------------------------- perform_in pages by binary search
-# Without levels and stale entries jobs.lua finds a perform_in page by binary
-# search over ready and later; with a stale entry (of an id not queued: it
-# changes nothing listed) it walks. Both must give every page alike.
+# ---------------------------------------------------------------- perform_in pages by search
+# jobs.lua finds a perform_in page by binary search over ready's live
+# entries, later and the levels; ARGV[9] "walk" walks them instead (the
+# reference). Every page must come out alike.
 r FLUSHALL >/dev/null
 args=()
 for i in $(seq 1 12); do args+=("r$i" $((i * 5)) -1 $((i * 5)) x); done
@@ -400,27 +400,63 @@ for i in $(seq 1 6); do args+=("f$i" $((100 + i * 7)) -1 1 x); done
 ev push "$P" "" 100 "${args[@]}" >/dev/null
 check "binary-search fixture: ready and later both hold jobs" "yes" \
   "$([ "$(r LLEN "${P}ready")" -ge 15 ] && [ "$(r ZCARD "${P}later")" -ge 10 ] && echo yes || echo "no: $(r LLEN "${P}ready") $(r ZCARD "${P}later")")"
+# pages [walk] OFFSETS...: every page of a grid of ranges, directions, offsets
+# and limits, by search or (walk) by walking.
 pages() {
+  local how=$1; shift
   for dir in asc desc; do
-    for b in "-inf +inf" "20 60" "(50 (105" "100 100" "200 300"; do
-      for off in 0 1 2 5 9 14 20 27 33 36 40; do
+    for b in "-inf +inf" "20 60" "(50 (105" "100 100" "200 300" "(10 150"; do
+      for off in "$@"; do
         for lim in 1 4 10; do
           # shellcheck disable=SC2086
-          echo "$dir $b $off $lim: $(ev jobs "$P" queue perform_in "$dir" $b "$off" "$lim" keys)"
+          echo "$dir $b $off $lim: $(ev jobs "$P" queue perform_in "$dir" $b "$off" "$lim" keys $how)"
         done
       done
     done
   done
 }
-fast=$(pages)
-r HSET "${P}stale" not-queued 1 >/dev/null
-walked=$(pages)
-r DEL "${P}stale" >/dev/null
-check "perform_in pages: binary search = walk (660 pages)" "" "$(diff <(echo "$fast") <(echo "$walked") | head -5)"
+OFFS=(0 1 2 5 9 14 20 27 33 36 40)
+check "perform_in pages: binary search = walk (396 pages)" "" \
+  "$(diff <(pages "" "${OFFS[@]}") <(pages walk "${OFFS[@]}") | head -5)"
 check "perform_in page: ties of ready and later, ready first" "3|r10|50|l5|50|r11|55" \
   "$(ev jobs "$P" queue perform_in asc 50 55 0 3 keys)"
 check "perform_in page desc is the reverse" "3|r11|55|l5|50|r10|50" \
   "$(ev jobs "$P" queue perform_in desc 50 55 0 3 keys)"
+
+# Stale entries and priorities: ready (r1..r40), later (l1..l20, ties with
+# ready at every 10), level 50 (p1..p10) and level 200 (q1..q6), ties all
+# over; then stale entries, an id with a stale entry and a live one, few
+# stale ids (one LPOS each) and many (one pass).
+r FLUSHALL >/dev/null
+args=()
+for i in $(seq 1 40); do args+=("r$i" $((i * 5)) -1 1 x); done
+ev push "$P" "" 1000 "${args[@]}" >/dev/null
+args=()
+for i in $(seq 1 20); do args+=("l$i" $((i * 10)) -1 1 x); done
+ev push "$P" "" 1000 "${args[@]}" >/dev/null
+args=() sec=()
+for i in $(seq 1 10); do args+=("p$i" $((i * 15)) -1 1 x); sec+=("$i" 50); done
+ev push "$P" "" 1000 "${args[@]}" "" priority "${sec[@]}" >/dev/null
+args=() sec=()
+for i in $(seq 1 6); do args+=("q$i" $((i * 20)) -1 1 x); sec+=("$i" 200); done
+ev push "$P" "" 1000 "${args[@]}" "" priority "${sec[@]}" >/dev/null
+check "merged pages fixture: 41 ready (l20 at the tail), 19 later, 2 levels" "41|19|2" \
+  "$(r LLEN "${P}ready")|$(r ZCARD "${P}later")|$(r ZCARD "${P}levels")"
+OFFS=(0 1 3 7 15 24 38 50 61 70 75 80)
+check "perform_in pages with priorities: search = walk" "" \
+  "$(diff <(pages "" "${OFFS[@]}") <(pages walk "${OFFS[@]}") | head -5)"
+ev delete "$P" r3 r7 r8 r40 >/dev/null
+ev push "$P" "" 1000 r3 210 -1 1 y r40 210 -1 1 y >/dev/null
+check "r3 has a stale entry and a live one" "2|1" "$(r LPOS "${P}ready" r3 COUNT 0 | wc -l)|$(r HGET "${P}stale" r3)"
+check "perform_in pages, 4 stale ids: search = walk" "" \
+  "$(diff <(pages "" "${OFFS[@]}") <(pages walk "${OFFS[@]}") | head -5)"
+ev delete "$P" $(seq -f 'r%g' 10 30) >/dev/null
+ev push "$P" "" 1000 r12 215 -1 1 y r20 220 -1 1 y >/dev/null
+check "25 stale ids" "25" "$(r HLEN "${P}stale")"
+check "perform_in pages, 25 stale ids: search = walk" "" \
+  "$(diff <(pages "" "${OFFS[@]}") <(pages walk "${OFFS[@]}") | head -5)"
+check "perform_in page across ready, later and the levels at 30" "3|r6|30|l3|30|p2|30" \
+  "$(ev jobs "$P" queue perform_in asc 20 30 4 3 keys)"
 
 # ---------------------------------------------------------------- junk in ready
 r FLUSHALL >/dev/null

@@ -8,9 +8,12 @@
 -- 10 at a time with acks, push 100,000 more (not measured) and fetch
 -- 100,000 100 at a time (Redis CPU per fetched job). Before the fetches,
 -- the Redis CPU of one listing page (100 jobs by perform_in) at offset 90 %
--- of QUEUED: as the shard is ("page_deep_ms"), and with a stale entry of an
--- id not queued, which makes layout 2's jobs.lua walk ("page_deep_walk_ms";
--- layout 1 ignores it; only up to 100,000 queued). One line per figure: "QUEUED figure value".
+-- of QUEUED: as the shard is ("page_deep_ms"); walked instead of searched
+-- (jobs.lua's "walk", the reference; only up to 100,000 queued:
+-- "page_deep_walk_ms"); with 1,000 jobs of priority 50 besides
+-- ("page_deep_levels_ms"); and then with 4 and 100 stale entries in ready
+-- (jobs deleted: "page_deep_stale4_ms", "page_deep_stale100_ms").
+-- One line per figure: "QUEUED figure value".
 package.path = "spec/?.lua;" .. package.path
 local core = require "luakiq.core"
 local redis = require "helpers.redis"
@@ -59,10 +62,12 @@ local function fetch(srv, n, limit, now)
   return got
 end
 
--- Redis CPU (ms) of one page of 100 queued jobs by perform_in at offset off.
-local function page_ms(srv, off)
+-- Redis CPU (ms) of one page of 100 queued jobs by perform_in at offset off
+-- (walked when walk).
+local function page_ms(srv, off, walk)
   local c = cpu(srv)
-  local r = srv.conn:script("jobs", P, "queue", "perform_in", "asc", "-inf", "+inf", tostring(off), "100", "keys")
+  local args = { P, "queue", "perform_in", "asc", "-inf", "+inf", tostring(off), "100", "keys", walk and "walk" or nil }
+  local r = srv.conn:script("jobs", unpack(args))
   assert(tonumber(r[1]) == 100, tostring(r[1]))
   return (cpu(srv) - c) * 1e3
 end
@@ -81,11 +86,29 @@ local function measure(srv, queued)
   local off = math.floor(queued * 0.9)
   page_ms(srv, 0) -- (loads the script)
   print(("%d page_deep_ms %.2f"):format(queued, page_ms(srv, off)))
-  if queued <= 100000 then -- (layout 2's walk: ~13 us per job skipped, past the client's timeout at 1M)
-    srv.conn:call("HSET", P .. "stale", "not-queued", "1")
-    print(("%d page_deep_walk_ms %.2f"):format(queued, page_ms(srv, off)))
-    srv.conn:call("DEL", P .. "stale")
+  if queued <= 100000 then -- (the walk: ~11 us per job skipped, past the client's timeout at 1M)
+    print(("%d page_deep_walk_ms %.2f"):format(queued, page_ms(srv, off, true)))
   end
+  -- priorities: 1,000 jobs of priority 50 over the same perform_in
+  local cmd = { script = "push", P, "", string.format("%.17g", now) }
+  for k = 1, 1000 do
+    local m = #cmd
+    cmd[m + 1], cmd[m + 2], cmd[m + 3], cmd[m + 4], cmd[m + 5] = "prio" .. k, string.format("%.17g", now), "-1", "1", '""'
+  end
+  cmd[#cmd + 1], cmd[#cmd + 2] = "", "priority"
+  for k = 1, 1000 do cmd[#cmd + 1], cmd[#cmd + 2] = tostring(k), "50" end
+  assert(type(srv.conn:pipeline({ cmd })[1]) == "table")
+  print(("%d page_deep_levels_ms %.2f"):format(queued, page_ms(srv, off)))
+  -- stale entries: jobs spread over ready deleted (their entries stay)
+  local function delete(from, to)
+    local cmd = { script = "delete", P }
+    for k = from, to do cmd[#cmd + 1] = "job" .. math.floor(k * queued / 101) end
+    assert(type(srv.conn:pipeline({ cmd })[1]) == "number")
+  end
+  delete(1, 4)
+  print(("%d page_deep_stale4_ms %.2f"):format(queued, page_ms(srv, off)))
+  delete(5, 100)
+  print(("%d page_deep_stale100_ms %.2f"):format(queued, page_ms(srv, off)))
   local s = math.min(SAMPLE, queued)
   local c2 = cpu(srv)
   local got = fetch(srv, s, 10, now)

@@ -9,23 +9,25 @@
 --     [6] offset, [7] limit
 --     [8] optional "keys": instead of records, id and sort key pairs (the
 --         order's value: perform_in, retry_count or updated_at; "" by id),
---         for a caller that only walks to an offset
+--         for a caller that only walks to an offset ("" = records)
+--     [9] optional "walk": by perform_in, walk instead of searching (the
+--         reference the script tests compare the search with)
 -- Returns {n, records...} (strings), records flattened:
 --   queue:  id, perform_in, retry_count, error or "", npayloads, payload, score, ...
 --   morgue: id, updated_at, error or "", npayloads, payload, score, ...
 -- Payloads in ascending score order. Jobs in flight are not listed (busy.lua).
 -- Cost: O(log n + limit) for one sorted set, whatever the offset (ranks from
--- counts, page_by_rank); O(offset + limit) where several keys are merged
--- (by perform_in with priorities) or the id index is walked (below).
+-- counts, page_by_rank); by perform_in over P ready, P later and the levels
+-- O(k^2 log^2 n + limit) for k sources (merged_page), plus finding ready's
+-- stale entries when it has some (stale_positions).
 -- By retry_count: ordered by (retry_count, id). The retries index holds only
 -- retry_count >= 0, so the fresh jobs (-1) come from the id index, skipping
 -- retried ids; with no retried job queued that is a rank lookup, otherwise a
 -- walk of the id index (linear in offset, like ZRANGEBYSCORE's LIMIT).
 -- Layout 2 (docs/redis.md): by id, the lex indexes `jobs` and
 -- `morgue:jobs` carry each record (an id bound x becomes a bound on the
--- members esc(x) .. "\0\0" .. record); by perform_in, P ready (walked,
--- skipping stale entries) is merged with P later and the levels:
--- O(offset + limit).
+-- members esc(x) .. "\0\0" .. record); by perform_in, P ready's live
+-- entries (stale ones skipped) are merged with P later and the levels.
 -- luakiq:include keys
 -- luakiq:include levels
 local P = KEYS[1]
@@ -33,6 +35,7 @@ local K = shard_keys(P)
 local what, order, dir, min, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local offset, limit = tonumber(ARGV[6]), tonumber(ARGV[7])
 local keys_only = ARGV[8] == "keys"
+local walk = ARGV[9] == "walk"
 local sources = {
   queue = { id = "jobs", perform_in = "ready", retry_count = "retries" },
   morgue = { id = "morgue_jobs", updated_at = "morgue" },
@@ -139,67 +142,198 @@ local function page_by_rank(key, lex)
   return redis.call("ZRANGE", key, skip, stop)
 end
 
--- One page by perform_in over ready and later (score bounds lo..hi,
--- exclusive when lox/hix) for a shard with neither levels nor stale
--- entries: every entry of ready is then a live job of place "r", in
--- perform_in order, so both sources are sorted and the page's first entry is
--- found by binary search (the k-th of two sorted sequences): O(log^2 n +
--- limit) lookups, where walk_page looks up offset entries. The merge order is
--- walk_page's: perform_in, ready before later on a tie. nil when a probed
--- entry is not a live "r" job (junk): the caller walks.
-local function ready_later_page(lo, lox, hi, hix)
-  local bad = false
-  local function rpin(i) -- the perform_in of ready's entry i (0-based)
-    local _, _, place, pin = find_job(K, redis.call("LINDEX", K.ready, i) or "")
-    if place ~= "r" then bad = true return 0 end
-    return pin
+-- The positions (0-based, ascending) of P ready's stale entries: an id's
+-- first c entries when P stale holds c for it (an id's stale entries
+-- precede its live one, docs/redis.md "Stale entries"). Few ids: one LPOS
+-- each (in C, ~13 ns per entry passed, stopping at the c-th match); many:
+-- one pass over the list up to the last stale entry (~0.2 us per entry).
+local function stale_positions()
+  local flat = redis.call("HGETALL", K.stale)
+  local sp = {}
+  if #flat <= 16 then
+    for i = 1, #flat, 2 do
+      local c = tonumber(flat[i + 1]) or 0
+      if c > 0 then
+        for _, p in ipairs(redis.call("LPOS", K.ready, flat[i], "COUNT", c)) do sp[#sp + 1] = p end
+      end
+    end
+    table.sort(sp)
+    return sp
   end
-  local n = redis.call("LLEN", K.ready)
-  local function first(pred) -- the first index of ready whose pin satisfies pred (n: none)
-    local l, h = 0, n
+  local left, todo = {}, 0
+  for i = 1, #flat, 2 do
+    local c = tonumber(flat[i + 1]) or 0
+    left[flat[i]], todo = c, todo + c
+  end
+  local pos = 0
+  while todo > 0 do
+    local chunk = redis.call("LRANGE", K.ready, pos, pos + 999)
+    for i, id in ipairs(chunk) do
+      local c = left[id]
+      if c and c > 0 then
+        left[id], todo = c - 1, todo - 1
+        sp[#sp + 1] = pos + i - 1
+      end
+    end
+    if #chunk < 1000 then break end
+    pos = pos + 1000
+  end
+  return sp
+end
+
+-- The sources of the perform_in order within the score range lo..hi
+-- (exclusive when lox/hix), each sorted: P ready's live entries, P later,
+-- then each level (lowest first). A source: n (its entries in the range),
+-- val(i) (the perform_in of its i-th, 0-based), lt(v) and le(v) (how many
+-- of them are < v, <= v; v a perform_in within the range), slice(i, c) (c
+-- entries from the i-th: ids, perform_ins). bad() is true once a probed
+-- ready entry turned out not to be a live "r" job (junk): the caller walks.
+local function due_sources(lo, lox, hi, hix)
+  local bad = false
+  -- ready: live entry k (its rank among the live ones) sits at position
+  -- k + (stale positions before it); live entries before sp[j] are
+  -- sp[j] - (j - 1), nondecreasing in j, so that count is a binary search.
+  local sp = redis.call("EXISTS", K.stale) == 1 and stale_positions() or {}
+  local live = redis.call("LLEN", K.ready) - #sp
+  local function pos(k)
+    local l, h = 0, #sp
+    while l < h do
+      local m = math.floor((l + h + 1) / 2)
+      if sp[m] - (m - 1) <= k then l = m else h = m - 1 end
+    end
+    return k + l
+  end
+  local pins = {} -- live rank -> perform_in (false: junk)
+  local function pin(k)
+    local v = pins[k]
+    if v == nil then
+      local _, _, place, p = find_job(K, redis.call("LINDEX", K.ready, pos(k)) or "")
+      v = place == "r" and p
+      pins[k] = v
+    end
+    if not v then bad = true return 0 end
+    return v
+  end
+  local function first(pred) -- the first live rank whose perform_in satisfies pred (live: none)
+    local l, h = 0, live
     while l < h and not bad do
       local m = math.floor((l + h) / 2)
-      if pred(rpin(m)) then h = m else l = m + 1 end
+      if pred(pin(m)) then h = m else l = m + 1 end
     end
     return l
   end
   local a = first(function(x) return x > lo or (x == lo and not lox) end)
-  local nR = math.max(0, first(function(x) return x > hi or (x == hi and hix) end) - a)
-  if bad then return nil end
-  local la = 0
-  if min ~= "-inf" then la = redis.call("ZCOUNT", K.later, "-inf", lox and min:sub(2) or "(" .. min) end
-  local nL = redis.call("ZCOUNT", K.later, min, max)
-  local total = nR + nL
+  local b = first(function(x) return x > hi or (x == hi and hix) end)
+  local ready = {
+    n = math.max(0, b - a),
+    val = function(i) return pin(a + i) end,
+    lt = function(v) return math.max(0, first(function(x) return x >= v end) - a) end,
+    le = function(v) return math.max(0, math.min(b, first(function(x) return x > v end)) - a) end,
+    slice = function(i, c)
+      local p1, p2 = pos(a + i), pos(a + i + c - 1)
+      local gone, j = {}, 1 -- the stale positions within p1..p2
+      while sp[j] and sp[j] < p1 do j = j + 1 end
+      while sp[j] and sp[j] <= p2 do gone[sp[j]] = true; j = j + 1 end
+      local ids, ps = {}, {}
+      for k, id in ipairs(redis.call("LRANGE", K.ready, p1, p2)) do
+        if not gone[p1 + k - 1] then
+          local _, _, place, p = find_job(K, id)
+          if place ~= "r" then bad = true end
+          ids[#ids + 1], ps[#ps + 1] = id, p or 0
+        end
+      end
+      return ids, ps
+    end,
+  }
+  local out = { ready }
+  local function zset(key)
+    local before = 0
+    if min ~= "-inf" then before = redis.call("ZCOUNT", key, "-inf", lox and min:sub(2) or "(" .. min) end
+    out[#out + 1] = {
+      n = redis.call("ZCOUNT", key, min, max),
+      val = function(i) return tonumber(redis.call("ZRANGE", key, before + i, before + i, "WITHSCORES")[2]) end,
+      lt = function(v) return redis.call("ZCOUNT", key, min, "(" .. score_str(v)) end,
+      le = function(v) return redis.call("ZCOUNT", key, min, score_str(v)) end,
+      slice = function(i, c)
+        local r, ids, ps = redis.call("ZRANGE", key, before + i, before + i + c - 1, "WITHSCORES"), {}, {}
+        for k = 1, #r, 2 do ids[#ids + 1], ps[#ps + 1] = r[k], tonumber(r[k + 1]) end
+        return ids, ps
+      end,
+    }
+  end
+  zset(K.later)
+  if has_levels(K) then
+    for _, n in ipairs(redis.call("ZRANGE", K.levels, 0, -1)) do zset(level_key(P, n)) end
+  end
+  return out, function() return bad end
+end
+
+-- One page by perform_in over ready, later and the levels: the merge order
+-- is (perform_in, source, the source's own order) and a desc page is the
+-- reverse of asc. The page's first entry is the s-th (0-based, asc) of the
+-- merge: for each source in turn, a binary search for its last entry whose
+-- merged position (its own index plus, in every other source, the entries
+-- before it: lt or le of its perform_in) is <= s; the source where that
+-- position is s holds it, and the other sources' cuts follow from its
+-- perform_in. Then c entries of each source from its cut, merged. O(k^2
+-- log^2 n + k * limit) lookups for k sources, plus finding ready's stale
+-- entries (stale_positions). nil when junk was met: the caller walks.
+local function merged_page(lo, lox, hi, hix)
+  local srcs, bad = due_sources(lo, lox, hi, hix)
+  local total = 0
+  for _, S in ipairs(srcs) do total = total + S.n end
+  if bad() then return nil end
   if offset >= total then return {} end
   local s, c = offset, math.min(limit, total - offset) -- the page's positions in ascending order
   if dir == "desc" then s = math.max(0, total - offset - limit); c = total - offset - s end
-  local function lscore(j) return tonumber(redis.call("ZRANGE", K.later, la + j, la + j, "WITHSCORES")[2]) end
-  -- i of the first s come from ready, s - i from later
-  local il, ih, i = math.max(0, s - nL), math.min(s, nR), 0
-  while true do
-    i = math.floor((il + ih) / 2)
-    local j = s - i
-    if i > 0 and j < nL and rpin(a + i - 1) > lscore(j) then ih = i - 1
-    elseif j > 0 and i < nR and lscore(j - 1) >= rpin(a + i) then il = i + 1
-    else break end
-    if bad then return nil end
-  end
-  local j = s - i
-  local rs = i < nR and redis.call("LRANGE", K.ready, a + i, a + math.min(nR, i + c) - 1) or {}
-  local ls = j < nL and redis.call("ZRANGE", K.later, la + j, la + math.min(nL, j + c) - 1, "WITHSCORES") or {}
-  local rp = {}
-  for k, id in ipairs(rs) do
-    local _, _, place, pin = find_job(K, id)
-    if place ~= "r" then return nil end
-    rp[k] = pin
-  end
-  local out, x, y = {}, 1, 1
-  while #out < c do
-    if y * 2 > #ls or (x <= #rs and rp[x] <= tonumber(ls[2 * y])) then
-      out[#out + 1], x = rs[x], x + 1
-    else
-      out[#out + 1], y = ls[2 * y - 1], y + 1
+  local cuts
+  for t, S in ipairs(srcs) do
+    if cuts or bad() then break end
+    local function rank(i)
+      local v, r = S.val(i), i
+      for u, U in ipairs(srcs) do
+        if u < t then r = r + U.le(v) elseif u > t then r = r + U.lt(v) end
+      end
+      return r, v
     end
+    if S.n > 0 and rank(0) <= s then
+      local l, h = 0, S.n - 1
+      while l < h and not bad() do
+        local m = math.floor((l + h + 1) / 2)
+        if rank(m) <= s then l = m else h = m - 1 end
+      end
+      local r, v = rank(l)
+      if r == s then
+        cuts = {}
+        for u, U in ipairs(srcs) do
+          if u < t then cuts[u] = U.le(v) elseif u > t then cuts[u] = U.lt(v) else cuts[u] = l end
+        end
+      end
+    end
+  end
+  if bad() or not cuts then return nil end
+  local heads = {}
+  for u, U in ipairs(srcs) do
+    local k = math.min(c, U.n - cuts[u])
+    if k > 0 then
+      local ids, ps = U.slice(cuts[u], k)
+      heads[u] = { ids, ps, 1 }
+    else
+      heads[u] = { {}, {}, 1 }
+    end
+  end
+  if bad() then return nil end
+  local out = {}
+  while #out < c do
+    local best
+    for u, H in ipairs(heads) do
+      local v = H[2][H[3]]
+      if v and (not best or v < heads[best][2][heads[best][3]]) then best = u end
+    end
+    if not best then break end
+    local H = heads[best]
+    out[#out + 1] = H[1][H[3]]
+    H[3] = H[3] + 1
   end
   if dir == "desc" then
     for k = 1, math.floor(#out / 2) do out[k], out[#out + 1 - k] = out[#out + 1 - k], out[k] end
@@ -207,11 +341,10 @@ local function ready_later_page(lo, lox, hi, hix)
   return out
 end
 
--- One page by perform_in over ready, later and the levels (score bounds
--- lo..hi, exclusive when lox/hix), by walking: each source up to offset +
--- limit entries in the range, merged. O(offset + limit): ready has no
--- ranks (see ready_later_page for the case without levels and stale
--- entries).
+-- The same page by walking: each source up to offset + limit entries in
+-- the range, merged. O(offset + limit) lookups: only for a ready entry that
+-- is not a live job (junk, which merged_page cannot rank) and as the
+-- reference of the script tests (ARGV[9] "walk").
 local function walk_page(lo, lox, hi, hix)
   local function inside(x) return (x > lo or (x == lo and not lox)) and (x < hi or (x == hi and not hix)) end
   local want = offset + limit
@@ -317,7 +450,7 @@ elseif what == "queue" then
   -- by perform_in: ready's live entries, later and the levels
   local lo, lox = score_bound(min)
   local hi, hix = score_bound(max)
-  if not has_levels(K) and redis.call("EXISTS", K.stale) == 0 then ids = ready_later_page(lo, lox, hi, hix) end
+  if not walk then ids = merged_page(lo, lox, hi, hix) end
   if not ids then ids = walk_page(lo, lox, hi, hix) end
 else
   ids = page_by_rank(K[src], false)
