@@ -401,21 +401,21 @@ ev push "$P" "" 100 "${args[@]}" >/dev/null
 check "binary-search fixture: ready and later both hold jobs" "yes" \
   "$([ "$(r LLEN "${P}ready")" -ge 15 ] && [ "$(r ZCARD "${P}later")" -ge 10 ] && echo yes || echo "no: $(r LLEN "${P}ready") $(r ZCARD "${P}later")")"
 # pages [walk] OFFSETS...: every page of a grid of ranges, directions, offsets
-# and limits, by search or (walk) by walking.
+# and limits, by search or (walk) by walking; one redis-cli for them all.
 pages() {
   local how=$1; shift
   for dir in asc desc; do
     for b in "-inf +inf" "20 60" "(50 (105" "100 100" "200 300" "(10 150"; do
       for off in "$@"; do
         for lim in 1 4 10; do
-          # shellcheck disable=SC2086
-          echo "$dir $b $off $lim: $(ev jobs "$P" queue perform_in "$dir" $b "$off" "$lim" keys $how)"
+          echo "EVALSHA ${SHA[jobs]} 1 $P queue perform_in $dir $b $off $lim keys \"$how\""
         done
       done
     done
-  done
+  done | redis-cli -s "$DIR/redis.sock" 2>&1
 }
 OFFS=(0 1 2 5 9 14 20 27 33 36 40)
+check "perform_in pages answer without an error" "0" "$(pages "" "${OFFS[@]}" | grep -c ERR)"
 check "perform_in pages: binary search = walk (396 pages)" "" \
   "$(diff <(pages "" "${OFFS[@]}") <(pages walk "${OFFS[@]}") | head -5)"
 check "perform_in page: ties of ready and later, ready first" "3|r10|50|l5|50|r11|55" \
