@@ -177,11 +177,16 @@ local function watchdog(pid, after)
     .. " kill " .. pid .. " && sleep 5 && kill -9 " .. pid .. "; " .. (after or ":") .. ") >/dev/null 2>&1 </dev/null &")
 end
 
--- Starts cmd in the background with output to logfile; returns its pid.
-local function spawn(env, cmd, logfile)
+-- cmd run with env (a table) added to its environment, as a shell line.
+local function with_env(env, cmd)
   local e = {}
   for k, v in pairs(env or {}) do e[#e + 1] = k .. "=" .. q(v) end
-  local line = (#e > 0 and "exec env " .. table.concat(e, " ") .. " " or "exec ") .. cmd
+  return (#e > 0 and "env " .. table.concat(e, " ") .. " " or "") .. cmd
+end
+
+-- Starts cmd in the background with output to logfile; returns its pid.
+local function spawn(env, cmd, logfile)
+  local line = "exec " .. with_env(env, cmd)
   local pid = capture("(" .. line .. ") > " .. q(logfile) .. " 2>&1 & echo $!")
   pid = assert(tonumber(pid), "spawn failed: " .. cmd)
   watchdog(pid)
@@ -573,11 +578,9 @@ local function cli_enqueue(n)
   local f = assert(io.open(file, "w"))
   for i = 1, n do f:write('{"id":', i, '}\n') end
   f:close()
-  local env = {}
-  for k, v in pairs(shape_env(SHAPES.lag1)) do env[#env + 1] = k .. "=" .. q(v) end
   local c0, t0 = cpu_secs(REDIS_PID), core.now()
-  local out = capture("env " .. table.concat(env, " ") .. " " .. q(LUAKIQ) .. " enqueue " .. q(APP) .. " Blank "
-    .. q(file) .. " --redis " .. q(REDIS_URL) .. " 2>&1")
+  local out = capture(with_env(shape_env(SHAPES.lag1), q(LUAKIQ) .. " enqueue " .. q(APP) .. " Blank " .. q(file)
+    .. " --redis " .. q(REDIS_URL)) .. " 2>&1")
   local secs, used = core.now() - t0, cpu_secs(REDIS_PID) - c0
   assert(out:match("enqueued " .. n .. " jobs"), "luakiq enqueue: " .. out)
   os.remove(file)

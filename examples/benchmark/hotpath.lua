@@ -29,8 +29,9 @@ local function cpu(srv) return info(srv, "cpu", "used_cpu_sys") + info(srv, "cpu
 local function mem(srv) return info(srv, "memory", "used_memory") end
 
 local seq = 0
--- Pushes n blank jobs (fresh ids, perform_in = score = now) in calls of 1,000.
-local function push(srv, n, now)
+-- Pushes n blank jobs (fresh ids, perform_in = score = now) in calls of
+-- 1,000; of priority prio when given (else the default).
+local function push(srv, n, now, prio)
   local now_s = string.format("%.17g", now)
   local left = n
   while left > 0 do
@@ -40,6 +41,10 @@ local function push(srv, n, now)
       seq = seq + 1
       local m = #cmd
       cmd[m + 1], cmd[m + 2], cmd[m + 3], cmd[m + 4], cmd[m + 5] = "job" .. seq, now_s, "-1", now_s, '""'
+    end
+    if prio then
+      cmd[#cmd + 1], cmd[#cmd + 2] = "", "priority"
+      for j = 1, k do cmd[#cmd + 1], cmd[#cmd + 2] = tostring(j), prio end
     end
     local r = srv.conn:pipeline({ cmd })[1]
     assert(type(r) == "table", tostring(r))
@@ -90,14 +95,7 @@ local function measure(srv, queued)
     print(("%d page_deep_walk_ms %.2f"):format(queued, page_ms(srv, off, true)))
   end
   -- priorities: 1,000 jobs of priority 50 over the same perform_in
-  local cmd = { script = "push", P, "", string.format("%.17g", now) }
-  for k = 1, 1000 do
-    local m = #cmd
-    cmd[m + 1], cmd[m + 2], cmd[m + 3], cmd[m + 4], cmd[m + 5] = "prio" .. k, string.format("%.17g", now), "-1", "1", '""'
-  end
-  cmd[#cmd + 1], cmd[#cmd + 2] = "", "priority"
-  for k = 1, 1000 do cmd[#cmd + 1], cmd[#cmd + 2] = tostring(k), "50" end
-  assert(type(srv.conn:pipeline({ cmd })[1]) == "table")
+  push(srv, 1000, now, "50")
   print(("%d page_deep_levels_ms %.2f"):format(queued, page_ms(srv, off)))
   -- stale entries: jobs spread over ready deleted (their entries stay)
   local function delete(from, to)

@@ -118,25 +118,29 @@ end
 -- before min, or after max for desc) and how many it holds are two counts,
 -- O(log n) each, so the page costs O(log n + limit) whatever the offset
 -- (ZRANGEBYSCORE's LIMIT walks offset elements).
-local function page_by_rank(key, lex)
+-- How many elements of key lie strictly before (or after) the range bound b
+-- (lex or score syntax): O(log n).
+local function outside(key, lex, b, before)
   local count = lex and "ZLEXCOUNT" or "ZCOUNT"
   local first, last = lex and "-" or "-inf", lex and "+" or "+inf"
-  local function outside(b, before) -- elements strictly before (or after) bound b
-    if b == (before and first or last) then return 0 end
-    local c = b:sub(1, 1)
-    local open -- the complement of b's inclusiveness
-    if lex then
-      if c ~= "[" and c ~= "(" then return redis.call("ZLEXCOUNT", key, b, b) end -- refused by Redis
-      open = (c == "[" and "(" or "[") .. b:sub(2)
-    else
-      open = c == "(" and b:sub(2) or "(" .. b
-    end
-    if before then return redis.call(count, key, first, open) end
-    return redis.call(count, key, open, last)
+  if b == (before and first or last) then return 0 end
+  local c = b:sub(1, 1)
+  local open -- the complement of b's inclusiveness
+  if lex then
+    if c ~= "[" and c ~= "(" then return redis.call("ZLEXCOUNT", key, b, b) end -- refused by Redis
+    open = (c == "[" and "(" or "[") .. b:sub(2)
+  else
+    open = c == "(" and b:sub(2) or "(" .. b
   end
+  if before then return redis.call(count, key, first, open) end
+  return redis.call(count, key, open, last)
+end
+
+local function page_by_rank(key, lex)
+  local count = lex and "ZLEXCOUNT" or "ZCOUNT"
   local inside = redis.call(count, key, min, max)
   if offset >= inside then return {} end
-  local skip = outside(dir == "asc" and min or max, dir == "asc") + offset
+  local skip = outside(key, lex, dir == "asc" and min or max, dir == "asc") + offset
   local stop = skip + math.min(limit, inside - offset) - 1
   if dir == "desc" then return redis.call("ZRANGE", key, skip, stop, "REV") end
   return redis.call("ZRANGE", key, skip, stop)
@@ -228,7 +232,7 @@ local function due_sources(lo, lox, hi, hix)
     n = math.max(0, b - a),
     val = function(i) return pin(a + i) end,
     lt = function(v) return math.max(0, first(function(x) return x >= v end) - a) end,
-    le = function(v) return math.max(0, math.min(b, first(function(x) return x > v end)) - a) end,
+    le = function(v) return math.max(0, first(function(x) return x > v end) - a) end,
     slice = function(i, c)
       local p1, p2 = pos(a + i), pos(a + i + c - 1)
       local gone, j = {}, 1 -- the stale positions within p1..p2
@@ -247,8 +251,7 @@ local function due_sources(lo, lox, hi, hix)
   }
   local out = { ready }
   local function zset(key)
-    local before = 0
-    if min ~= "-inf" then before = redis.call("ZCOUNT", key, "-inf", lox and min:sub(2) or "(" .. min) end
+    local before = outside(key, false, min, true)
     out[#out + 1] = {
       n = redis.call("ZCOUNT", key, min, max),
       val = function(i) return tonumber(redis.call("ZRANGE", key, before + i, before + i, "WITHSCORES")[2]) end,
@@ -314,13 +317,9 @@ local function merged_page(lo, lox, hi, hix)
   if bad() or not cuts then return nil end
   local heads = {}
   for u, U in ipairs(srcs) do
-    local k = math.min(c, U.n - cuts[u])
-    if k > 0 then
-      local ids, ps = U.slice(cuts[u], k)
-      heads[u] = { ids, ps, 1 }
-    else
-      heads[u] = { {}, {}, 1 }
-    end
+    local k, ids, ps = math.min(c, U.n - cuts[u]), {}, {}
+    if k > 0 then ids, ps = U.slice(cuts[u], k) end
+    heads[u] = { ids, ps, 1 }
   end
   if bad() then return nil end
   local out = {}
