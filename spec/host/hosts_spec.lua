@@ -64,18 +64,20 @@ describe("hosts", function()
     end
     assert.are.equal("W0,W1,W2", shards(hosts[a]))
     assert.are.equal("W0,W1,W2", shards(hosts[b]))
-    -- a call in flight shows on the host that runs it, with its age
+    -- a call in flight shows on the host that runs it, with its age; once
+    -- the worker has parked in luakiq.sleep, as waiting (a beat taken
+    -- between the call's start and its sleep lists it running, not waiting)
     host.enqueue(dir, "W", { { id = "long" } }, "REDIS_URL=" .. srv.url)
     local shard = core.crc32("long") % 3
     local found = host.eventually(function()
       for pid, h in pairs(list(dir)) do
         for _, t in ipairs(h.threads) do
           for _, c in ipairs(t.calls) do
-            if c.worker == "W" and c.shard == shard and c.running >= 1 then return { pid, c } end
+            if c.worker == "W" and c.shard == shard and c.running >= 1 and c.waiting then return { pid, c } end
           end
         end
       end
-    end, 15, "the long call listed")
+    end, 15, "the long call listed, parked in luakiq.sleep")
     local runner, call = found[1], found[2]
     assert.is_true(call.waiting, "parked in luakiq.sleep")
     assert.is_true(runner == a or runner == b)
