@@ -506,7 +506,12 @@ return [==[<!doctype html>
                 h("td", { style: "width:50%" }, h("div", { style: "background:var(--accent);height:10px;width:" + (100 * b.count / top).toFixed(1) + "%" })));
             }))));
       }
-      var input = h("input", { type: "date", id: "f-day", value: day });
+      // (a refresh that was already loading when someone typed a day paints
+      // after it, whatever has focus: the day typed is carried over, not
+      // reset to the day shown, so "show" submits what was typed)
+      var typed = document.getElementById("f-day");
+      var input = h("input", { type: "date", id: "f-day", "data-day": day,
+        value: typed && typed.getAttribute("data-day") === day ? typed.value : day });
       var auto = document.getElementById("auto");
       var keep = auto ? auto.checked : true;
       paint(
