@@ -154,7 +154,7 @@ describe("shard leases", function()
     local dir = S.dir("threads_per_node = 1, poll_interval = 0.1, lease_ttl = 0.6", {
       shards = 1, batch = 1,
       extra = [[if batch.out and not r.call("GET", "t:again") then
-        r.call("SET", "t:in", pid) luakiq.sleep(2.0) r.call("RPUSH", "t:after", "first") end]],
+        r.call("SET", "t:in", pid) luakiq.sleep(4.0) r.call("RPUSH", "t:after", "first") end]],
       after = [[if batch.out then r.call("RPUSH", "t:after", "done") end]],
     })
     local a = spawn(dir)
@@ -162,10 +162,14 @@ describe("shard leases", function()
     S.eventually(function() return srv.conn:call("GET", "t:in") end, 10, "call parked")
     srv.conn:call("SET", "t:again", "1")
     -- Redis stops answering (its clock goes on: the lease expires in it).
-    -- (The call sleeps 2 s: the lease, renewed at most until this STOP, must
-    -- run out (0.6 s) before the call resumes, however late the STOP came.)
+    -- (The call sleeps 4 s: the lease, renewed at most until this STOP, must
+    -- run out (0.6 s) before the call resumes, so the STOP may come up to
+    -- 3.4 s after the call parked (with a 2 s sleep a CI run under ASan load
+    -- failed as a STOP 1.4 s late would make it). Redis stays stopped until the call has
+    -- resumed: were it back first, a renewal would retake the lapsed lease,
+    -- which nobody else held, and the call would rightly go on.)
     assert.are.equal(0, os.execute("kill -STOP " .. srv.pid))
-    S.sleep(2.8)
+    S.sleep(4.8)
     assert.are.equal(0, os.execute("kill -CONT " .. srv.pid))
     S.eventually(function() return #srv.conn:call("LRANGE", "t:after", 0, -1) >= 1 end, 15, "rerun")
     S.sleep(0.3)
