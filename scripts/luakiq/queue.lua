@@ -4,15 +4,43 @@
 -- so a call re-sent after a lost reply can never ack or fail another batch.
 local core = require "luakiq.core"
 local log = require "luakiq.log"
+-- lua-messagepack (Debian's lua-messagepack, docs/architecture.md): the
+-- busy records fetch.lua hands over as they are stored.
+local mp = require "MessagePack"
 
 local M = {}
 
 -- The fetch.lua call for handler h (t: the thread state with token, lease_ms,
 -- and h.batch, the id of h's batch in flight). ack: the batch in flight
--- succeeded. limit 0 only acks/renews.
+-- succeeded. limit 0 only acks/renews. The reply comes in the "records"
+-- form (parse_fetch).
 function M.fetch_cmd(h, t, limit, ack)
   return { script = "fetch", h.prefix, t.token, t.lease_ms, core.now(), limit,
-           ack and h.batch or "", limit > 0 and "1" or "0", h.def.delivery == "at_most_once" and "1" or nil }
+           ack and h.batch or "", limit > 0 and "1" or "0", h.def.delivery == "at_most_once" and "1" or "0",
+           "records" }
+end
+
+-- A busy record (docs/redis.md, "Records": perform_in and retry_count as
+-- strings, priority and windows or false, then payload, score or nil, ...)
+-- as the job fetch.lua delivers; nil when it does not decode or has no
+-- payload (junk someone else wrote: the caller drops it).
+local function busy_job(id, err, rec)
+  local vals, n = {}, 0
+  local ok = type(rec) == "string" and pcall(function()
+    for _, v in mp.unpacker(rec) do
+      n = n + 1
+      vals[n] = v
+    end
+  end)
+  if not ok or n < 6 then return nil end
+  local job = { id = id, perform_in = tonumber(vals[1]) or core.now(), retry_count = tonumber(vals[2]) or -1,
+                error = err ~= "" and err or nil, payloads = {} }
+  if type(vals[4]) == "string" and vals[4] ~= "" then job.windows = vals[4] end
+  for k = 5, n, 2 do
+    if type(vals[k]) ~= "string" then return nil end
+    job.payloads[#job.payloads + 1] = { vals[k] } -- (perform sees no scores)
+  end
+  return job
 end
 
 -- Reads one fetch.lua reply (h: whose; read only). Returns {jobs = {...},
@@ -31,33 +59,26 @@ function M.parse_fetch(r, h)
   if restored and restored > 0 then
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
   end
-  local n, i, jobs = tonumber(r[6]), 7, {}
-  for j = 1, n do
-    -- (defaults: fetch.lua already replaces junk in busy entries, but a
-    -- nil here would break the failure path and loop on the batch forever)
-    local job = { id = r[i], perform_in = tonumber(r[i + 1]) or core.now(), retry_count = tonumber(r[i + 2]) or -1,
-                  error = r[i + 3] ~= "" and r[i + 3] or nil, payloads = {} }
-    local np = tonumber(r[i + 4]) or 0
-    i = i + 5
-    for k = 1, np do
-      job.payloads[k] = { r[i] } -- (fetch.lua sends no scores)
-      i = i + 1
+  -- the "records" form: id, error, busy record per job
+  local n, i, jobs, windows = tonumber(r[6]), 7, {}, nil
+  for _ = 1, n do
+    -- (defaults in busy_job: a nil here would break the failure path and
+    -- loop on the batch forever)
+    local job = busy_job(r[i], r[i + 1], r[i + 2])
+    if job then
+      jobs[#jobs + 1] = job
+      windows = windows or job.windows ~= nil
+    else
+      log.warn("dropped job " .. tostring(r[i]) .. ": its busy record does not decode (junk written by another client)",
+        { worker = h.worker, shard = h.shard })
     end
-    jobs[j] = job
+    i = i + 3
   end
-  -- optional sections: "windows" (the jobs' own windows, as text), "best"
-  -- (the priority of the best due job left, with priorities)
-  local best, windows
+  -- optional section "best" (the priority of the best due job left, with
+  -- priorities)
+  local best
   while r[i] do
-    if r[i] == "windows" then
-      local c = tonumber(r[i + 1]) or 0
-      for k = 1, c do
-        local job = jobs[tonumber(r[i + 2 * k])]
-        if job then job.windows = r[i + 2 * k + 1] end
-      end
-      windows = c > 0
-      i = i + 2 + 2 * c
-    elseif r[i] == "best" then
+    if r[i] == "best" then
       best = tonumber(r[i + 1])
       i = i + 2
     else

@@ -3,7 +3,8 @@
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
 -- ARGV[1] token (this holder), [2] lease_ms, [3] now, [4] limit (max jobs),
 --      [5] ack: the batch id to ack ("" = no ack), [6] fetch: "1" or "0",
---      [7] (optional) "1": the worker's delivery is "at_most_once".
+--      [7] (optional) "1": the worker's delivery is "at_most_once",
+--      [8] (optional) "records": the reply form the host reads (below).
 -- Lease (fencing): if another token holds "lease" -> {"LEASE", pttl}, nothing
 -- done. If nobody holds it and "holder" is another token, this is a new
 -- acquisition: every in-flight job of the shard returns to the queue with its
@@ -29,6 +30,13 @@
 -- left in the queue (or ""), payloads in ascending score order. (No scores:
 -- perform does not see them, and leaving them out saves ~12% of Redis's
 -- time per job at batch 100; busy.lua lists them.)
+-- With ARGV[8] = "records" (the host's form) a job is three elements: id,
+-- error or "", and its busy record as stored in P busy (docs/redis.md,
+-- "Records"), which the host decodes: a fetched job's payload encodings are
+-- copied from its queued record into the busy record without being decoded
+-- in Redis (docs/benchmarks.md: ~2 us of Redis CPU per job). A record whose
+-- payloads do not decode reaches the host, which drops it (the decoded form
+-- drops it here); either way it leaves with the batch's ack.
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include tags
@@ -37,6 +45,7 @@
 local P = KEYS[1]
 local K = shard_keys(P)
 local token, ack, want, at_most_once = ARGV[1], ARGV[5], ARGV[6], ARGV[7] == "1"
+local records = ARGV[8] == "records"
 local lease_ms = arg_lease("fetch", token, ARGV[2])
 local now, limit = arg_finite("fetch", "now", ARGV[3]), arg_count("fetch", "limit", ARGV[4])
 if ack == nil or (want ~= "0" and want ~= "1") then
@@ -124,6 +133,11 @@ local out = { "OK", "", "", tostring(restored), tostring(acked), "0" }
 -- below pass strings.)
 local COUNT = { "1", "2", "3", "4" }
 local job_windows -- {job number, windows, ...} of the jobs that have their own
+-- A job of the "records" form: id, error, busy record.
+local function add_record(id, err, rec)
+  local k = #out
+  out[k + 1], out[k + 2], out[k + 3] = id, err or "", rec
+end
 local function add_job(id, pin, rc, err, pl, win)
   local k = #out
   out[k + 1] = id
@@ -182,6 +196,10 @@ local function expire(id, pl, now_s)
   return keep
 end
 
+-- Set before a fresh fetch when the shard has none of P stale, retries,
+-- errors, expiring, levels and windows (none appears during the fetch).
+local quiet = false
+
 -- Score strings of the perform_in values met (jobs pushed together share one).
 local pin_strs = {}
 local function pin_str(x)
@@ -198,13 +216,13 @@ end
 -- head (skipping stale entries; stopping at a job not due yet: producers'
 -- clocks differ) and P later. Takes them out of both (not out of P jobs:
 -- the caller's). Returns ids, pins (strings), ready entries ({id, pin,
--- member, position, payloads}: a ready job's record was read on the way;
+-- member, position, payload offset}: a ready job's record was read on the way;
 -- nil for a later job, not looked up yet), and the head left when known.
 local function take_default(max, now_s)
   local L = redis.call("ZRANGEBYSCORE", K.later, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(max + 1))
   -- Walk ready: R = live due entries {id, pin number, member, position}.
   local R, pos, stop = {}, 0, nil -- stop: the perform_in of a live entry not due yet
-  local stale = redis.call("EXISTS", K.stale) == 1
+  local stale = not quiet and redis.call("EXISTS", K.stale) == 1
   local left, skips = {}, {} -- id -> stale count left; {position, id} of the stale entries passed
   local step = max + 1
   while #R <= max and not stop do
@@ -220,17 +238,17 @@ local function take_default(max, now_s)
         skips[#skips + 1] = { pos, id }
       else
         left[id] = 0
-        local m, _, place, pin, pl = find_job(K, id)
+        local m, _, place, pin, nxt = peek_job(K, id)
         if place == "r" then
           if pin > now then
             stop = pin
             break
           end
-          R[#R + 1] = { id, pin, m, pos, pl }
+          R[#R + 1] = { id, pin, m, pos, nxt }
           if #R > max then break end
         end
         -- (an entry without a live record is junk: passed, and popped; a
-        -- member of the id that does not decode goes with it)
+        -- member of the id whose head does not decode goes with it)
         if m and not place then redis.call("ZREM", K.jobs, m) end
       end
       pos = pos + 1
@@ -283,9 +301,9 @@ if want == "1" and limit > 0 then
     -- does not decode (junk) is dropped, not delivered.
     local flat, jobs = redis.call("HGETALL", busy), {}
     for i = 1, #flat, 2 do
-      local pin, rc, _, win, pl = busy_decode(flat[i + 1], score_str(now))
+      local pin, rc, prio, win, pl = busy_decode(flat[i + 1], score_str(now))
       if pl then
-        jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin), win, pl }
+        jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin), win, pl, prio }
       else
         redis.call("HDEL", busy, flat[i])
         redis.call("HDEL", berrs, flat[i])
@@ -296,7 +314,12 @@ if want == "1" and limit > 0 then
       return a[1] < b[1]
     end)
     for _, j in ipairs(jobs) do
-      add_job(j[1], j[2], j[3], redis.call("HGET", berrs, j[1]), j[6], j[5])
+      local err = redis.call("HGET", berrs, j[1])
+      if records then
+        add_record(j[1], err, busy_record(j[2], j[3], j[7], j[5], j[6]))
+      else
+        add_job(j[1], j[2], j[3], err, j[6], j[5])
+      end
       n = n + 1
     end
     if n == 0 then redis.call("DEL", K.busy_fetched_at) end -- only junk was in flight
@@ -305,8 +328,11 @@ if want == "1" and limit > 0 then
     local now_s = ARGV[3]
     if not now_s:match("^%-?%d+%.?%d*$") then now_s = score_str(now) end
     local ids, pins, members, prios, m = {}, {}, {}, nil, 0
-    -- (one EXISTS for both features a worker rarely uses)
-    if redis.call("EXISTS", K.levels, K.windows) == 0 then K.has_levels, K.has_windows = false, false end
+    -- (one EXISTS for the keys of what a shard rarely has: when none is
+    -- there, as in most fetches, the checks below read no key)
+    if redis.call("EXISTS", K.levels, K.windows, K.stale, K.retries, K.errors, K.expiring) == 0 then
+      K.has_levels, K.has_windows, quiet = false, false, true
+    end
     if not has_levels(K) then
       ids, pins, members, head = take_default(limit, now_s)
       m = #ids
@@ -343,7 +369,7 @@ if want == "1" and limit > 0 then
     if m > 0 then
       -- retry_count: from the retries index, -1 when absent (a fresh job)
       local rcs = {}
-      if redis.call("EXISTS", K.retries) == 1 then
+      if not quiet and redis.call("EXISTS", K.retries) == 1 then
         local retried = {}
         each_chunk("ZMSCORE", K.retries, ids, function(r, off)
           for j = 1, #r do
@@ -354,7 +380,7 @@ if want == "1" and limit > 0 then
         if #retried > 0 then each_chunk("ZREM", K.retries, retried) end
       end
       local errs = {}
-      if redis.call("EXISTS", K.errors) == 1 then
+      if not quiet and redis.call("EXISTS", K.errors) == 1 then
         each_chunk("HMGET", K.errors, ids, function(r, off) for j = 1, #r do errs[off + j] = r[j] end end)
         each_chunk("HDEL", K.errors, ids)
       end
@@ -364,31 +390,44 @@ if want == "1" and limit > 0 then
         each_chunk("HDEL", K.windows, ids)
       end
       local fields, rem = {}, {}
-      local expiring = redis.call("EXISTS", K.expiring) == 1
+      local expiring = not quiet and redis.call("EXISTS", K.expiring) == 1
       for i = 1, m do
         local id, pin = ids[i], pins[i]
         local rc, err = rcs[i] or "-1", errs[i] or nil
         -- each taken job's record, looked up once (a ready job's on the way)
-        local mem, pl = members[i], nil
+        local mem, nxt = members[i], nil
         if mem then
-          mem, pl = mem[3], mem[5]
+          mem, nxt = mem[3], mem[5]
         else
-          local _, _, _, p
-          mem, _, _, _, p = find_job(K, id)
-          pl = p
+          local _, place, p, o
+          mem, _, place, p, o = peek_job(K, id)
+          if place then nxt = o end
         end
         if mem then rem[#rem + 1] = mem end
-        -- An id without a record (junk, or every payload expired) is dropped.
-        if pl and expiring and redis.call("SISMEMBER", K.expiring, id) == 1 then pl = expire(id, pl, now_s) end
-        if pl and #pl > 0 then
+        -- Its busy record, the payload bytes copied; an id without a record
+        -- (junk, or every payload expired) is dropped.
+        local prio, win, rec = prios and prios[i], wins[i], nil
+        if nxt and expiring and redis.call("SISMEMBER", K.expiring, id) == 1 then
+          local _, _, pl = job_decode(mem, esc(id))
+          if pl then pl = expire(id, pl, now_s) end
+          if pl and #pl > 0 then rec = busy_record(pin, rc, prio, win, pl) end
+        elseif nxt then
+          rec = busy_record_of(pin, rc, prio, win, mem, nxt)
+        end
+        local pl
+        if rec and not records then
+          pl = select(5, busy_decode(rec, pin))
+          if not pl then rec = nil end
+        end
+        if rec then
           if n == 0 then
             out[2] = tostring(redis.call("INCR", K.batch))
             redis.call("SET", K.busy_fetched_at, now_s) -- once per batch: busy.lua's fetched_at
           end
           if err then redis.call("HSET", berrs, id, err) end
           fields[#fields + 1] = id
-          fields[#fields + 1] = busy_record(pin, rc, prios and prios[i], wins[i], pl)
-          add_job(id, pin, rc, err, pl, wins[i])
+          fields[#fields + 1] = rec
+          if records then add_record(id, err, rec) else add_job(id, pin, rc, err, pl, win) end
           n = n + 1
         end
       end

@@ -110,6 +110,78 @@ describe("scripts", function()
       assert.are.same({}, env.conn:call("KEYS", "*"))
     end)
 
+    -- fetch.lua's "records" form (docs/redis.md): the busy records as stored,
+    -- decoded by the host (queue.parse_fetch), against the decoded form on the
+    -- same shard (DUMP/RESTORE between the two fetches).
+    it("the records form delivers what the decoded form does, and junk only the host drops", function()
+      local mp = require "MessagePack"
+      local p = env:prefix("Test")
+      env:push("Test", { { id = "f", payload = "r" } })
+      local got = env:fetch("Test", 0)
+      env:fail("Test", 0, { batch = got.batch, error = "boom" }, { "f", now() - 1 })
+      env:fetch("Test", 0, { ack = got.batch, fetch = false })
+      env:push("Test", {
+        { id = "a", payload = 1, score = now() - 5 }, { id = "a", payload = 2, score = now() - 3 }, { id = "a", payload = 3 },
+        { id = "b", payload = "x", perform_in = now() - 10 },
+        { id = "c", payload = "w", windows = { "00:00-24:00" }, timezone = "UTC" },
+        { id = "d", payload = "hi", priority = 50 },
+        { id = "e", payload = "old", expires_at = now() + 1 }, { id = "e", payload = "new" },
+        { id = "g\0z", payload = "zero byte" },
+      })
+      -- a ready job whose payload encodings are junk (another client's bytes)
+      env.conn:call("ZADD", p .. "jobs", 0, "j\0\0r" .. mp.pack(now() - 1) .. "\193")
+      env.conn:call("RPUSH", p .. "ready", "j")
+      local dumps = {}
+      for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do dumps[k] = env.conn:call("DUMP", k) end
+      local at = now() + 2
+      local function restore()
+        for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do env.conn:call("DEL", k) end
+        for k, v in pairs(dumps) do env.conn:call("RESTORE", k, 0, v) end
+      end
+      -- the decoded form, read here
+      local r = env.conn:script("fetch", p, S.TOKEN, 30000, at, 20, "", "1")
+      local decoded, i = {}, 7
+      for _ = 1, tonumber(r[6]) do
+        local job = { id = r[i], perform_in = tonumber(r[i + 1]), retry_count = tonumber(r[i + 2]),
+                      error = r[i + 3] ~= "" and r[i + 3] or nil, payloads = {} }
+        for k = 1, tonumber(r[i + 4]) do job.payloads[k] = { r[i + 4 + k] } end
+        decoded[#decoded + 1] = job
+        i = i + 5 + tonumber(r[i + 4])
+      end
+      if r[i] == "windows" then
+        for k = 1, tonumber(r[i + 1]) do decoded[tonumber(r[i + 2 * k])].windows = r[i + 2 * k + 1] end
+      end
+      restore()
+      local q = require "luakiq.queue"
+      local args = { "fetch", p, S.TOKEN, 30000, at, 20, "", "1", "0", "records" }
+      local raw = env.conn:script(unpack(args))
+      local res = q.parse_fetch(raw, { prefix = p, worker = "Test", shard = 0 })
+      assert.are.equal(7, #decoded) -- d (priority 50) first, then b, f, a, c, e, g\0z; not j
+      assert.are.same(decoded, res.jobs)
+      assert.are.equal("d", res.jobs[1].id)
+      assert.are.same({ { "1" }, { "2" }, { "3" } }, res.jobs[4].payloads)
+      assert.are.same({ 0, "moob" }, { res.jobs[3].retry_count, res.jobs[3].error }) -- (Test stores errors reversed)
+      assert.are.equal("UTC|00:00-24:00", res.jobs[5].windows)
+      assert.are.same({ { '"new"' } }, res.jobs[6].payloads)
+      assert.are.equal("g\0z", res.jobs[7].id)
+      assert.is_true(res.windows)
+      -- j's record reached the host in this form (8 records), which dropped it;
+      -- it is in flight with the batch, and leaves with its ack
+      assert.are.equal("8", raw[6])
+      assert.are.equal(8, env.conn:call("HLEN", p .. "busy"))
+      -- a lost reply: the batch comes again, the same jobs (in perform_in
+      -- order: d's priority no longer counts)
+      local again = q.parse_fetch(env.conn:script(unpack(args)), { prefix = p, worker = "Test", shard = 0 })
+      local function by_id(list)
+        table.sort(list, function(x, y) return x.id < y.id end)
+        return list
+      end
+      assert.are.same(by_id(res.jobs), by_id(again.jobs))
+      env:fetch("Test", 0, { ack = raw[2], fetch = false })
+      assert.are.equal(0, env.conn:call("EXISTS", p .. "busy", p .. "jobs"))
+      assert.are.same({ "1" }, { env.conn:call("HGET", p .. "counters", "expired") })
+    end)
+
     it("fail.lua never acquires a shard: {LEASE, -2} after another holder's lease ran out", function()
       env:push("Test", { { id = 1 } })
       local res = env:fetch("Test", 0, { token = "a" })

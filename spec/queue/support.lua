@@ -108,7 +108,7 @@ function E:fetch(worker, shard, o)
   o = o or {}
   local p = self:prefix(worker, shard)
   local r = self.conn:script("fetch", p, o.token or S.TOKEN, o.lease_ms or 30000, o.now or core.now(),
-    o.limit or 10, o.ack or "", o.fetch == false and "0" or "1")
+    o.limit or 10, o.ack or "", o.fetch == false and "0" or "1", "0", "records")
   if r[1] == "LEASE" then return { lease = true, pttl = tonumber(r[2]) } end
   local res = queue.parse_fetch(r, { prefix = p, worker = worker, shard = shard or 0 })
   for _, job in ipairs(res.jobs) do load_job(self.cfg, job) end

@@ -219,11 +219,31 @@ local function job_decode(m, E)
   return place, pin, pl
 end
 
+-- The head of the member m (of escaped id E) of `jobs`, for fetch.lua's
+-- copy of its payload bytes into a busy record without decoding them:
+-- place, pin (number), and the offset (0-based) where the payload
+-- encodings start; nil when the head is junk or no payload follows.
+local function job_peek(m, E)
+  local place = m:sub(#E + 3, #E + 3)
+  if place ~= "r" and place ~= "l" and place ~= "p" then return nil end
+  local ok, nxt, pin = pcall(cmsgpack.unpack_one, m, #E + 3)
+  if not ok or type(pin) ~= "number" or pin ~= pin or nxt < 0 then return nil end
+  return place, pin, nxt
+end
+
 -- A busy record (P busy[id]): perform_in and retry_count (Redis score
 -- strings, handed back to the host verbatim), priority (nil = 100), windows
 -- (nil = none), then the payloads.
 local function busy_record(pin, rc, prio, win, pl)
   return pack_payloads({ pin, rc, prio or false, win or false }, pl, tonumber(pin))
+end
+
+-- The same busy record from a queued member m whose payload encodings start
+-- at offset nxt (job_peek): they are copied as they are (a score left out
+-- means "= perform_in" in both records, and pin is the queued number's
+-- exact score string), which saves fetch.lua a decode and an encode.
+local function busy_record_of(pin, rc, prio, win, m, nxt)
+  return cmsgpack.pack(pin, rc, prio or false, win or false) .. m:sub(nxt + 1)
 end
 
 -- Reads a busy record: pin, rc (strings), prio, win (strings or nil),

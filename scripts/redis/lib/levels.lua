@@ -43,15 +43,24 @@ local function queue_keys(P, K)
   return out
 end
 
--- The queued job of id: its member of P jobs, escaped id, place, perform_in
--- (number) and payload list; nil when not queued. A junk member comes back
--- with place nil (the caller drops it).
-local function find_job(K, id)
+-- The queued job of id, its member of P jobs read by decode (job_decode or
+-- job_peek): member, escaped id, then what decode gives; nil when not queued.
+local function lookup_job(K, id, decode)
   local E = esc(id)
   local m = find_member(K.jobs, E)
   if not m then return nil, E end
-  return m, E, job_decode(m, E)
+  return m, E, decode(m, E)
 end
+
+-- The queued job of id: its member of P jobs, escaped id, place, perform_in
+-- (number) and payload list; nil when not queued. A junk member comes back
+-- with place nil (the caller drops it).
+local function find_job(K, id) return lookup_job(K, id, job_decode) end
+
+-- find_job without decoding the payloads: member, escaped id, place, pin
+-- (number) and the offset of the payload encodings (keys.lua's job_peek);
+-- nil when not queued, place nil for a junk member.
+local function peek_job(K, id) return lookup_job(K, id, job_peek) end
 
 -- Where id is queued: its perform_in (string) and priority (string, nil =
 -- 100), or nil when it is not queued.
