@@ -14,6 +14,12 @@
 -- ("page_deep_levels_ms"); and then with 4 and 100 stale entries in ready
 -- (jobs deleted: "page_deep_stale4_ms", "page_deep_stale100_ms").
 -- One line per figure: "QUEUED figure value".
+-- BIN lua examples/benchmark/hotpath.lua fetch [QUEUED]   (default 100000):
+-- fetch.lua alone on a shard of QUEUED blank jobs with nothing else in it
+-- (no priorities, no stale entries): three rounds of, for limits 10 and 100,
+-- push 20,000 more and fetch 20,000 with acks; per round and limit the Redis
+-- CPU (INFO cpu) and the EVALSHA time (INFO commandstats) per fetched job.
+-- Run it against another tree's scripts with LUAKIQ_SCRIPTS=TREE/scripts.
 package.path = "spec/?.lua;" .. package.path
 local core = require "luakiq.core"
 local redis = require "helpers.redis"
@@ -57,7 +63,7 @@ local function fetch(srv, n, limit, now)
   local now_s, lim = string.format("%.17g", now + 1), tostring(limit)
   local got, ack = 0, ""
   while got < n do
-    local r = srv.conn:script("fetch", P, TOKEN, "30000", now_s, lim, ack, "1")
+    local r = srv.conn:script("fetch", P, TOKEN, "30000", now_s, lim, ack, "1", "0", "records") -- (the host's form)
     assert(r[1] == "OK", tostring(r[1]) .. " " .. tostring(r[2]))
     local k = tonumber(r[6])
     if k == 0 then break end
@@ -75,6 +81,38 @@ local function page_ms(srv, off, walk)
   local r = srv.conn:script("jobs", unpack(args))
   assert(tonumber(r[1]) == 100, tostring(r[1]))
   return (cpu(srv) - c) * 1e3
+end
+
+local function evalsha_us(srv)
+  return tonumber(srv.conn:call("INFO", "commandstats"):match("cmdstat_evalsha:calls=%d+,usec=(%d+)"))
+end
+
+-- The "fetch" mode (above).
+local function fetch_only(srv, queued)
+  local now = core.now()
+  push(srv, queued, now)
+  fetch(srv, 100, 10, now) -- (loads the script)
+  for round = 1, 3 do
+    for _, limit in ipairs { 10, 100 } do
+      push(srv, 20000, now)
+      local c0, e0 = cpu(srv), evalsha_us(srv)
+      local got = fetch(srv, 20000, limit, now)
+      local c1, e1 = cpu(srv), evalsha_us(srv)
+      print(("%d fetch%d_round%d_us_per_job %.2f evalsha %.2f"):format(queued, limit, round,
+        (c1 - c0) / got * 1e6, (e1 - e0) / got))
+    end
+  end
+end
+
+if ... == "fetch" then
+  local srv = redis.start()
+  local ok, err = pcall(fetch_only, srv, tonumber((select(2, ...))) or 100000)
+  srv:stop()
+  if not ok then
+    redis.cleanup()
+    error(err, 0)
+  end
+  return
 end
 
 local sizes = {}
