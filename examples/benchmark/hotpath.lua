@@ -104,14 +104,19 @@ local function fetch_only(srv, queued)
   end
 end
 
-if ... == "fetch" then
+-- fn(srv, queued) on a fresh redis-server, stopped also on an error.
+local function on_fresh_server(fn, queued)
   local srv = redis.start()
-  local ok, err = pcall(fetch_only, srv, tonumber((select(2, ...))) or 100000)
+  local ok, err = pcall(fn, srv, queued)
   srv:stop()
   if not ok then
     redis.cleanup()
     error(err, 0)
   end
+end
+
+if ... == "fetch" then
+  on_fresh_server(fetch_only, tonumber((select(2, ...))) or 100000)
   return
 end
 
@@ -157,13 +162,5 @@ local function measure(srv, queued)
   print(("%d fetch100_us_per_job %.2f"):format(queued, (c5 - c4) / got * 1e6))
 end
 
-for _, queued in ipairs(sizes) do
-  local srv = redis.start()
-  local ok, err = pcall(measure, srv, queued)
-  srv:stop()
-  if not ok then
-    redis.cleanup()
-    error(err, 0)
-  end
-end
+for _, queued in ipairs(sizes) do on_fresh_server(measure, queued) end
 redis.cleanup()

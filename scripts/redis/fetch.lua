@@ -34,7 +34,7 @@
 -- error or "", and its busy record as stored in P busy (docs/redis.md,
 -- "Records"), which the host decodes: a fetched job's payload encodings are
 -- copied from its queued record into the busy record without being decoded
--- in Redis (docs/benchmarks.md: ~2 us of Redis CPU per job). A record whose
+-- in Redis (docs/benchmarks.md: ~1.5 us of Redis CPU per job). A record whose
 -- payloads do not decode reaches the host, which drops it (the decoded form
 -- drops it here); either way it leaves with the batch's ack.
 -- luakiq:include keys
@@ -406,18 +406,17 @@ if want == "1" and limit > 0 then
         if mem then rem[#rem + 1] = mem end
         -- Its busy record, the payload bytes copied; an id without a record
         -- (junk, or every payload expired) is dropped.
-        local prio, win, rec = prios and prios[i], wins[i], nil
-        if nxt and expiring and redis.call("SISMEMBER", K.expiring, id) == 1 then
-          local _, _, pl = job_decode(mem, esc(id))
-          if pl then pl = expire(id, pl, now_s) end
-          if pl and #pl > 0 then rec = busy_record(pin, rc, prio, win, pl) end
-        elseif nxt then
-          rec = busy_record_of(pin, rc, prio, win, mem, nxt)
-        end
-        local pl
-        if rec and not records then
-          pl = select(5, busy_decode(rec, pin))
-          if not pl then rec = nil end
+        -- (decoded only for the decoded form, or to drop expired payloads)
+        local prio, win, rec, pl = prios and prios[i], wins[i], nil, nil
+        if nxt then
+          local expires = expiring and redis.call("SISMEMBER", K.expiring, id) == 1
+          if expires or not records then
+            pl = select(3, job_decode(mem, esc(id)))
+            if pl and expires then pl = expire(id, pl, now_s) end
+            if pl and #pl > 0 then rec = busy_record(pin, rc, prio, win, pl) end
+          else
+            rec = busy_record_of(pin, rc, prio, win, mem, nxt)
+          end
         end
         if rec then
           if n == 0 then
