@@ -134,16 +134,35 @@ end
 
 M.Cluster = {}
 
--- Waits until every running node says cluster_state:ok and agrees on the
--- masters; (re)opens cl.conn.
+-- What a node believes owns the slots: "id:slots" of every node with slots,
+-- sorted (redis-cli --cluster check refuses to work while two nodes differ:
+-- "Nodes don't agree about configuration").
+local function slot_signature(conn)
+  local text = conn:pcall("CLUSTER", "NODES")
+  if type(text) ~= "string" then return nil end
+  local out = {}
+  for line in text:gmatch("[^\n]+") do
+    local f = {}
+    for w in line:gmatch("%S+") do f[#f + 1] = w end
+    if #f > 8 then out[#out + 1] = f[1] .. ":" .. table.concat(f, ",", 9) end
+  end
+  table.sort(out)
+  return table.concat(out, " ")
+end
+
+-- Waits until every running node says cluster_state:ok, agrees on who owns
+-- which slots and every replica is in sync; (re)opens cl.conn.
 function M.Cluster:await_ok(timeout)
   local deadline = core.now() + (timeout or 30)
   while core.now() < deadline do
-    local ok = true
+    local ok, sig = true, nil
     for _, n in ipairs(self.nodes) do
       if n.conn then
         local info = n.conn:pcall("CLUSTER", "INFO")
         if not (type(info) == "string" and info:find("cluster_state:ok", 1, true)) then ok = false end
+        local s = slot_signature(n.conn)
+        if not s or (sig and s ~= sig) then ok = false end
+        sig = sig or s
         -- and every replica in sync with its master
         local repl = n.conn:pcall("INFO", "replication")
         if type(repl) ~= "string" or (repl:find("role:slave", 1, true) and not repl:find("master_link_status:up", 1, true)) then
