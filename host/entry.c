@@ -29,6 +29,7 @@
 #include "http.h"
 #include "proc.h"
 #include "log.h"
+#include "record.h"
 #include "runner.h"
 #include "sys.h"
 #include "vm.h"
@@ -46,6 +47,7 @@ int entry_open_core(lua_State *L) {
     conn_register(L);
     http_register(L);
     proc_register(L);
+    record_register(L);
     hostlua_register(L, &entry_worker);
     return 1;
 }

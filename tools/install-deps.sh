@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(build-essential cmake pkg-config libluajit-5.1-dev luajit libhiredis-dev libevent-dev
-      zlib1g-dev libcurl4-openssl-dev libssl-dev ca-certificates lua-busted lua-cjson lua-messagepack redis-server)
+      zlib1g-dev libcurl4-openssl-dev libssl-dev libmsgpack-dev ca-certificates lua-busted lua-cjson redis-server)
 # The web specs (spec/web): curl for the API, headless Chromium driven by
 # playwright-core (an npm package, tools/web-test) for the dashboard. Node from
 # elsewhere (e.g. NodeSource) is fine: Debian's is only added when none is there.

@@ -17,7 +17,7 @@ local USAGE = [[
 usage: luakiq lua examples/benchmark/bench.lua [options]
   --jobs N            jobs per shape (default 100000)
   --shapes LIST       comma-separated, from lag1,seq1,lag1x,b10,b100,thr1 (default all; none: skip),
-                      and one1,one100 (one shard: one thread at a time; not in the default)
+                      and one1,one100 (one shard: one thread at a time), lag10 (batch 1, a fixed fetch of 10; not in the default)
   --latency N         latency mode over N jobs (default 1000; 0 = skip)
   --io N              I/O-bound shape: N jobs of one 100 ms HTTP request each (default 5000; 0 = skip;
                       Sidekiq runs N/10 of them); needs python3 and curl
@@ -49,6 +49,9 @@ local SHAPES = {
   seq1 = { name = "seq, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "seq" },
   -- Lowkiq's one fetch per batch (fetch_size = batch_size), for comparison
   lag1x = { name = "lag, 5 shards, batch 1, fetch 1", shards = 5, batch = 1, fetch = 1, scheduler = "lag" },
+  -- lag1 with the fixed fetch of 10 that was the default before fetches
+  -- adapted (not in the default run; docs/benchmarks.md, "Fetches sized by time")
+  lag10 = { name = "lag, 5 shards, batch 1, fetch 10", shards = 5, batch = 1, fetch = 10, scheduler = "lag" },
   b10 = { name = "lag, 24 shards, batch 10", shards = 24, batch = 10, scheduler = "lag" },
   b100 = { name = "lag, 24 shards, batch 100", shards = 24, batch = 100, scheduler = "lag" },
   -- lag1 with a throttle that lets everything run: what the running-set
@@ -362,7 +365,7 @@ local function load_cfg(s)
   local cfg = runtime.load(APP)
   local w = cfg.by_name.Blank
   w.shards_count, w.batch_size = s.shards, s.batch
-  w.fetch_size = s.fetch or math.max(s.batch, w.fetch_size)
+  if s.fetch then w.fetch_size, w.fetch_auto = s.fetch, nil end
   cfg.redis = REDIS_URL
   return cfg
 end

@@ -195,7 +195,7 @@ local function prepare(B, target, s)
   local cfg = runtime.load(B.APP)
   local w = cfg.by_name.Blank
   w.shards_count, w.batch_size = s.shards, s.batch
-  w.fetch_size = s.fetch or math.max(s.batch, w.fetch_size)
+  if s.fetch then w.fetch_size, w.fetch_auto = s.fetch, nil end
   cfg.redis = target.url
   local rconn = assert(runtime.connect(cfg, 5))
   assert(runtime.register(rconn, cfg))

@@ -139,8 +139,17 @@ function M.defaults()
 end
 
 local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25 }
--- fetch_size defaults to max(batch_size, FETCH_AHEAD): see docs/configuration.md.
+-- fetch_size: see docs/configuration.md. Given, it is fixed. Else, for most
+-- workers, each shard's fetch adapts (fetch_auto): it starts at
+-- max(batch_size, FETCH_AHEAD) and then takes what the shard's jobs have
+-- been performing in about FETCH_TIME seconds, between batch_size and
+-- max(batch_size, FETCH_MAX) (runner.lua). So a fetch of fast jobs is one
+-- Redis call per FETCH_MAX jobs, and what a fetch holds back from merging
+-- (a push for an id fetched but not performed yet waits apart) is about
+-- FETCH_TIME of work whatever the jobs cost.
 local FETCH_AHEAD = 10
+local FETCH_MAX = 100
+local FETCH_TIME = 0.01
 
 -- Edit distance, for "did you mean" hints on unknown keys.
 local function distance(a, b)
@@ -261,17 +270,25 @@ local function load_worker(file, stem)
   if t.fetch_size and t.fetch_size < batch_size then
     fail(file .. ": fetch_size (" .. t.fetch_size .. ") must be >= batch_size (" .. batch_size .. ")")
   end
+  -- at most once: a fetch is one call (a kill -9 morgues the whole fetch);
+  -- concurrency: one call per fetch, so a call refused its units puts back
+  -- only its own jobs; a throttle fetches a fixed max(batch_size, 10) ahead,
+  -- so that a job it holds does not keep the shard's next jobs from it
+  local fixed_fetch
+  if t.delivery == "at_most_once" or (t.concurrency and not t.throttle) then
+    fixed_fetch = batch_size
+  elseif t.throttle then
+    fixed_fetch = math.max(batch_size, FETCH_AHEAD)
+  end
   local w = {
     name = name,
     queue_name = t.queue_name or name,
     shards_count = t.shards_count or WORKER_DEFAULTS.shards_count,
     batch_size = batch_size,
-    -- at most once: a fetch is one call (a kill -9 morgues the whole fetch)
-    -- (concurrency: one call per fetch, so a call refused its units puts
-    -- back only its own jobs; but a throttle fetches ahead, so that a job
-    -- it holds does not keep the shard's next jobs from it)
-    fetch_size = t.fetch_size or ((t.delivery == "at_most_once" or (t.concurrency and not t.throttle)) and batch_size
-      or math.max(batch_size, FETCH_AHEAD)),
+    fetch_size = t.fetch_size or fixed_fetch or math.max(batch_size, FETCH_MAX),
+    fetch_auto = not (t.fetch_size or fixed_fetch) or nil,
+    fetch_start = math.max(batch_size, FETCH_AHEAD),
+    fetch_time = FETCH_TIME,
     concurrency = t.concurrency,
     cost = t.cost,
     throttle = t.throttle,

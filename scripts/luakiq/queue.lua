@@ -4,10 +4,6 @@
 -- so a call re-sent after a lost reply can never ack or fail another batch.
 local core = require "luakiq.core"
 local log = require "luakiq.log"
--- lua-messagepack (Debian's lua-messagepack, docs/architecture.md): the
--- busy records fetch.lua hands over as they are stored.
-local mp = require "MessagePack"
-
 local M = {}
 
 -- The fetch.lua call for handler h (t: the thread state with token, lease_ms,
@@ -20,22 +16,10 @@ function M.fetch_cmd(h, t, limit, ack)
            "records" }
 end
 
--- Decodes the MessagePack values of rec into vals[1..n] (a thread's VM runs
--- one decode at a time, so one cursor and one table serve every record;
--- entries past n are left over from a longer record). Returns n. Raises on
--- bytes that do not decode. (mp.unpacker would make a cursor and a closure
--- per record: twice the host CPU per fetched job.)
-local cursor = { s = "", i = 1, j = 0, underflow = function() error("missing bytes", 0) end }
+-- The values of a busy record, decoded by core.unpack (host/record.c) into
+-- one table a thread's VM reuses (it runs one decode at a time); entries
+-- past the record's count are left over from a longer record.
 local vals = {}
-local function decode_values(rec)
-  cursor.s, cursor.i, cursor.j = rec, 1, #rec
-  local n = 0
-  while cursor.i <= cursor.j do
-    n = n + 1
-    vals[n] = mp.unpack_cursor(cursor)
-  end
-  return n
-end
 
 -- A busy record (docs/redis.md, "Records": perform_in and retry_count as
 -- strings, priority and windows or false, then payload, score or nil, ...)
@@ -43,8 +27,8 @@ end
 -- payload (junk someone else wrote: the caller drops it).
 local function busy_job(id, err, rec)
   if type(rec) ~= "string" then return nil end
-  local ok, n = pcall(decode_values, rec)
-  if not ok or n < 6 then return nil end
+  local n = core.unpack(rec, vals)
+  if not n or n < 6 then return nil end
   local job = { id = id, perform_in = tonumber(vals[1]) or core.now(), retry_count = tonumber(vals[2]) or -1,
                 error = err ~= "" and err or nil, payloads = {} }
   if type(vals[4]) == "string" and vals[4] ~= "" then job.windows = vals[4] end

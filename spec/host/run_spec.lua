@@ -244,6 +244,44 @@ describe("luakiq run", function()
     assert.are.equal(0, p2:wait(5))
   end)
 
+  -- fetch_size not set: each shard's fetch takes what its jobs perform in
+  -- about 10 ms (config.lua, runner.lua fetch_adapt), between batch_size
+  -- and 100, starting at 10. Seen from a call: the busy hash holds the
+  -- whole fetch in flight.
+  it("adapts a shard's fetch to its jobs' time: fast jobs up to 100 at once, slow ones one", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 2, poll_interval = 1 }",
+      ["workers/Fast.lua"] = [[local luakiq = require "luakiq"
+        local n = 0
+        return { shards_count = 1, perform = function()
+          n = n + 1
+          if n % 25 == 0 then luakiq.redis.call("RPUSH", "t:fast", luakiq.redis.call("HLEN", "luakiq:{Fast:0}:busy")) end
+        end }]],
+      ["workers/Slow.lua"] = [[local luakiq = require "luakiq"
+        return { shards_count = 1, perform = function()
+          luakiq.redis.call("RPUSH", "t:slow", luakiq.redis.call("HLEN", "luakiq:{Slow:0}:busy"))
+          luakiq.sleep(0.03)
+        end }]],
+    }
+    local fast, slow = {}, {}
+    for i = 1, 3000 do fast[i] = ('{"id":"f%d"}'):format(i) end
+    for i = 1, 14 do slow[i] = ('{"id":"s%02d"}'):format(i) end
+    enqueue(dir, "Fast", fast)
+    enqueue(dir, "Slow", slow)
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function()
+      return srv.conn:call("LLEN", "t:fast") == 120 and srv.conn:call("LLEN", "t:slow") == 14
+    end, 30, "both drained", function() return p:log() end)
+    local most = 0
+    for _, v in ipairs(srv.conn:call("LRANGE", "t:fast", 0, -1)) do most = math.max(most, tonumber(v)) end
+    assert.is_true(most > 10 and most <= 100, "the most jobs one fetch of Fast held: " .. most)
+    -- the first fetch of Slow takes 10 (30 ms each), every one after it 1
+    local seen = srv.conn:call("LRANGE", "t:slow", 0, -1)
+    assert.are.same({ "10", "10", "10", "10", "10", "10", "10", "10", "10", "10", "1", "1", "1", "1" }, seen)
+    assert.is_true(p:signal("TERM"))
+    assert.are.equal(0, p:wait(10), p:log())
+  end)
+
   it("perform_async from a worker enqueues into another worker (client middlewares apply)", function()
     local dir = host.scriptdir {
       ["config.lua"] = [[return { poll_interval = 0.1, client_middlewares = {

@@ -1,0 +1,74 @@
+/* record.c - core.unpack: the MessagePack values of a record as Lua values.
+ *
+ * fetch.lua hands the host each fetched job's busy record as Redis stores it
+ * (cmsgpack: perform_in, retry_count, priority, windows, then payloads and
+ * their scores; docs/redis.md "Records"), so Redis copies the payload bytes
+ * instead of decoding and re-encoding them. The host decodes them here, with
+ * msgpack-c (Debian's libmsgpack-dev), once per fetched job: the pure-Lua
+ * decoder it replaced made a closure per short string and cost the host
+ * ~0.8 us per record (docs/benchmarks.md).
+ *
+ * Threads: no state; each call works on its caller's VM only. */
+#include <string.h>
+#include <lua.h>
+#include <lauxlib.h>
+#include <msgpack.h>
+#include "record.h"
+
+/* core.unpack(s, t) -> n | nil: stores the values MessagePack-encoded one
+ * after another in s into t[1..n] (t may be reused: entries past n are
+ * left as they were) and returns n. Only scalars and strings are records' values: an array, a
+ * map, an extension or bytes that do not decode give nil (junk another
+ * program wrote; the caller drops the record). Each value is decoded and
+ * its zone freed before anything is pushed, so a Lua error (out of memory)
+ * cannot leak it: strings point into s, which the caller's stack holds. */
+static int record_unpack(lua_State *L) {
+    size_t len, off = 0;
+    const char *s = luaL_checklstring(L, 1, &len);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int n = 0;
+    while (off < len) {
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        msgpack_unpack_return r = msgpack_unpack_next(&u, s, len, &off);
+        msgpack_object o = u.data;
+        msgpack_unpacked_destroy(&u);
+        if (r != MSGPACK_UNPACK_SUCCESS && r != MSGPACK_UNPACK_EXTRA_BYTES) {
+            lua_pushnil(L);
+            return 1;
+        }
+        n++;
+        switch (o.type) {
+        case MSGPACK_OBJECT_NIL:
+            lua_pushnil(L);
+            break;
+        case MSGPACK_OBJECT_BOOLEAN:
+            lua_pushboolean(L, o.via.boolean);
+            break;
+        case MSGPACK_OBJECT_POSITIVE_INTEGER:
+            lua_pushnumber(L, (lua_Number)o.via.u64);
+            break;
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+            lua_pushnumber(L, (lua_Number)o.via.i64);
+            break;
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64:
+            lua_pushnumber(L, (lua_Number)o.via.f64);
+            break;
+        case MSGPACK_OBJECT_STR:
+            lua_pushlstring(L, o.via.str.ptr, o.via.str.size);
+            break;
+        default:
+            lua_pushnil(L);
+            return 1;
+        }
+        lua_rawseti(L, 2, n);
+    }
+    lua_pushinteger(L, n);
+    return 1;
+}
+
+void record_register(lua_State *L) {
+    lua_pushcfunction(L, record_unpack);
+    lua_setfield(L, -2, "unpack");
+}
