@@ -305,7 +305,19 @@ local function call_record(h, jobs, done, token)
     parts[#parts + 1] = netstring(job.id)
     parts[#parts + 1] = netstring(job.retry_count)
   end
-  for _, id in ipairs(done or {}) do parts[#parts + 1] = netstring(id) end
+  -- done grows by each call of the fetch (up to fetch_size ids): its
+  -- netstrings are kept on it and only the new ids encoded, so a fetch of n
+  -- calls costs O(n) encodings, not O(n^2)
+  if done and #done > 0 then
+    local text, k = done.ns_text or "", done.ns_n or 0
+    if k < #done then
+      local more = {}
+      for i = k + 1, #done do more[#more + 1] = netstring(done[i]) end
+      text = text .. table.concat(more)
+      done.ns_text, done.ns_n = text, #done
+    end
+    parts[#parts + 1] = text
+  end
   return table.concat(parts)
 end
 
