@@ -185,10 +185,12 @@ end
 local levels = prio or has_levels(K)
 -- The call's queued members in one read when they are few: ZLEXCOUNT of
 -- P jobs between the call's lowest and highest id (O(log n)); when that is
--- at most 4 per distinct id (a new or small queue, ids that grow), one
--- ZRANGE BYLEX reads them all and each id is looked up in that map
--- (~0.3 us a member read against ~2 us a ZRANGE per id, docs/benchmarks.md);
--- else each id is looked up alone (find_job).
+-- at most 64 more than the call's distinct ids (a new or small queue, ids
+-- that grow), one ZRANGE BYLEX reads them all and each id is looked up in
+-- that map (~0.3 us a member read against ~2 us a ZRANGE per id,
+-- docs/benchmarks.md); else each id is looked up alone (find_job). (The
+-- bound is on other ids' members read for nothing: a member holds all of
+-- its id's payloads, so they may be large.)
 local known -- escaped id -> its first member, when read in one range
 do
   local lo, hi, k, seen = nil, nil, 0, {}
@@ -203,7 +205,7 @@ do
   end
   local from, to = "[" .. esc(lo or "") .. "\0\0", "(" .. esc(hi or "") .. "\0\1"
   local c = k > 0 and redis.call("ZLEXCOUNT", K.jobs, from, to) or 0
-  if c <= 4 * k then
+  if c <= k + 64 then
     known = {}
     if c > 0 then
       for _, m in ipairs(redis.call("ZRANGE", K.jobs, from, to, "BYLEX")) do

@@ -55,22 +55,23 @@ describe("queue", function()
 
   describe("push merge (new + queued)", function()
     -- push.lua reads the call's queued members in one range when they are at
-    -- most 4 per distinct id, else looks each id up: both paths merge alike.
+    -- most 64 more than its distinct ids, else looks each id up: both paths
+    -- merge alike.
     it("merges into queued ids whether the call's id range holds few or many other jobs", function()
       local many = {}
-      for i = 1, 40 do many[i] = { id = ("m%02d"):format(i), payload = "old", score = 1 } end
+      for i = 1, 90 do many[i] = { id = ("m%02d"):format(i), payload = "old", score = 1 } end
       env:push("Test", many)
       -- few in range: m05 and m06 (and one zero-byte id next to them)
       env:push("Test", { { id = "m05", payload = "new", score = 2 }, { id = "m06", payload = "old", score = 0 },
                          { id = "m05\0", payload = "z", score = 1 } })
-      -- many in range: m01 .. m40 span all 40 jobs for 2 ids
-      env:push("Test", { { id = "m01", payload = "new", score = 2 }, { id = "m40", payload = "x", score = 3 } })
+      -- many in range: m01 .. m90 span all 90 jobs for 2 ids
+      env:push("Test", { { id = "m01", payload = "new", score = 2 }, { id = "m90", payload = "x", score = 3 } })
       assert.are.same({ { "old", 1 }, { "new", 2 } }, env:queued("Test", "m05").payloads)
       assert.are.same({ { "old", 0 } }, env:queued("Test", "m06").payloads)
       assert.are.same({ { "z", 1 } }, env:queued("Test", "m05\0").payloads)
       assert.are.same({ { "old", 1 }, { "new", 2 } }, env:queued("Test", "m01").payloads)
-      assert.are.same({ { "old", 1 }, { "x", 3 } }, env:queued("Test", "m40").payloads)
-      assert.are.equal(41, env.conn:call("ZCARD", env:prefix("Test") .. "jobs"))
+      assert.are.same({ { "old", 1 }, { "x", 3 } }, env:queued("Test", "m90").payloads)
+      assert.are.equal(91, env.conn:call("ZCARD", env:prefix("Test") .. "jobs"))
     end)
 
     it("keeps a single payload with the first, lower score", function()
