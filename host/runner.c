@@ -423,6 +423,14 @@ void runner_stats(int i, struct runner_stat *out) {
     out->lua_bytes = atomic_load_explicit(&r->lua_bytes, memory_order_relaxed);
 }
 
+/* A call's timeout from its start and deadline (deadline = start + timeout
+ * on the monotonic clock), to the microsecond: the subtraction alone gives
+ * 599.9999999999995 for 600 once the clock is large enough that start +
+ * timeout rounds. */
+static double runner_span(double started, double deadline) {
+    return round((deadline - started) * 1e6) / 1e6;
+}
+
 /* Main thread (dashboard, /metrics): a copy of thread i's running and
  * parked calls, taken under its lock, so the caller reads no shared memory. */
 int runner_calls(int i, struct runner_call *out, int max) {
@@ -437,7 +445,7 @@ int runner_calls(int i, struct runner_call *out, int max) {
             snprintf(c->worker, sizeof c->worker, "%s", r->worker);
             c->shard = r->shard;
             c->age = now - r->call_started;
-            c->timeout = r->deadline - r->call_started;
+            c->timeout = runner_span(r->call_started, r->deadline);
             c->parked = 0;
         }
         n++;
@@ -449,7 +457,7 @@ int runner_calls(int i, struct runner_call *out, int max) {
         snprintf(c->worker, sizeof c->worker, "%s", p->worker ? p->worker : "");
         c->shard = p->shard;
         c->age = now - p->started;
-        c->timeout = p->deadline - p->started;
+        c->timeout = runner_span(p->started, p->deadline);
         c->parked = 1;
     }
     pthread_mutex_unlock(&r->mu);
