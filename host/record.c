@@ -9,19 +9,19 @@
  * ~0.8 us per record (docs/benchmarks.md).
  *
  * Threads: no state; each call works on its caller's VM only. */
-#include <string.h>
 #include <lua.h>
 #include <lauxlib.h>
 #include <msgpack.h>
 #include "record.h"
 
 /* core.unpack(s, t) -> n | nil: stores the values MessagePack-encoded one
- * after another in s into t[1..n] (t may be reused: entries past n are
- * left as they were) and returns n. Only scalars and strings are records' values: an array, a
- * map, an extension or bytes that do not decode give nil (junk another
- * program wrote; the caller drops the record). Each value is decoded and
- * its zone freed before anything is pushed, so a Lua error (out of memory)
- * cannot leak it: strings point into s, which the caller's stack holds. */
+ * after another in s into t[1..n] (t may be reused: entries past n are left
+ * as they were) and returns n. Records hold only scalars and strings: an
+ * array, a map, an extension, bin or bytes that do not decode give nil
+ * (junk another program wrote; the caller drops the record). Each value is
+ * decoded and its zone freed before anything is pushed, so a Lua error (out
+ * of memory) cannot leak it: strings point into s, which the caller's stack
+ * holds. */
 static int record_unpack(lua_State *L) {
     size_t len, off = 0;
     const char *s = luaL_checklstring(L, 1, &len);
