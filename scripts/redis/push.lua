@@ -183,44 +183,11 @@ end
 -- and retry_count of the queued job, else of the id's first group; the
 -- lowest priority), then each job is written once.
 local levels = prio or has_levels(K)
--- The call's queued members in one read when they are few: ZLEXCOUNT of
--- P jobs between the call's lowest and highest id (O(log n)); when that is
--- at most 64 more than the call's distinct ids (a new or small queue, ids
--- that grow), one ZRANGE BYLEX reads them all and each id is looked up in
--- that map (~0.3 us a member read against ~2 us a ZRANGE per id,
--- docs/benchmarks.md); else each id is looked up alone (find_job). (The
--- bound is on other ids' members read for nothing: a member holds all of
--- its id's payloads, so they may be large.)
-local known -- escaped id -> its first member, when read in one range
+-- (the call's members read in one range when they are few: read_jobs)
 do
-  local lo, hi, k, seen = nil, nil, 0, {}
-  for i = 3, last, 5 do
-    local id = ARGV[i]
-    if not seen[id] then
-      seen[id] = true
-      k = k + 1
-      if not lo or id < lo then lo = id end
-      if not hi or id > hi then hi = id end
-    end
-  end
-  local from, to = "[" .. esc(lo or "") .. "\0\0", "(" .. esc(hi or "") .. "\0\1"
-  local c = k > 0 and redis.call("ZLEXCOUNT", K.jobs, from, to) or 0
-  if c <= k + 64 then
-    known = {}
-    if c > 0 then
-      for _, m in ipairs(redis.call("ZRANGE", K.jobs, from, to, "BYLEX")) do
-        local e = m:sub(1, (m:find("\0\0", 1, true) or #m + 1) - 1)
-        if not known[e] then known[e] = m end
-      end
-    end
-  end
-end
-local function lookup(id)
-  if not known then return find_job(K, id) end
-  local E = esc(id)
-  local m = known[E]
-  if not m then return nil, E end
-  return m, E, job_decode(m, E)
+  local ids = {}
+  for i = 3, last, 5 do ids[ARGV[i]] = true end
+  read_jobs(K, ids)
 end
 local byid, order = {}, {} -- id -> job; ids in first-occurrence order
 local new_payload = {} -- group -> its payload was not queued yet (pushes with expiries only)
@@ -230,7 +197,7 @@ for i = 3, last, 5 do
   local payload, score = ARGV[i + 4], tonumber(memo[ARGV[i + 3]])
   local j = byid[id]
   if not j then
-    local m, E, place, pin, pl = lookup(id)
+    local m, E, place, pin, pl = find_job(K, id)
     if place then
       j = { E = E, old = m, place = place, pin = pin, map = unite({}, pl), prio = nil }
       if place == "p" then j.prio = redis.call("HGET", K.prio, id) end
@@ -267,6 +234,7 @@ for i = 3, last, 5 do
     j.changed = true
   end
 end
+K.known = nil -- (a copy of P jobs: what follows reads it afresh)
 -- Places: a new job of priority 100 due now goes to the end of P ready when
 -- its perform_in is not below P tail (ready stays in perform_in order; the
 -- call's candidates in (perform_in, id) order), else to P later; a job of

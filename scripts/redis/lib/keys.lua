@@ -130,10 +130,16 @@ local function esc(id)
   return (id:gsub("%z", "\0\1"))
 end
 
--- The id of a member of `jobs` or `morgue:jobs` (the escaped id ends at the
--- first "\0\0").
+-- The escaped id of a member of `jobs` or `morgue:jobs` (it ends at the
+-- first "\0\0"); nil for junk without one.
+local function member_esc(m)
+  local at = m:find("\0\0", 1, true)
+  return at and m:sub(1, at - 1)
+end
+
+-- The id of a member of `jobs` or `morgue:jobs`.
 local function member_id(m)
-  local E = m:sub(1, m:find("%z%z") - 1)
+  local E = member_esc(m)
   if not E:find("%z") then return E end
   return (E:gsub("%z\1", "\0"))
 end
