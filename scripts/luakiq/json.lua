@@ -99,7 +99,7 @@ end
 
 local type, pairs, next, tostring, tonumber = type, pairs, next, tostring, tonumber
 local floor, huge = math.floor, math.huge
-local format, byte, gsub, sort, concat = string.format, string.byte, string.gsub, table.sort, table.concat
+local format, byte, gsub, find, sort, concat = string.format, string.byte, string.gsub, string.find, table.sort, table.concat
 
 local escapes = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
                   ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
@@ -110,6 +110,7 @@ end
 
 local function encode_string(s)
   -- %c also matches DEL (127), which has no entry and so stays as it is.
+  if not find(s, '[%c"\\]') then return '"' .. s .. '"' end
   return '"' .. gsub(s, '[%c"\\]', escapes) .. '"'
 end
 
@@ -228,6 +229,14 @@ end
 
 -- encode(v) -> string; raises "json: ..." on values JSON cannot represent.
 function M.encode(v)
+  -- (a scalar, the usual payload of a job, needs no buffer or context)
+  local tv = type(v)
+  if tv == "string" then return encode_string(v) end
+  if tv == "boolean" then return v and "true" or "false" end
+  if tv == "number" then
+    local s = encode_number(v)
+    if s then return s end
+  end
   local buf = {}
   encode_value(v, { seen = {}, path = {} }, 0, buf)
   return concat(buf)

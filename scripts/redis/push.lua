@@ -133,9 +133,15 @@ end
 -- Validate everything before the first write: a script error does not roll
 -- back.
 local retried = false -- some group has retry_count >= 0 (rare)
+-- (ids: the call's ids, each once; distinct: how many; one_pin: the
+-- perform_in string every group has, false when they differ)
+local ids, distinct, one_pin = {}, 0, ARGV[4]
 for i = 3, last, 5 do
   local n = (i - 3) / 5 + 1
-  if ARGV[i] == "" then error("luakiq push: job " .. n .. ": id is empty", 0) end
+  local id = ARGV[i]
+  if id == "" then error("luakiq push: job " .. n .. ": id is empty", 0) end
+  if not ids[id] then ids[id], distinct = true, distinct + 1 end
+  if ARGV[i + 1] ~= one_pin then one_pin = false end
   finite(ARGV[i + 1], "perform_in", n)
   local rc = finite(ARGV[i + 2], "retry_count", n)
   if rc ~= "-1" and tonumber(rc) >= 0 then retried = true end
@@ -184,10 +190,64 @@ end
 -- lowest priority), then each job is written once.
 local levels = prio or has_levels(K)
 -- (the call's members read in one range when they are few: read_jobs)
-do
-  local ids = {}
-  for i = 3, last, 5 do ids[ARGV[i]] = true end
-  read_jobs(K, ids)
+read_jobs(K, ids)
+-- The usual call takes a shorter way, with the same result as the general
+-- one below: no section but "shards", no retry_count >= 0, a shard without
+-- tags, priorities or expiring payloads, every id new (read in one range,
+-- none queued) and once in the call, all of one perform_in. Then each job
+-- is one record of one payload, the call's jobs go to ready (by id) or all
+-- to later, and nothing is merged: about half the Redis CPU per job of the
+-- general way (docs/benchmarks.md).
+if one_pin and distinct == (last - 2) / 5 and K.known and not (tagsec or expiry or prio or wins or retried)
+    and not has_levels(K) and not has_tags(K) and redis.call("EXISTS", K.expiring) == 0 then
+  local known = K.known
+  local ok = true
+  if next(known) then
+    for i = 3, last, 5 do
+      if known[esc(ARGV[i])] then ok = false break end
+    end
+  end
+  if ok then
+    K.known = nil
+    local pin_s = memo[one_pin]
+    local pin, now = tonumber(pin_s), tonumber(memo[ARGV[2]])
+    local place = "l"
+    if pin <= now and pin >= ready_tail(K) then place = "r" end
+    local ids, add, later, recs = {}, {}, {}, {} -- recs: payload -> record (score = perform_in)
+    for i = 3, last, 5 do
+      local id, payload, score = ARGV[i], ARGV[i + 4], tonumber(memo[ARGV[i + 3]])
+      local rec
+      if score == pin then
+        rec = recs[payload]
+        if not rec then
+          rec = place .. cmsgpack.pack(pin, payload, nil)
+          recs[payload] = rec
+        end
+      else
+        rec = place .. cmsgpack.pack(pin, payload, score)
+      end
+      add[#add + 1] = "0"
+      add[#add + 1] = esc(id) .. "\0\0" .. rec
+      if place == "r" then
+        ids[#ids + 1] = id
+      else
+        later[#later + 1], later[#later + 2] = pin_s, id
+      end
+    end
+    for from = 1, #add, 2000 do redis.call("ZADD", K.jobs, unpack(add, from, math.min(from + 1999, #add))) end
+    for from = 1, #later, 2000 do redis.call("ZADD", K.later, unpack(later, from, math.min(from + 1999, #later))) end
+    if #ids > 0 then
+      table.sort(ids)
+      for from = 1, #ids, 1000 do redis.call("RPUSH", K.ready, unpack(ids, from, math.min(from + 999, #ids))) end
+      redis.call("SET", K.tail, pin_s)
+    end
+    local head = before and tonumber(before)
+    if not head or pin < head then
+      if channel ~= "" then wake(channel, P) end
+      head = pin
+    end
+    return { distinct, score_str(head) }
+  end
 end
 local byid, order = {}, {} -- id -> job; ids in first-occurrence order
 local new_payload = {} -- group -> its payload was not queued yet (pushes with expiries only)

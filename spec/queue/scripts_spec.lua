@@ -58,6 +58,41 @@ describe("scripts", function()
       assert.are.same({ 0, false }, env.conn:script("push", env:prefix("Multi", 1), "", now()))
     end)
 
+    it("writes a call of new ids alike on its short way and the general one", function()
+      -- push.lua takes a shorter way for a call of distinct new ids of one
+      -- perform_in; the same call with its first group repeated at the end
+      -- (a duplicate id, merged into itself: no change) takes the general
+      -- one. Each step goes to both shards, which must then hold the same.
+      local a, b = "luakiq:{FastWay:0}:", "luakiq:{GeneralWay:0}:"
+      local function call(p, pin, groups, dup)
+        local args = { p, "", now() }
+        for _, g in ipairs(groups) do
+          for _, v in ipairs({ g[1], pin, -1, g[3] or pin, g[2] }) do args[#args + 1] = v end
+        end
+        if dup then for k = 4, 8 do args[#args + 1] = args[k] end end
+        return env.conn:script("push", unpack(args))
+      end
+      local function state(p)
+        return { jobs = env.conn:call("ZRANGE", p .. "jobs", 0, -1), ready = env.conn:call("LRANGE", p .. "ready", 0, -1),
+                 later = env.conn:call("ZRANGE", p .. "later", 0, -1, "WITHSCORES"), tail = env.conn:call("GET", p .. "tail") }
+      end
+      local steps = {
+        { now(), { { "b", '"x"' }, { "a", '"x"' }, { "c", '"y"', now() - 2 } } }, -- due: to ready, by id
+        { now() + 30, { { "d", '"x"' }, { "e\0\1f", '"z"' } } },                    -- not due: later
+        { now() - 5, { { "g", '"x"' }, { "b0", '""' } } },                          -- before ready's tail: later
+        { now(), { { "b1", '"x"' }, { "a9", '"x"', now() + 1 } } },                  -- queued ids in the call's range
+      }
+      for i, st in ipairs(steps) do
+        local ra, rb = call(a, st[1], st[2]), call(b, st[1], st[2], true)
+        assert.are.same(rb, ra, "step " .. i)
+        assert.are.same(state(b), state(a), "step " .. i)
+      end
+      local st = state(a)
+      assert.are.same({ "a", "b", "c", "a9", "b1" }, st.ready)
+      assert.are.equal(9, #st.jobs)
+      assert.are.equal(8, #st.later) -- d, e\0\1f, g, b0
+    end)
+
     it("validates every group before the first write", function()
       local p = env:prefix("Test")
       local err = script_error("push", p, "", now(), "1", now(), -1, now(), '"a"', "2", "nan", -1, now(), '"b"')

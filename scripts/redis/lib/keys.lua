@@ -126,7 +126,7 @@ local function score_str(x) return string.format("%.17g", x) end
 -- esc(id) .. "\0\0" .. record: every byte 0 of the id becomes 0, 1, so "\0\0"
 -- ends it and escaped ids sort as the ids do.
 local function esc(id)
-  if not id:find("%z") then return id end
+  if not id:find("\0", 1, true) then return id end
   return (id:gsub("%z", "\0\1"))
 end
 
@@ -140,7 +140,7 @@ end
 -- The id of a member of `jobs` or `morgue:jobs`.
 local function member_id(m)
   local E = member_esc(m)
-  if not E:find("%z") then return E end
+  if not E:find("\0", 1, true) then return E end
   return (E:gsub("%z\1", "\0"))
 end
 
