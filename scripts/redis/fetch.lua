@@ -227,6 +227,13 @@ local function take_default(max, now_s)
   local step = max + 1
   while #R <= max and not stop do
     local ids = redis.call("LRANGE", K.ready, tostring(pos), tostring(pos + step - 1))
+    -- (their members read in one range when few others lie between them:
+    -- ids pushed in runs, as sequential ones are; read_jobs)
+    if #ids > 1 then
+      local set = {}
+      for _, id in ipairs(ids) do set[id] = true end
+      read_jobs(K, set)
+    end
     for _, id in ipairs(ids) do
       local c = 0
       if stale then
@@ -249,10 +256,14 @@ local function take_default(max, now_s)
         end
         -- (an entry without a live record is junk: passed, and popped; a
         -- member of the id whose head does not decode goes with it)
-        if m and not place then redis.call("ZREM", K.jobs, m) end
+        if m and not place then
+          redis.call("ZREM", K.jobs, m)
+          if K.known then K.known[esc(id)] = nil end
+        end
       end
       pos = pos + 1
     end
+    K.known = nil
     if #ids < step then break end
   end
   -- Merge by (perform_in, id).

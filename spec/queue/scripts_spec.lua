@@ -217,6 +217,39 @@ describe("scripts", function()
       assert.are.same({ "1" }, { env.conn:call("HGET", p .. "counters", "expired") })
     end)
 
+    it("delivers the same whether it reads the taken jobs' members in one range or one by one", function()
+      -- fetch.lua reads the members of the ready ids it takes in one range
+      -- when few other members lie between them (shard a); 80 ids queued
+      -- for later among them (shard b) make it look each id up alone.
+      local a, b = "luakiq:{RangeRead:0}:", "luakiq:{OneByOne:0}:"
+      for _, p in ipairs({ a, b }) do
+        local args = { script = "push", p, "", now() }
+        for i = 1, 30 do
+          for _, v in ipairs({ "k" .. i, now(), -1, now() - i % 3, '"p' .. i .. '"' }) do args[#args + 1] = v end
+        end
+        for _, v in ipairs({ "k2\0\1", now(), -1, now(), '"zero"', "k2", now(), -1, now() + 1, '"two"' }) do
+          args[#args + 1] = v
+        end
+        assert.are.equal(31, env.conn:pipeline({ args })[1][1])
+        -- a junk member in the range (its ready entry is passed and popped)
+        env.conn:call("ZADD", p .. "jobs", 0, "k15x\0\0r\0\193")
+        env.conn:call("RPUSH", p .. "ready", "k15x")
+      end
+      local filler = { script = "push", b, "", now() }
+      for i = 1, 80 do
+        for _, v in ipairs({ "k1" .. i .. "z", now() + 1000, -1, now(), '""' }) do filler[#filler + 1] = v end
+      end
+      assert.are.equal(80, env.conn:pipeline({ filler })[1][1])
+      local ra = env.conn:script("fetch", a, S.TOKEN, 30000, now() + 1, 100, "", "1", "0", "records")
+      local rb = env.conn:script("fetch", b, S.TOKEN, 30000, now() + 1, 100, "", "1", "0", "records")
+      rb[3] = ra[3] -- (the head: b's fillers are queued)
+      assert.are.same(rb, ra)
+      assert.are.equal("32", ra[6]) -- k1..k30, k2\0\1 and the junk record (which the host drops)
+      assert.are.same(env.conn:call("HGETALL", b .. "busy"), env.conn:call("HGETALL", a .. "busy"))
+      assert.are.same({ 0, 0, 0, 0 }, { env.conn:call("ZCARD", a .. "jobs"), env.conn:call("LLEN", a .. "ready"),
+                                        env.conn:call("LLEN", b .. "ready"), env.conn:call("ZCARD", b .. "jobs") - 80 })
+    end)
+
     it("fail.lua never acquires a shard: {LEASE, -2} after another holder's lease ran out", function()
       env:push("Test", { { id = 1 } })
       local res = env:fetch("Test", 0, { token = "a" })
