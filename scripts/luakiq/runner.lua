@@ -240,27 +240,42 @@ end
 -- payload left are dropped), or nil when the lease was lost meanwhile.
 local function load_batch(t, h, jobs)
   local cfg, w = t.cfg, h.def
-  local batch, kept, bad = {}, {}, {}
-  for _, job in ipairs(jobs) do
-    local list, good = {}, {}
-    for _, p in ipairs(job.payloads) do
+  -- (the usual fetch loads every payload: then no table but the batch and
+  -- each job's list is made, and the jobs come back as they are)
+  local batch, bad, dropped = {}, nil, false
+  for i = 1, #jobs do
+    local job = jobs[i]
+    local pls = job.payloads
+    local list, good = {}, nil
+    for k = 1, #pls do
+      local p = pls[k]
       local ok, v = pcall(cfg.load_payload, p[1])
       if ok then
         list[#list + 1] = v
-        good[#good + 1] = p
+        if good then good[#good + 1] = p end
       else
         if v == luakiq.FATAL then error(v, 0) end
+        if not good then good = { unpack(pls, 1, k - 1) } end
+        bad = bad or {}
         bad[#bad + 1] = { id = job.id, payload = p[1],
                           message = "load_payload failed: " .. tostring(v):match("^[^\n]*") }
       end
     end
-    if #list > 0 or #job.payloads == 0 then -- (fetch.lua never sends a job without payloads)
-      job.payloads = good
+    if #list > 0 or #pls == 0 then -- (fetch.lua never sends a job without payloads)
+      if good then job.payloads = good end
       batch[job.id] = list
-      kept[#kept + 1] = job
+    else
+      dropped = true
     end
   end
-  if #bad == 0 then return jobs, batch end
+  if not bad then return jobs, batch end
+  local kept = jobs
+  if dropped then
+    kept = {}
+    for i = 1, #jobs do
+      if batch[jobs[i].id] then kept[#kept + 1] = jobs[i] end
+    end
+  end
   for _, b in ipairs(bad) do
     local ok, dumped = pcall(cfg.dump_error, b.message)
     b.error = (ok and type(dumped) == "string") and dumped or b.message
@@ -298,12 +313,25 @@ local function netstring(v)
   if v:find("\0", 1, true) or v:find("\1", 1, true) then v = v:gsub("[%z\1]", ESC) end
   return #v .. ":" .. v
 end
+local RC_NS = {} -- retry_count -> its netstring
 local function call_record(h, jobs, done, token)
-  local parts = { netstring(h.worker), netstring(h.shard), netstring(h.batch or ""), netstring(token or ""),
-                  netstring(#jobs) }
-  for _, job in ipairs(jobs) do
+  -- (the fields before the jobs change only with the fetch: kept on h)
+  local head = h.rec_head
+  if not head or h.rec_batch ~= h.batch or h.rec_token ~= token then
+    head = netstring(h.worker) .. netstring(h.shard) .. netstring(h.batch or "") .. netstring(token or "")
+    h.rec_head, h.rec_batch, h.rec_token = head, h.batch, token
+  end
+  local parts = { head, netstring(#jobs) }
+  for i = 1, #jobs do
+    local job = jobs[i]
+    local rc = job.retry_count
+    local rs = RC_NS[rc]
+    if not rs then
+      rs = netstring(rc)
+      RC_NS[rc] = rs
+    end
     parts[#parts + 1] = netstring(job.id)
-    parts[#parts + 1] = netstring(job.retry_count)
+    parts[#parts + 1] = rs
   end
   -- done grows by each call of the fetch (up to fetch_size ids): its
   -- netstrings are kept on it and only the new ids encoded, so a fetch of n

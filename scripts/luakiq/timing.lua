@@ -30,7 +30,7 @@ local SUB = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1 }
 -- The upper bound of the bucket of x seconds (x >= 0).
 function M.bucket(x)
   if x < 1 then
-    for _, b in ipairs(SUB) do if x < b then return b end end
+    for i = 1, #SUB do if x < SUB[i] then return SUB[i] end end
   end
   if x < 60 then return math.floor(x) + 1 end
   if x < 3600 then return (math.floor(x / 60) + 1) * 60 end
@@ -116,7 +116,13 @@ function M.count(acc, queue, kind, n, now)
   local minute = math.floor(now / 60)
   local per = acc.history[queue]
   if not per then per = {} acc.history[queue] = per end
-  local f = kind .. ":" .. minute
+  -- (the field names of the current minute, made once a minute)
+  local names = acc.minute_names
+  if not names or names.minute ~= minute then
+    names = { minute = minute, p = "p:" .. minute, f = "f:" .. minute }
+    acc.minute_names = names
+  end
+  local f = names[kind] or kind .. ":" .. minute
   per[f] = (per[f] or 0) + n
   acc.any = true
 end

@@ -332,6 +332,43 @@ describe("shard handler", function()
     assert.are.same({ id = "x", payloads = { { "{bad", 7 } } }, { id = dead[1].id, payloads = dead[1].payloads })
   end)
 
+  it("performs the loadable payloads of a fetch in order, around unloadable ones and jobs without one", function()
+    local p = env:prefix("Test")
+    env.conn:script("push", p, "", now(), "y", now() - 3, -1, 1, '"a"', "y", now() - 3, -1, 2, "{bad2", "y", now() - 3, -1,
+      3, '"b"', "z", now() - 2, -1, 4, "{bad3")
+    env.conn:script("push", p, "", now(), "w", now() - 1, -1, 5, '"c"')
+    local t, h, w = thread()
+    assert.is_true((runner.process(t, h)))
+    assert.are.same({ { y = { "a", "b" } }, { w = { "c" } } }, calls.perform) -- (batch_size 1; z has none)
+    local dead = {}
+    for _, list in ipairs(calls.exhausted) do
+      for _, d in ipairs(list) do dead[#dead + 1] = { d.id, d.payloads[1][1] } end
+    end
+    table.sort(dead, function(a, b) return a[1] < b[1] end)
+    assert.are.same({ { "y", "{bad2" }, { "z", "{bad3" } }, dead)
+    runner.flush(t)
+    assert.are.equal(0, env:stats("Test").length)
+    -- the call's delivery id counts the loadable payloads only: the same
+    -- as for a push without the unloadable one
+    local seen = {}
+    w.perform = function(_, call) seen[#seen + 1] = call.delivery end
+    for _, bad in ipairs({ false, true }) do
+      local args = { "push", p, "", now(), "u", now() - 1, -1, 1, '"a"', "u", now() - 1, -1, 3, '"b"' }
+      if bad then for _, v in ipairs({ "u", now() - 1, -1, 2, "{bad5" }) do args[#args + 1] = v end end
+      env.conn:script(unpack(args))
+      assert.is_true((runner.process(t, h)))
+      runner.flush(t)
+    end
+    assert.are.equal(2, #seen)
+    assert.are.equal(seen[1], seen[2])
+    -- a failed call puts back its jobs' loadable payloads only
+    env.conn:script("push", p, "", now(), "v", now() - 1, -1, 1, '"a"', "v", now() - 1, -1, 2, "{bad4", "v", now() - 1, -1,
+      3, '"b"')
+    w.perform = function() error("x", 0) end
+    assert.is_false((runner.process(t, h)))
+    assert.are.same({ { "a", 1 }, { "b", 3 } }, env:queued("Test", "v").payloads)
+  end)
+
   it("falls back to the default formula when retry_in fails", function()
     env:push("Test", { { id = 1 } })
     local t, h, w = thread()
