@@ -252,14 +252,70 @@ end
 local byid, order = {}, {} -- id -> job; ids in first-occurrence order
 local new_payload = {} -- group -> its payload was not queued yet (pushes with expiries only)
 local added = 0
+-- A queued job is first read without decoding its payloads into tables
+-- (j.lazy: its payload values j.v, their count j.n, the last one and its
+-- score): a payload that sorts after all of them and is not among them is
+-- appended (j.tail) to the member's encodings as they are. A merge into a
+-- job of k payloads then costs one decode (C) and k string comparisons
+-- instead of tables of k entries built, sorted and encoded: 100 payloads
+-- pushed one a call to one id
+-- (docs/benchmarks.md, "100 payloads per id"). Anything else decodes them
+-- (materialize) and merges as below. nil when the payloads are not in the
+-- scripts' own form (the caller decodes them).
+local function lazy_job(m, E, place, pin, nxt)
+  -- (from offset nxt of m: no copy of the encodings; v[1]: pcall's true,
+  -- v[2]: unpack_limit's end offset (-1: it read to the end), then payload,
+  -- score or nil, ...: an even count, the scripts write the last score even
+  -- when it is nil)
+  local n, v = counted(pcall(cmsgpack.unpack_limit, m, 2147483647, nxt))
+  if not v[1] or v[2] ~= -1 or n < 4 or (n - 2) % 2 ~= 0 then return nil end
+  for k = 3, n, 2 do
+    local sc = v[k + 1]
+    if type(v[k]) ~= "string" or (sc ~= nil and type(sc) ~= "number") then return nil end
+  end
+  local last_s = v[n]
+  if last_s == nil then last_s = pin end
+  return { E = E, old = m, place = place, place0 = place, pin = pin, lazy = true, nxt = nxt, v = v, n = n, last_p = v[n - 1],
+           last_s = last_s, tail = {}, tail_set = {}, prio = nil }
+end
+-- Whether payload is one of lazy j's queued payloads (strings compare in
+-- O(1): Lua interns them).
+local function queued_payload(j, payload)
+  local v = j.v
+  for k = 3, j.n, 2 do
+    if v[k] == payload then return true end
+  end
+  return false
+end
+local function materialize(j)
+  local pl = unpack_payloads(j.n, j.v, 3, j.pin)
+  for k = 1, #j.tail do pl[#pl + 1] = j.tail[k] end
+  j.map, j.base, j.lazy, j.v, j.tail, j.tail_set = unite({}, pl), pl, false, nil, nil, nil
+end
 for i = 3, last, 5 do
   local n, id = (i - 3) / 5 + 1, ARGV[i]
   local payload, score = ARGV[i + 4], tonumber(memo[ARGV[i + 3]])
   local j = byid[id]
   if not j then
-    local m, E, place, pin, pl = find_job(K, id)
+    local m, E, place, pin, pl
+    if expiry then
+      m, E, place, pin, pl = find_job(K, id)
+      if place then j = { E = E, old = m, place = place, pin = pin, map = unite({}, pl), base = pl, prio = nil } end
+    else
+      local nxt
+      m, E, place, pin, nxt = peek_job(K, id)
+      if place then
+        j = lazy_job(m, E, place, pin, nxt)
+        if not j then
+          -- (not in the scripts' own form: decoded; junk is replaced, as
+          -- find_job's nil)
+          local pl
+          place, pin, pl = job_decode(m, E)
+          if place then j = { E = E, old = m, place = place, pin = pin, map = unite({}, pl), base = pl, prio = nil } end
+        end
+      end
+    end
     if place then
-      j = { E = E, old = m, place = place, pin = pin, map = unite({}, pl), prio = nil }
       if place == "p" then j.prio = redis.call("HGET", K.prio, id) end
     else
       -- new (a junk member of the id is replaced)
@@ -285,11 +341,21 @@ for i = 3, last, 5 do
     local m = lower_priority(j.prio, prio and prio[n] or nil)
     if m ~= j.prio then j.prio, j.moved = m, true end
   end
-  local s = j.map[payload]
+  if j.lazy then
+    local t = j.tail_set[payload]
+    if t == nil and (score > j.last_s or (score == j.last_s and payload > j.last_p)) and not queued_payload(j, payload) then
+      j.tail[#j.tail + 1], j.tail[#j.tail + 2] = payload, score
+      j.tail_set[payload] = score
+      j.last_p, j.last_s, j.changed = payload, score, true
+    elseif t == nil or score < t then
+      materialize(j)
+    end
+  end
+  local s = not j.lazy and j.map[payload]
   if expiry then new_payload[n] = s == nil end
   -- (j.one: the job's only payload while it has one, for the fast path below)
   if not j.old and j.one == nil then j.one = payload elseif j.one ~= payload then j.one = false end
-  if not s or score < s then
+  if not j.lazy and (not s or score < s) then
     j.map[payload] = score
     j.changed = true
   end
@@ -367,15 +433,24 @@ for _, id in ipairs(order) do
   if j.changed then
     if j.old then rem[#rem + 1] = j.old end
     add[#add + 1] = "0"
-    local rec
     if j.one then
       -- one payload (the usual new job): no table to sort
       local score = j.map[j.one]
-      rec = j.place .. cmsgpack.pack(j.pin, j.one, score ~= j.pin and score or nil)
+      add[#add + 1] = j.E .. "\0\0" .. j.place .. cmsgpack.pack(j.pin, j.one, score ~= j.pin and score or nil)
+    elseif j.lazy then
+      -- the queued member as it is (its place byte changed when it moved),
+      -- then the appended payloads
+      local tail, len = j.tail, #j.tail
+      for k = 2, len, 2 do if tail[k] == j.pin then tail[k] = nil end end -- (a score = pin is left out)
+      local more = len > 0 and cmsgpack.pack(unpack(tail, 1, len)) or ""
+      if j.place == j.place0 then
+        add[#add + 1] = j.old .. more
+      else
+        add[#add + 1] = j.E .. "\0\0" .. j.place .. j.old:sub(#j.E + 4) .. more
+      end
     else
-      rec = job_record(j.place, j.pin, sort_payloads(j.map))
+      add[#add + 1] = j.E .. "\0\0" .. job_record(j.place, j.pin, sort_payloads(j.map, j.base))
     end
-    add[#add + 1] = j.E .. "\0\0" .. rec
   end
 end
 local function chunks(cmd, key, list, step)

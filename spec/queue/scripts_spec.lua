@@ -93,6 +93,70 @@ describe("scripts", function()
       assert.are.equal(8, #st.later) -- d, e\0\1f, g, b0
     end)
 
+    it("merges into a queued job alike by appending its payloads and by decoding them", function()
+      -- push.lua appends a payload that sorts after a queued job's to its
+      -- record without decoding them (lazy_job); a call with an expires_at
+      -- section decodes every queued job (here for an id of its own). Each
+      -- step goes to both shards, which must then hold the same records.
+      local a, b = "luakiq:{Appended:0}:", "luakiq:{Decoded:0}:"
+      local t0 = now()
+      local function call(p, groups, prio, force)
+        local args = { script = "push", p, "", t0 }
+        local function group(g)
+          for _, v in ipairs({ g[1], g[2] or t0, -1, g[3], g[4] }) do args[#args + 1] = v end
+        end
+        for _, g in ipairs(groups) do group(g) end
+        if force then group({ "force", t0, t0, '"f"' }) end
+        if prio then
+          args[#args + 1], args[#args + 2] = "", "priority"
+          for n, v in pairs(prio) do args[#args + 1], args[#args + 2] = n, v end
+        end
+        if force then
+          for _, v in ipairs({ "", "expires_at", #groups + 1, t0 + 86400 }) do args[#args + 1] = v end
+        end
+        return env.conn:pipeline({ args })[1]
+      end
+      local function state(p)
+        local jobs = {}
+        for _, m in ipairs(env.conn:call("ZRANGE", p .. "jobs", 0, -1)) do
+          if not m:find("^force\0") then jobs[#jobs + 1] = m end
+        end
+        local ready = {}
+        for _, id in ipairs(env.conn:call("LRANGE", p .. "ready", 0, -1)) do
+          if id ~= "force" then ready[#ready + 1] = id end
+        end
+        return { jobs = jobs, later = env.conn:call("ZRANGE", p .. "later", 0, -1, "WITHSCORES"), ready = ready,
+                 levels = env.conn:call("ZRANGE", p .. "levels", 0, -1) }
+      end
+      -- a record another program wrote: its last payload without the
+      -- trailing nil score the scripts write (decoded, then merged)
+      for _, p in ipairs({ a, b }) do
+        env.conn:call("EVAL", "redis.call('ZADD', KEYS[1], 0, 'e\\0\\0l' .. cmsgpack.pack(tonumber(ARGV[1]), 'pp'))", 1,
+          p .. "jobs", t0 - 50)
+        env.conn:call("ZADD", p .. "later", t0 - 50, "e")
+      end
+      local steps = {
+        { { { "a", t0, 1, '"p1"' }, { "b", t0, 5, '"q1"' }, { "c", t0 - 9, t0 - 9, '"x"' } } },
+        { { { "a", t0, 2, '"p2"' }, { "b", t0, 3, '"q0"' }, { "a", t0, 0.5, '"p1"' } } },   -- append; insert; lower
+        { { { "a", t0, 2, '"p2"' }, { "a", t0, 2, '"p3"' }, { "c", t0, t0 - 9, '"y"' } } },  -- present; tie; score = pin
+        { { { "c", t0, 7, '"z"' }, { "a", t0, 9, '"p4"' }, { "a", t0, 9, '"p4"' } }, { [1] = "50" } }, -- moved to a level
+        { { { "e", t0, t0, '"pq"' }, { "b", t0, 8, '"q2"' }, { "b", t0, 6, '"q3"' } } },    -- foreign record; out of order
+      }
+      for i, st in ipairs(steps) do
+        local ra, rb = call(a, st[1], st[2]), call(b, st[1], st[2], true)
+        assert.are.same(ra[1] + (i == 1 and 1 or 0), rb[1], "step " .. i)
+        assert.are.same(state(b), state(a), "step " .. i)
+      end
+      -- a's record: p1 (its score lowered to 0.5), p2, p3 (tie at 2, by
+      -- bytes), p4 once
+      local rec = state(a).jobs[1]
+      local at = {}
+      for k = 1, 4 do at[k] = rec:find('"p' .. k .. '"', 1, true) end
+      assert.truthy(at[1] < at[2] and at[2] < at[3] and at[3] < at[4], rec)
+      assert.is_nil(rec:find('"p4"', at[4] + 1, true))
+      assert.are.equal(4, #state(a).jobs)
+    end)
+
     it("validates every group before the first write", function()
       local p = env:prefix("Test")
       local err = script_error("push", p, "", now(), "1", now(), -1, now(), '"a"', "2", "nan", -1, now(), '"b"')

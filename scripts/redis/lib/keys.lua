@@ -155,18 +155,60 @@ local function counted(...) return select("#", ...), { ... } end
 
 -- Payloads in flat lists {payload, score, ...} (scores numbers), ascending
 -- (score, bytes): the order the scripts hand them out (ZRANGE's).
-local function sort_payloads(map)
+-- base (optional): a list in that order whose payloads map holds, a merge's
+-- queued side: then only map's other payloads and lowered scores are sorted
+-- and merged into it, O(k + c log c) for c of them, instead of a sort of
+-- all k (a job of 100 payloads gaining one cost ~85 us of Redis CPU a push
+-- with the full sort; docs/benchmarks.md, "100 payloads per id").
+local function sort_payloads(map, base)
   local keys = {}
-  for p in pairs(map) do keys[#keys + 1] = p end
-  if #keys > 1 then
-    table.sort(keys, function(a, b)
-      local x, y = map[a], map[b]
-      if x ~= y then return x < y end
-      return a < b
-    end)
+  if base then
+    -- (a record another program wrote may be out of order or repeat a
+    -- payload: then all are sorted)
+    local had = {}
+    for i = 1, #base, 2 do
+      if had[base[i]] or (i > 1 and (base[i + 1] < base[i - 1] or
+          (base[i + 1] == base[i - 1] and base[i] < base[i - 2]))) then
+        base = nil
+        break
+      end
+      had[base[i]] = base[i + 1]
+    end
+    if base then
+      for p, s in pairs(map) do
+        if had[p] ~= s then keys[#keys + 1] = p end
+      end
+    end
   end
+  if not base then
+    for p in pairs(map) do keys[#keys + 1] = p end
+  end
+  local function before(a, b)
+    local x, y = map[a], map[b]
+    if x ~= y then return x < y end
+    return a < b
+  end
+  if #keys > 1 then table.sort(keys, before) end
   local out = {}
-  for i, p in ipairs(keys) do out[2 * i - 1], out[2 * i] = p, map[p] end
+  if not base then
+    for i, p in ipairs(keys) do out[2 * i - 1], out[2 * i] = p, map[p] end
+    return out
+  end
+  -- base's entries that map keeps as they are, in order, merged with keys
+  local i, j, n, k = 1, 1, #base, 0
+  while true do
+    while i <= n and map[base[i]] ~= base[i + 1] do i = i + 2 end
+    local p = keys[j]
+    if i > n and not p then break end
+    if p and (i > n or before(p, base[i])) then
+      out[k + 1], out[k + 2] = p, map[p]
+      j = j + 1
+    else
+      out[k + 1], out[k + 2] = base[i], base[i + 1]
+      i = i + 2
+    end
+    k = k + 2
+  end
   return out
 end
 
