@@ -197,7 +197,7 @@ read_jobs(K, ids)
 -- none queued) and once in the call, all of one perform_in. Then each job
 -- is one record of one payload, the call's jobs go to ready (by id) or all
 -- to later, and nothing is merged: about half the Redis CPU per job of the
--- general way (docs/benchmarks.md).
+-- general way (docs/benchmarks.md, "The usual push and fetch").
 if one_pin and distinct == (last - 2) / 5 and K.known and not (tagsec or expiry or prio or wins or retried)
     and not has_levels(K) and not has_tags(K) and redis.call("EXISTS", K.expiring) == 0 then
   local known = K.known
@@ -257,11 +257,10 @@ local added = 0
 -- score): a payload that sorts after all of them and is not among them is
 -- appended (j.tail) to the member's encodings as they are. A merge into a
 -- job of k payloads then costs one decode (C) and k string comparisons
--- instead of tables of k entries built, sorted and encoded: 100 payloads
--- pushed one a call to one id
--- (docs/benchmarks.md, "100 payloads per id"). Anything else decodes them
--- (materialize) and merges as below. nil when the payloads are not in the
--- scripts' own form (the caller decodes them).
+-- instead of tables of k entries built, sorted and encoded (docs/benchmarks.md,
+-- "100 payloads per id on layout 2"). Anything else decodes them
+-- (materialize) and merges as below. lazy_job gives nil when the payloads
+-- are not in the scripts' own form (the caller decodes them).
 local function lazy_job(m, E, place, pin, nxt)
   -- (from offset nxt of m: no copy of the encodings; v[1]: pcall's true,
   -- v[2]: unpack_limit's end offset (-1: it read to the end), then payload,

@@ -158,8 +158,7 @@ local function counted(...) return select("#", ...), { ... } end
 -- base (optional): a list in that order whose payloads map holds, a merge's
 -- queued side: then only map's other payloads and lowered scores are sorted
 -- and merged into it, O(k + c log c) for c of them, instead of a sort of
--- all k (a job of 100 payloads gaining one cost ~85 us of Redis CPU a push
--- with the full sort; docs/benchmarks.md, "100 payloads per id").
+-- all k (docs/benchmarks.md, "100 payloads per id on layout 2").
 local function sort_payloads(map, base)
   local keys = {}
   if base then
