@@ -191,6 +191,10 @@ end
 local levels = prio or has_levels(K)
 -- (the call's members read in one range when they are few: read_jobs)
 read_jobs(K, ids)
+-- Variadic writes, at most step arguments a call.
+local function chunks(cmd, key, list, step)
+  for from = 1, #list, step do redis.call(cmd, key, unpack(list, from, math.min(from + step - 1, #list))) end
+end
 -- The usual call takes a shorter way, with the same result as the general
 -- one below: no section but "shards", no retry_count >= 0, a shard without
 -- tags, priorities or expiring payloads, every id new (read in one range,
@@ -234,11 +238,11 @@ if one_pin and distinct == (last - 2) / 5 and K.known and not (tagsec or expiry 
         later[#later + 1], later[#later + 2] = pin_s, id
       end
     end
-    for from = 1, #add, 2000 do redis.call("ZADD", K.jobs, unpack(add, from, math.min(from + 1999, #add))) end
-    for from = 1, #later, 2000 do redis.call("ZADD", K.later, unpack(later, from, math.min(from + 1999, #later))) end
+    chunks("ZADD", K.jobs, add, 2000)
+    chunks("ZADD", K.later, later, 2000)
     if #ids > 0 then
       table.sort(ids)
-      for from = 1, #ids, 1000 do redis.call("RPUSH", K.ready, unpack(ids, from, math.min(from + 999, #ids))) end
+      chunks("RPUSH", K.ready, ids, 1000)
       redis.call("SET", K.tail, pin_s)
     end
     local head = before and tonumber(before)
@@ -451,9 +455,6 @@ for _, id in ipairs(order) do
       add[#add + 1] = j.E .. "\0\0" .. job_record(j.place, j.pin, sort_payloads(j.map, j.base))
     end
   end
-end
-local function chunks(cmd, key, list, step)
-  for from = 1, #list, step do redis.call(cmd, key, unpack(list, from, math.min(from + step - 1, #list))) end
 end
 chunks("ZREM", K.jobs, rem, 1000)
 chunks("ZADD", K.jobs, add, 2000)
