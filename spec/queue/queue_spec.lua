@@ -294,5 +294,17 @@ describe("queue", function()
       local r = env.conn:script("job", env:prefix("Test"), "1")
       assert.are.same({ '""', tostring(now()) }, { r[8], r[9] })
     end)
+
+    it("dumps a blank job's payload with a replaced dump_payload, which the default's short way skips", function()
+      -- (the client writes '""' itself only while dump_payload is json.encode)
+      local default, seen = env.cfg.dump_payload, {}
+      env.cfg.dump_payload = function(v) seen[#seen + 1] = v return "<" .. tostring(v) .. ">" end
+      local ok, err = pcall(env.push, env, "Test", { { id = 1 }, { id = 2, payload = "x" } })
+      env.cfg.dump_payload = default
+      assert(ok, err)
+      assert.are.same({ "", "x" }, seen)
+      local r = env.conn:script("job", env:prefix("Test"), "1")
+      assert.are.equal("<>", r[8])
+    end)
   end)
 end)
