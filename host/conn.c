@@ -252,6 +252,77 @@ static int conn_pipeline_impl(lua_State *L, int protected) {
 static int conn_pipeline(lua_State *L) { return conn_pipeline_impl(L, 0); }
 static int conn_ppipeline(lua_State *L) { return conn_pipeline_impl(L, 1); }
 
+/* conn:send(cmds) -> true, or false when nothing was sent (a cluster; use
+ * pipeline): the commands written out now, their replies left for
+ * conn:recv, so the caller prepares more while Redis runs these (the
+ * client's enqueue). Raises on I/O or argument errors. A NOSCRIPT comes
+ * back from recv as an error reply, {err = "NOSCRIPT ..."}. */
+static int conn_send(lua_State *L) {
+    core_safe_point(L);
+    conn_obj *r = conn_check(L);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    struct conn_pipe p;
+    char err[1024];
+    int rc = -1;
+    if (conn_pipe_build(L, 2, &p, err, sizeof err) == 0) {
+        double left = core_io_begin();
+        if (left == 0) {
+            core_timeout_text(err, sizeof err);
+        } else {
+            if (left > 0) store_bound_io(r->s, left);
+            rc = store_send(r->s, p.n, p.cmds, err, sizeof err);
+            if (left > 0) store_bound_io(r->s, 0);
+        }
+        core_io_end();
+    }
+    conn_pipe_free(&p);
+    if (rc < 0) {
+        lua_pushstring(L, err);
+        return lua_error(L);
+    }
+    lua_pushboolean(L, rc == 0);
+    return 1;
+}
+
+/* conn:recv(n) -> {reply...}: the replies of the oldest n commands conn:send
+ * sent (error replies as {err = msg}, like pipeline's). Raises on I/O
+ * errors (the connection is then broken). */
+static int conn_recv(lua_State *L) {
+    core_safe_point(L);
+    conn_obj *r = conn_check(L);
+    int n = (int)luaL_checkinteger(L, 2);
+    char err[1024];
+    if (n < 0 || n > store_pending(r->s)) return luaL_error(L, "redis: recv of %d replies, %d pending", n, store_pending(r->s));
+    store_reply **out = n > 0 ? calloc((size_t)n, sizeof *out) : NULL;
+    if (n > 0 && !out) return luaL_error(L, "out of memory");
+    double left = core_io_begin();
+    int rc = -1;
+    if (left == 0) {
+        core_timeout_text(err, sizeof err);
+    } else {
+        if (left > 0) store_bound_io(r->s, left);
+        rc = store_recv(r->s, n, out, err, sizeof err);
+        if (left > 0) store_bound_io(r->s, 0);
+    }
+    core_io_end();
+    if (rc < 0) {
+        free(out);
+        lua_pushstring(L, err);
+        return lua_error(L);
+    }
+    /* (lua_createtable and the pushes can raise on memory: the replies are
+     * freed first, kept as Lua values) */
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        conn_push_reply(L, out[i]);
+        lua_rawseti(L, -2, i + 1);
+        store_reply_free(out[i]);
+        out[i] = NULL;
+    }
+    free(out);
+    return 1;
+}
+
 /* One command from the call's own arguments (conn:call("GET", "k")). */
 static int conn_call_impl(lua_State *L, int protected, const char *script) {
     core_safe_point(L);
@@ -389,6 +460,7 @@ static const luaL_Reg conn_methods[] = {
     {"ppipeline", conn_ppipeline}, {"reconnect", conn_reconnect},
     {"broken", conn_broken},       {"close", conn_close},
     {"cluster", conn_cluster},     {"each", conn_each},
+    {"send", conn_send},           {"recv", conn_recv},
     {NULL, NULL}};
 
 /* core.redact_url(url) -> the URL without credentials (store_redact_url:

@@ -45,6 +45,7 @@ struct store {
     double timeout_s;
     double io_s;        /* the I/O bound in force (store_bound_io) */
     int broken;
+    int pending;        /* replies of store_send not read yet (store_recv) */
 };
 
 /* --- URLs --------------------------------------------------------------- */
@@ -535,12 +536,15 @@ void store_close(store *s) {
 int store_reconnect(store *s, char *err, size_t errlen) {
     if (s->c) redisFree(s->c);
     s->c = NULL;
+    s->pending = 0;
     store_drop_nodes(s);
     s->broken = 1;
     return store_connect(s, err, errlen);
 }
 
 int store_broken(const store *s) { return s->broken || (!s->c && !s->map); }
+
+int store_pending(const store *s) { return s->pending; }
 
 int store_is_cluster(const store *s) { return s->map != NULL; }
 
@@ -660,12 +664,47 @@ static int store_script_sha(store *s, redisContext *c, const char *name, char *s
     return known ? 0 : store_load_script(s, c, name, sha, err, errlen);
 }
 
+/* Writes "<prefix><n>\r\n" at o; returns the end. */
+static char *store_put_len(char *o, char prefix, size_t n) {
+    char tmp[24];
+    int k = 0;
+    *o++ = prefix;
+    do { tmp[k++] = (char)('0' + n % 10); n /= 10; } while (n);
+    while (k) *o++ = tmp[--k];
+    *o++ = '\r';
+    *o++ = '\n';
+    return o;
+}
+
+/* redisAppendCommandArgv's job, without its per-argument printf-like
+ * formatting (that cost ~0.1 us an argument: an enqueue of blank jobs
+ * sends five a job): the RESP bytes written here, in one buffer, then
+ * appended as they are. */
+static int store_append_argv(redisContext *c, int argc, const char **argv, const size_t *lens) {
+    size_t total = 1 + 20 + 2;
+    for (int i = 0; i < argc; i++) total += 1 + 20 + 2 + lens[i] + 2;
+    char stack[4096];
+    char *buf = total <= sizeof stack ? stack : malloc(total);
+    if (!buf) return REDIS_ERR;
+    char *o = store_put_len(buf, '*', (size_t)argc);
+    for (int i = 0; i < argc; i++) {
+        o = store_put_len(o, '$', lens[i]);
+        if (lens[i]) memcpy(o, argv[i], lens[i]);
+        o += lens[i];
+        *o++ = '\r';
+        *o++ = '\n';
+    }
+    int rc = redisAppendFormattedCommand(c, buf, (size_t)(o - buf));
+    if (buf != stack) free(buf);
+    return rc;
+}
+
 /* Appends one command (plain or EVALSHA) to c's output buffer. guard: a
  * script call on a cluster, whose first key has a hash tag, declares one
  * more key, that key followed by CLUSTER_GUARD (cluster.h: never run on a
  * slot while it migrates). */
 static int store_append(redisContext *c, const struct store_cmd *cmd, const char *sha, int guard) {
-    if (!cmd->script) return redisAppendCommandArgv(c, cmd->argc, cmd->argv, cmd->lens);
+    if (!cmd->script) return store_append_argv(c, cmd->argc, cmd->argv, cmd->lens);
     guard = guard && cmd->numkeys > 0 && cmd->argc >= cmd->numkeys && cluster_has_tag(cmd->argv[0], cmd->lens[0]);
     int n = cmd->argc + 3 + guard;
     const char *stackv[32];
@@ -697,7 +736,7 @@ static int store_append(redisContext *c, const struct store_cmd *cmd, const char
         memcpy(argv + 4 + k, cmd->argv + k, sizeof *argv * (size_t)(cmd->argc - k));
         memcpy(lens + 4 + k, cmd->lens + k, sizeof *lens * (size_t)(cmd->argc - k));
     }
-    int rc = redisAppendCommandArgv(c, n, argv, lens);
+    int rc = store_append_argv(c, n, argv, lens);
     if (argv != stackv) free(argv);
     if (lens != stackl) free(lens);
     if (g != gstack) free(g);
@@ -904,6 +943,86 @@ fail:
     return -1;
 }
 
+/* Reads and frees the replies a store_send left unread (its caller raised
+ * before store_recv), so the next command reads its own. */
+static int store_discard(store *s, char *err, size_t errlen) {
+    while (s->pending > 0) {
+        void *r = NULL;
+        if (redisGetReply(s->c, &r) != REDIS_OK || !r) {
+            s->broken = 1;
+            s->pending = 0;
+            snprintf(err, errlen, "Redis I/O error at %s: %s", s->shown, s->c->errstr[0] ? s->c->errstr : strerror(errno));
+            return -1;
+        }
+        freeReplyObject(r);
+        s->pending--;
+    }
+    return 0;
+}
+
+/* Whether this process knows the SHA of every script of cmds. */
+static int store_scripts_known(int n, const struct store_cmd *cmds) {
+    int known = 1;
+    pthread_mutex_lock(&store_mu);
+    for (int i = 0; i < n && known; i++) {
+        if (!cmds[i].script) continue;
+        int k = store_script_slot(cmds[i].script);
+        known = k >= 0 && store_scripts[k].sha[0];
+    }
+    pthread_mutex_unlock(&store_mu);
+    return known;
+}
+
+/* The first half of a pipeline, for a caller that has more to prepare:
+ * cmds written out now (Redis starts on them), their replies left for
+ * store_recv, in order, behind those of earlier sends. Returns 1 and sends
+ * nothing on a cluster (the caller uses store_pipeline), or when a script
+ * would have to be loaded (a round trip) behind replies not read yet. 0
+ * when sent; -1 with err on an I/O error (the connection is marked
+ * broken). A NOSCRIPT is not handled here: store_recv gives it back like any
+ * error reply, and the caller sends that command again. Caller's thread. */
+int store_send(store *s, int n, const struct store_cmd *cmds, char *err, size_t errlen) {
+    char sha[41];
+    if (store_broken(s)) { snprintf(err, errlen, "Redis connection is down"); return -1; }
+    if (s->map || (s->pending && !store_scripts_known(n, cmds))) return 1;
+    for (int i = 0; i < n; i++) {
+        if (cmds[i].script && store_script_sha(s, s->c, cmds[i].script, sha, err, errlen) < 0) return -1;
+        if (store_append(s->c, &cmds[i], sha, 0) != REDIS_OK) goto io;
+    }
+    if (store_flush(s->c) != REDIS_OK) goto io;
+    s->pending += n;
+    return 0;
+io:
+    s->broken = 1;
+    s->pending = 0;
+    snprintf(err, errlen, "Redis I/O error at %s: %s", s->shown, s->c->errstr[0] ? s->c->errstr : strerror(errno));
+    return -1;
+}
+
+/* The second half: the replies of the oldest n commands store_send sent
+ * (n at most those pending) into out (caller frees each). A master demoted
+ * under us (READONLY) marks the connection broken, as store_pipeline does.
+ * 0, or -1 with err on an I/O error (no reply returned; those still pending
+ * are lost with the connection). Caller's thread. */
+int store_recv(store *s, int n, store_reply **out, char *err, size_t errlen) {
+    if (n > s->pending) { snprintf(err, errlen, "redis: %d replies asked, %d pending", n, s->pending); return -1; }
+    for (int got = 0; got < n; got++) {
+        void *r = NULL;
+        if (redisGetReply(s->c, &r) != REDIS_OK || !r) {
+            for (int j = 0; j < got; j++) freeReplyObject(out[j]);
+            s->broken = 1;
+            s->pending = 0;
+            snprintf(err, errlen, "Redis I/O error at %s: %s", s->shown, s->c->errstr[0] ? s->c->errstr : strerror(errno));
+            return -1;
+        }
+        s->pending--;
+        out[got] = r;
+        const redisReply *rr = r;
+        if (rr->type == REDIS_REPLY_ERROR && strncmp(rr->str, "READONLY", 8) == 0) s->broken = 1;
+    }
+    return 0;
+}
+
 /* The one round trip: every command of cmds sent at once, scripts by
  * EVALSHA; the replies read in order. A NOSCRIPT (Redis restarted or
  * flushed its scripts) reloads the scripts and resends only those commands,
@@ -911,6 +1030,7 @@ fail:
 int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **out, char *err, size_t errlen) {
     char sha[41];
     if (store_broken(s)) { snprintf(err, errlen, "Redis connection is down"); return -1; }
+    if (s->pending && store_discard(s, err, errlen) < 0) return -1;
     /* Every script this process has not loaded yet is loaded first, before
      * anything is appended: a SCRIPT LOAD is a round trip of its own, and
      * one sent behind appended commands would read their replies. */

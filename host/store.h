@@ -65,6 +65,16 @@ struct store_cmd {
  * (then no reply is returned and the connection is marked broken). */
 int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **out, char *err, size_t errlen);
 
+/* A pipeline in two halves, so that the caller prepares more while Redis
+ * works: store_send writes cmds out (1: nothing sent, on a cluster or when a
+ * script would need loading behind unread replies: use store_pipeline),
+ * store_recv reads the oldest n replies. A NOSCRIPT comes back as an error
+ * reply (the caller sends that command again). Replies left unread are
+ * discarded by the next store_pipeline. 0, or -1 with err (I/O: broken). */
+int store_send(store *s, int n, const struct store_cmd *cmds, char *err, size_t errlen);
+int store_recv(store *s, int n, store_reply **out, char *err, size_t errlen);
+int store_pending(const store *s);
+
 /* One plain command to every master of a cluster (or to the one Redis):
  * out[i] and names[i] ("host:port") per server, up to max; the count, or
  * -1 with err. For commands about a server (INFO), not a key. */

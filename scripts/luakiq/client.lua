@@ -239,10 +239,12 @@ end
 local SECTIONS = { { 6, "expires_at" }, { 7, "priority" }, { 8, "windows" }, { 9, "tags" } }
 
 -- Sends prepared jobs of one worker (prepare's tables), grouped by shard
--- under the worker's shards_count, one push.lua call per shard and chunk,
--- in one pipeline. Returns how many were stored, the first error (nil: none)
--- and the prepared jobs of the calls push.lua refused because the queue was
--- resharded (nothing of them written).
+-- under the worker's shards_count, one push.lua call per shard and chunk.
+-- Each call is written out as soon as it is built (conn:send), so Redis
+-- runs the first ones while the next are built; on a cluster (send says
+-- no) they go later, as one pipeline (collect). Returns {cmds, parts =
+-- {jobs, from, to} per cmd, sent = how many cmds went by conn:send, their
+-- replies unread}.
 local function send(conn, cfg, worker, prepared, now, extras)
   local count = worker.shards_count
   local by_shard, order = {}, {}
@@ -258,7 +260,7 @@ local function send(conn, cfg, worker, prepared, now, extras)
   -- (the same %.17g digits; push.lua normalizes every number anyway).
   local now_s = string.format("%.17g", now)
   local count_s = tostring(count)
-  local cmds, parts = {}, {}
+  local cmds, parts, sent, one = {}, {}, 0, {}
   for _, s in ipairs(order) do
     local list, prefix = by_shard[s], keys.prefix(cfg.namespace, worker.queue_name, s)
     for from = 1, #list, CHUNK do
@@ -292,14 +294,42 @@ local function send(conn, cfg, worker, prepared, now, extras)
       cmd[k], cmd[k + 1], cmd[k + 2] = "", "shards", count_s
       cmds[#cmds + 1] = cmd
       parts[#cmds] = { list, from, to }
+      -- (sent in order: once one could not go, the rest wait for the pipeline)
+      if sent == #cmds - 1 then
+        one[1] = cmd
+        if conn:send(one) then sent = sent + 1 end
+      end
     end
   end
-  -- Each push.lua call is atomic (a Redis out of memory refuses a script
-  -- only before its first write; once it wrote, it runs to its end), so the
-  -- jobs stored are exactly those of the calls that succeeded: say how many.
-  local replies = conn:pipeline(cmds)
+  return { cmds = cmds, parts = parts, sent = sent }
+end
+
+-- The replies of send's calls, in order: those it sent first (unread till
+-- now), then the others' through one pipeline.
+local function collect(conn, st)
+  local cmds, sent, rest = st.cmds, st.sent, {}
+  for i = sent + 1, #cmds do rest[#rest + 1] = cmds[i] end
+  local replies = sent > 0 and conn:recv(sent) or {}
+  if #rest > 0 then
+    for _, r in ipairs(conn:pipeline(rest)) do replies[#replies + 1] = r end
+  end
+  return cmds, st.parts, replies
+end
+
+-- Reads what send's calls did. Each push.lua call is atomic (a Redis out of
+-- memory refuses a script only before its first write; once it wrote, it
+-- runs to its end), so the jobs stored are exactly those of the calls that
+-- succeeded: returns how many, the first error (nil: none) and the
+-- prepared jobs of the calls push.lua refused because the queue was
+-- resharded (nothing of them written). A call Redis did not know the
+-- script of (NOSCRIPT: it ran nothing) is sent again through the pipeline,
+-- which loads it.
+local function tally(conn, cmds, parts, replies)
   local stored, failed, refused = 0, nil, {}
   for i, r in ipairs(replies) do
+    if type(r) == "table" and r.err and r.err:find("^NOSCRIPT") then
+      r = conn:pipeline({ cmds[i] })[1]
+    end
     if type(r) == "table" and r.err then
       if r.err:find("luakiq push: resharded", 1, true) then
         local list, from, to = parts[i][1], parts[i][2], parts[i][3]
@@ -315,8 +345,9 @@ local function send(conn, cfg, worker, prepared, now, extras)
   return stored, failed, refused
 end
 
--- Validates and sends jobs of one worker; returns how many were enqueued.
-local function push_now(conn, cfg, worker, jobs)
+-- Validates jobs of one worker without any I/O; returns what start sends
+-- (a push's first part). Raises input errors.
+local function validate(worker, cfg, jobs)
   if type(jobs) ~= "table" then errors.input("jobs must be an array") end
   local n = #jobs
   for k in pairs(jobs) do
@@ -332,10 +363,28 @@ local function push_now(conn, cfg, worker, jobs)
     if p[6] or p[7] or p[8] or p[9] then extras = true end
     prepared[i] = p
   end
+  return { worker = worker, prepared = prepared, now = now, extras = extras, n = n }
+end
+
+-- Sends validated jobs (validate's table): returns the state finish reads,
+-- the replies still unread (a push's second half). Nothing else may use
+-- conn until finish. Raises on I/O errors.
+local function start(conn, cfg, v)
+  if v.n > 0 then
+    check_registry(conn, cfg, v.worker)
+    v.count = v.worker.shards_count
+    v.st = send(conn, cfg, v.worker, v.prepared, v.now, v.extras)
+  end
+  return v
+end
+
+-- Reads the replies of start's calls; returns how many jobs were enqueued,
+-- or raises (a push's last part).
+local function finish(conn, cfg, v)
+  local worker, n, now, extras = v.worker, v.n, v.now, v.extras
   if n == 0 then return 0 end
-  check_registry(conn, cfg, worker)
-  local count = worker.shards_count
-  local stored, failed, refused = send(conn, cfg, worker, prepared, now, extras)
+  local count = v.count
+  local stored, failed, refused = tally(conn, collect(conn, v.st))
   if #refused > 0 and not failed then
     -- The queue was resharded since this VM last looked (luakiq reshard):
     -- those calls wrote nothing. A VM that follows sends their jobs again
@@ -348,7 +397,7 @@ local function push_now(conn, cfg, worker, jobs)
     end
     -- the count the shard named (the registry says the same a moment later)
     worker.shards_count = tonumber(refused.have) or worker.shards_count
-    local more, f2, r2 = send(conn, cfg, worker, refused, now, extras)
+    local more, f2, r2 = tally(conn, collect(conn, send(conn, cfg, worker, refused, now, extras)))
     stored, failed = stored + more, f2
     if #r2 > 0 then failed = failed or "luakiq push: resharded again while pushing" end
   elseif #refused > 0 then
@@ -358,6 +407,11 @@ local function push_now(conn, cfg, worker, jobs)
     error(("redis: push failed: %s (%d of the %d jobs were stored)"):format(failed, stored, n), 0)
   end
   return n
+end
+
+-- Validates and sends jobs of one worker; returns how many were enqueued.
+local function push_now(conn, cfg, worker, jobs)
+  return finish(conn, cfg, start(conn, cfg, validate(worker, cfg, jobs)))
 end
 
 -- perform_async: runs the client middlewares (outermost first) around the push.
@@ -373,5 +427,20 @@ function M.push(conn, cfg, worker_name, jobs)
   run(worker, jobs)
   return result or 0
 end
+
+-- A push in three parts, so that a caller checks its next jobs while Redis
+-- stores these (luakiq.feed): validate_push (no I/O; raises input errors),
+-- start_push (sends; conn is then busy until finish_push), finish_push
+-- (reads the replies; the count, or raises as push does). Client
+-- middlewares wrap a whole push, so they do not run here: the caller uses
+-- push when there are any (has_middlewares).
+function M.validate_push(cfg, worker_name, jobs)
+  local worker = cfg.by_name[worker_name]
+  if not worker then errors.notfound("unknown worker '" .. esc(worker_name) .. "'") end
+  return validate(worker, cfg, jobs)
+end
+function M.start_push(conn, cfg, v) return start(conn, cfg, v) end
+function M.finish_push(conn, cfg, v) return finish(conn, cfg, v) end
+function M.has_middlewares(cfg) return #(cfg.client_middlewares or {}) > 0 end
 
 return M

@@ -1,12 +1,14 @@
 -- luakiq.feed: `luakiq enqueue` of a file of JSON lines, streamed: memory
--- stays bounded by one chunk of jobs whatever the file's size.
+-- stays bounded by two chunks of jobs (one Redis stores, the next being
+-- read) whatever the file's size.
 --
 -- All or nothing, for a file read twice: the first pass reads every line
 -- and checks it as the enqueue would (JSON, every field, the payload dumped
 -- against max_payload_bytes) and sends nothing; one bad line stops it with
 -- "line N: ..." and nothing is enqueued. Only then the second pass sends
--- the jobs, M.CHUNK lines per luakiq.client.push (client middlewares
--- included, one pipeline of push.lua calls per chunk). What the first pass
+-- the jobs, M.CHUNK lines per push (one pipeline of push.lua calls per
+-- chunk; with client middlewares, luakiq.client.push, chunk after chunk;
+-- without, the next chunk is read while Redis stores one). What the first pass
 -- cannot see (a middleware raising or making a job invalid, Redis failing)
 -- stops the second at a chunk: the error then says how many jobs, of which
 -- lines, were enqueued before it. stdin is spooled to a temporary file
@@ -102,29 +104,53 @@ function M.lines(connect, cfg, worker_name, f, tty)
       if total % 1000 == 0 then show("checked " .. thousands(total) .. " jobs") end
     end
   end
-  -- pass 2: send, CHUNK lines at a time
+  -- pass 2: send, CHUNK lines at a time. Without client middlewares a
+  -- chunk is decoded and checked while Redis stores the one before (one
+  -- chunk in flight: its replies are read before the next is sent, so an
+  -- error still names the lines of the chunk that failed).
   f:seek("set", 0)
   local conn = connect()
+  local parts = not client.has_middlewares(cfg)
   local started, sent, chunk, first = core.mono(), 0, {}, 1
-  local function flush(last)
-    if #chunk == 0 then return end
-    local ok, err = pcall(client.push, conn, cfg, worker_name, chunk)
-    if not ok then
-      -- the same kind of error (exit code), with where the file stopped
-      local kind, why = errors.describe(err)
-      why = why:match("^[^\n]*")
-      local msg = ("lines %d-%d: %s; %s"):format(first, last, why, first == 1 and "nothing enqueued before them" or
-        ("%d jobs enqueued before them (lines 1-%d)"):format(sent, first - 1))
-      local some = tonumber(why:match("%((%d+) of the %d+ jobs were stored%)$"))
-      if some and some > 0 then msg = msg .. (", %d in all"):format(sent + some) end
-      if kind == "runtime" or kind == "missing" then error(msg, 0) end
-      errors[kind](msg)
-    end
-    sent = sent + #chunk
-    chunk = {}
+  local inflight -- {v, first, last}: a chunk sent, its replies unread
+  local function failed(err, from, to)
+    -- the same kind of error (exit code), with where the file stopped
+    local kind, why = errors.describe(err)
+    why = why:match("^[^\n]*")
+    local msg = ("lines %d-%d: %s; %s"):format(from, to, why, from == 1 and "nothing enqueued before them" or
+      ("%d jobs enqueued before them (lines 1-%d)"):format(sent, from - 1))
+    local some = tonumber(why:match("%((%d+) of the %d+ jobs were stored%)$"))
+    if some and some > 0 then msg = msg .. (", %d in all"):format(sent + some) end
+    if kind == "runtime" or kind == "missing" then error(msg, 0) end
+    errors[kind](msg)
+  end
+  local function done(count)
+    sent = sent + count
     local dt = core.mono() - started
     show(("enqueued %s / %s jobs, %s jobs/s"):format(thousands(sent), thousands(total),
       thousands(dt > 0 and sent / dt or 0)), sent == total)
+  end
+  local function land()
+    if not inflight then return end
+    local ok, err = pcall(client.finish_push, conn, cfg, inflight[1])
+    if not ok then failed(err, inflight[2], inflight[3]) end
+    done(inflight[1].n)
+    inflight = nil
+  end
+  local function flush(last)
+    if #chunk == 0 then return end
+    if parts then
+      local ok, v = pcall(client.validate_push, cfg, worker_name, chunk)
+      land()
+      if ok then ok, v = pcall(client.start_push, conn, cfg, v) end
+      if not ok then failed(v, first, last) end
+      inflight = { v, first, last }
+    else
+      local ok, err = pcall(client.push, conn, cfg, worker_name, chunk)
+      if not ok then failed(err, first, last) end
+      done(#chunk)
+    end
+    chunk = {}
   end
   n = 0
   for line in f:lines() do
@@ -135,6 +161,7 @@ function M.lines(connect, cfg, worker_name, f, tty)
     end
   end
   flush(n)
+  land()
   return sent
 end
 

@@ -408,4 +408,39 @@ describe("scripts", function()
       assert.truthy(host.read("docs/redis.md"):find("`P " .. suffix .. "`", 1, true), suffix)
     end
   end)
+
+  describe("the connection's send and recv (a pipeline in two halves)", function()
+    it("reads the replies of sent commands in order, behind one another", function()
+      local c = env.conn
+      assert.is_true(c:send({ { "SET", "sr:a", "1" }, { "INCR", "sr:a" } }))
+      assert.is_true(c:send({ { "GET", "sr:a" } }))
+      assert.are.same({ "OK", 2 }, c:recv(2))
+      assert.are.same({ "2" }, c:recv(1))
+      local ok, err = pcall(c.recv, c, 1)
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find("recv of 1 replies, 0 pending", 1, true), err)
+      c:call("DEL", "sr:a")
+    end)
+
+    it("drops the replies a caller never read before the next command reads its own", function()
+      local c = env.conn
+      assert.is_true(c:send({ { "SET", "sr:b", "x" }, { "GET", "sr:b" } }))
+      -- (the caller raised here, say: its replies stay unread)
+      assert.are.equal("x", c:call("GET", "sr:b"))
+      assert.are.same({ 1, 0 }, c:pipeline({ { "DEL", "sr:b" }, { "EXISTS", "sr:b" } }))
+    end)
+
+    it("stores every chunk of a push whose script Redis forgot (NOSCRIPT: sent again)", function()
+      -- 2,500 jobs of one shard: three push.lua calls, each sent before
+      -- the replies of the others are read
+      env:push("Test", { { id = "warm" } })
+      env.conn:call("SCRIPT", "FLUSH")
+      local jobs = {}
+      for i = 1, 2500 do jobs[i] = { id = "nos" .. i } end
+      assert.are.equal(2500, env:push("Test", jobs))
+      assert.are.equal(2501, env.conn:call("ZCARD", env:prefix("Test") .. "jobs"))
+      assert.are.equal(2, env:push("Test", { { id = "nos1" }, { id = "after" } }))
+      assert.are.equal(2502, env.conn:call("ZCARD", env:prefix("Test") .. "jobs"))
+    end)
+  end)
 end)
