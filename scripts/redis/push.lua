@@ -33,6 +33,7 @@
 -- luakiq:include levels
 -- luakiq:include tags
 -- luakiq:include shard
+local ARGV = ARGV -- (a local: a global is a table lookup each time, ~10 a job)
 local P = KEYS[1]
 local K = shard_keys(P)
 local channel = ARGV[1]
@@ -141,12 +142,16 @@ local retried = false -- some group has retry_count >= 0 (rare)
 -- A group's numbers are checked only when they differ from the group
 -- before's (strings compare in O(1): Lua interns them; in a usual call all
 -- groups share them), a tenth of a push's Redis CPU otherwise.
-local ids, distinct, one_pin = {}, 0, ARGV[4]
+-- (in_order: the ids came ascending, each once, as the host sends a call's
+-- distinct ids: then the first and the last are the lowest and highest,
+-- and ready needs no sort)
+local ids, distinct, one_pin, in_order = {}, 0, ARGV[4], true
 local pa, pb, pc -- the group before's perform_in, retry_count, score
 for i = 3, last, 5 do
   local id, a, b, c = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if id == "" then error("luakiq push: job " .. (i - 3) / 5 + 1 .. ": id is empty", 0) end
   if not ids[id] then ids[id], distinct = true, distinct + 1 end
+  if in_order and i > 3 and not (ARGV[i - 5] < id) then in_order = false end
   if a ~= one_pin then one_pin = false end
   if a ~= pa then finite(a, "perform_in", (i - 3) / 5 + 1) pa = a end
   if b ~= pb then
@@ -199,7 +204,7 @@ end
 -- lowest priority), then each job is written once.
 local levels = prio or has_levels(K)
 -- (the call's members read in one range when they are few: read_jobs)
-read_jobs(K, ids)
+if in_order then read_jobs(K, ids, distinct, ARGV[3], ARGV[last - 4]) else read_jobs(K, ids) end
 -- Variadic writes, at most step arguments a call.
 local function chunks(cmd, key, list, step)
   for from = 1, #list, step do redis.call(cmd, key, unpack(list, from, math.min(from + step - 1, #list))) end
@@ -213,12 +218,11 @@ end
 -- general way (docs/benchmarks.md, "The usual push and fetch").
 if one_pin and distinct == (last - 2) / 5 and K.known and not (tagsec or expiry or prio or wins or retried)
     and not has_levels(K) and not has_tags(K) and redis.call("EXISTS", K.expiring) == 0 then
-  local known = K.known
+  -- (the range's members are looked up among the call's ids, not each id
+  -- escaped and looked up among them: there are usually fewer)
   local ok = true
-  if next(known) then
-    for i = 3, last, 5 do
-      if known[esc(ARGV[i])] then ok = false break end
-    end
+  for E in pairs(K.known) do
+    if ids[E:find("\0", 1, true) and E:gsub("%z\1", "\0") or E] then ok = false break end
   end
   if ok then
     K.known = nil
@@ -227,7 +231,8 @@ if one_pin and distinct == (last - 2) / 5 and K.known and not (tagsec or expiry 
     local place = "l"
     if pin <= now and pin >= ready_tail(K) then place = "r" end
     local ids, add, later, recs = {}, {}, {}, {} -- recs: payload -> record (score = perform_in)
-    local sorted = true -- ids came in order
+    local na, nl, ni = 0, 0, 0 -- (counts kept: # is a binary search in Lua 5.1)
+    local find = string.find
     for i = 3, last, 5 do
       local id, payload, score = ARGV[i], ARGV[i + 4], nums[ARGV[i + 3]]
       local rec
@@ -240,21 +245,22 @@ if one_pin and distinct == (last - 2) / 5 and K.known and not (tagsec or expiry 
       else
         rec = place .. cmsgpack.pack(pin, payload, score)
       end
-      add[#add + 1] = "0"
-      add[#add + 1] = esc(id) .. "\0\0" .. rec
+      add[na + 1], add[na + 2] = "0", (find(id, "\0", 1, true) and esc(id) or id) .. "\0\0" .. rec
+      na = na + 2
       if place == "r" then
-        if sorted and #ids > 0 and id < ids[#ids] then sorted = false end
-        ids[#ids + 1] = id
+        ni = ni + 1
+        ids[ni] = id
       else
-        later[#later + 1], later[#later + 2] = pin_s, id
+        later[nl + 1], later[nl + 2] = pin_s, id
+        nl = nl + 2
       end
     end
     chunks("ZADD", K.jobs, add, 2000)
     chunks("ZADD", K.later, later, 2000)
     if #ids > 0 then
-      -- (the client sends a call's distinct ids in order: a check, not a
-      -- sort of ~10 string comparisons a job, each a strcoll here)
-      if not sorted then table.sort(ids) end
+      -- (the host sends a call's distinct ids in order: then no sort of
+      -- ~10 string comparisons a job, each a strcoll here)
+      if not in_order then table.sort(ids) end
       chunks("RPUSH", K.ready, ids, 1000)
       redis.call("SET", K.tail, pin_s)
     end

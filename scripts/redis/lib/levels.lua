@@ -63,13 +63,17 @@ end
 -- for a new or small queue's growing ids it rarely is, each id is looked up
 -- alone. (The bound is on other ids' members read for nothing: a member
 -- holds all of its id's payloads, so they may be large.) K.known is a copy:
--- the script sets K.known = nil before it writes P jobs.
-local function read_jobs(K, ids)
-  local lo, hi, k = nil, nil, 0
-  for id in pairs(ids) do
-    k = k + 1
-    if not lo or id < lo then lo = id end
-    if not hi or id > hi then hi = id end
+-- the script sets K.known = nil before it writes P jobs. A caller that
+-- knows them gives the ids' count and lowest and highest (count, lo, hi):
+-- no pass over the set, whose comparisons are each a strcoll.
+local function read_jobs(K, ids, count, lo, hi)
+  local k = count or 0
+  if not count then
+    for id in pairs(ids) do
+      k = k + 1
+      if not lo or id < lo then lo = id end
+      if not hi or id > hi then hi = id end
+    end
   end
   if k == 0 then return end
   local from, to = "[" .. esc(lo) .. "\0\0", "(" .. esc(hi) .. "\0\1"
