@@ -135,7 +135,7 @@ local COUNT = { "1", "2", "3", "4" }
 local job_windows -- {job number, windows, ...} of the jobs that have their own
 -- A job of the "records" form: id, error, busy record.
 local function add_record(id, err, rec)
-  local k = #out
+  local k = 6 + 3 * n -- (n jobs in out so far, three elements each: no #)
   out[k + 1], out[k + 2], out[k + 3] = id, err or "", rec
 end
 local function add_job(id, pin, rc, err, pl, win)
@@ -221,38 +221,46 @@ end
 local function take_default(max, now_s)
   local L = redis.call("ZRANGEBYSCORE", K.later, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(max + 1))
   -- Walk ready: R = live due entries {id, pin number, member, position}.
-  local R, pos, stop = {}, 0, nil -- stop: the perform_in of a live entry not due yet
+  local R, nR, pos, stop = {}, 0, 0, nil -- stop: the perform_in of a live entry not due yet
   local stale = not quiet and redis.call("EXISTS", K.stale) == 1
   local left, skips = {}, {} -- id -> stale count left; {position, id} of the stale entries passed
   local step = max + 1
-  while #R <= max and not stop do
+  while nR <= max and not stop do
     local ids = redis.call("LRANGE", K.ready, tostring(pos), tostring(pos + step - 1))
     -- (their members read in one range when few others lie between them:
     -- ids pushed in runs, as sequential ones are; read_jobs)
-    if #ids > 1 then
-      local set = {}
-      for _, id in ipairs(ids) do set[id] = true end
-      read_jobs(K, set)
+    local nids = #ids
+    if nids > 1 then
+      -- (ready holds the ids of a push in order, mostly: then the first
+      -- and last are the lowest and highest, one comparison an id)
+      local set, up = {}, true
+      for k = 1, nids do
+        local id = ids[k]
+        set[id] = true
+        if up and k > 1 and not (ids[k - 1] < id) then up = false end
+      end
+      if up then read_jobs(K, set, nids, ids[1], ids[nids]) else read_jobs(K, set) end
     end
-    for _, id in ipairs(ids) do
+    for k = 1, nids do
+      local id = ids[k]
       local c = 0
       if stale then
         c = left[id]
         if c == nil then c = tonumber(redis.call("HGET", K.stale, id)) or 0 end
+        left[id] = c > 0 and c - 1 or 0
       end
       if c > 0 then
-        left[id] = c - 1
         skips[#skips + 1] = { pos, id }
       else
-        left[id] = 0
         local m, _, place, pin, nxt = peek_job(K, id)
         if place == "r" then
           if pin > now then
             stop = pin
             break
           end
-          R[#R + 1] = { id, pin, m, pos, nxt }
-          if #R > max then break end
+          nR = nR + 1
+          R[nR] = { id, pin, m, pos, nxt }
+          if nR > max then break end
         end
         -- (an entry without a live record is junk: passed, and popped; a
         -- member of the id whose head does not decode goes with it)
@@ -264,7 +272,7 @@ local function take_default(max, now_s)
       pos = pos + 1
     end
     K.known = nil
-    if #ids < step then break end
+    if nids < step then break end
   end
   -- Merge by (perform_in, id).
   local ids, pins, members = {}, {}, {}
@@ -400,7 +408,7 @@ if want == "1" and limit > 0 then
         each_chunk("HMGET", K.windows, ids, function(r, off) for j = 1, #r do wins[off + j] = r[j] or nil end end)
         each_chunk("HDEL", K.windows, ids)
       end
-      local fields, rem = {}, {}
+      local fields, rem, nf, nr, heads = {}, {}, 0, 0, {}
       local expiring = not quiet and redis.call("EXISTS", K.expiring) == 1
       for i = 1, m do
         local id, pin = ids[i], pins[i]
@@ -414,7 +422,7 @@ if want == "1" and limit > 0 then
           mem, _, place, p, o = peek_job(K, id)
           if place then nxt = o end
         end
-        if mem then rem[#rem + 1] = mem end
+        if mem then nr = nr + 1 rem[nr] = mem end
         -- Its busy record, the payload bytes copied; an id without a record
         -- (junk, or every payload expired) is dropped.
         -- (decoded only for the decoded form, or to drop expired payloads)
@@ -426,7 +434,7 @@ if want == "1" and limit > 0 then
             if pl and expires then pl = expire(id, pl, now_s) end
             if pl and #pl > 0 then rec = busy_record(pin, rc, prio, win, pl) end
           else
-            rec = busy_record_of(pin, rc, prio, win, mem, nxt)
+            rec = busy_record_of(pin, rc, prio, win, mem, nxt, heads)
           end
         end
         if rec then
@@ -435,14 +443,14 @@ if want == "1" and limit > 0 then
             redis.call("SET", K.busy_fetched_at, now_s) -- once per batch: busy.lua's fetched_at
           end
           if err then redis.call("HSET", berrs, id, err) end
-          fields[#fields + 1] = id
-          fields[#fields + 1] = rec
+          fields[nf + 1], fields[nf + 2] = id, rec
+          nf = nf + 2
           if records then add_record(id, err, rec) else add_job(id, pin, rc, err, pl, win) end
           n = n + 1
         end
       end
-      if #rem > 0 then each_chunk("ZREM", K.jobs, rem) end
-      if #fields > 0 then each_chunk("HSET", busy, fields) end
+      if nr > 0 then each_chunk("ZREM", K.jobs, rem) end
+      if nf > 0 then each_chunk("HSET", busy, fields) end
     end
   end
 end

@@ -289,7 +289,18 @@ end
 -- at offset nxt (job_peek): they are copied as they are (a score left out
 -- means "= perform_in" in both records, and pin is the queued number's
 -- exact score string), which saves fetch.lua a decode and an encode.
-local function busy_record_of(pin, rc, prio, win, m, nxt)
+-- heads (optional): pin -> the record's head for a fresh job (retry_count
+-- -1, no priority or windows), kept by the caller: jobs pushed together
+-- share a pin, and an encoding is ~3.5k instructions (callgrind).
+local function busy_record_of(pin, rc, prio, win, m, nxt, heads)
+  if heads and rc == "-1" and not prio and not win then
+    local h = heads[pin]
+    if not h then
+      h = cmsgpack.pack(pin, rc, false, false)
+      heads[pin] = h
+    end
+    return h .. m:sub(nxt + 1)
+  end
   return cmsgpack.pack(pin, rc, prio or false, win or false) .. m:sub(nxt + 1)
 end
 
