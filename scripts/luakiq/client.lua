@@ -238,24 +238,6 @@ end
 -- The optional fields of a prepared job that push.lua takes as sections.
 local SECTIONS = { { 6, "expires_at" }, { 7, "priority" }, { 8, "windows" }, { 9, "tags" } }
 
--- A shard's prepared jobs in the order of their ids, when no id is there
--- twice (push.lua then only checks the order of a call's new ids instead of
--- sorting them: ~10 string comparisons a job, each a strcoll in Redis's
--- Lua, against a sort here in C); else as they are (the first group of an
--- id counts first).
-local function by_id(list)
-  local ids, by = {}, {}
-  for i = 1, #list do
-    local p = list[i]
-    local id = p[1]
-    if by[id] then return list end
-    by[id], ids[i] = p, id
-  end
-  table.sort(ids)
-  for i = 1, #ids do ids[i] = by[ids[i]] end
-  return ids
-end
-
 -- Sends prepared jobs of one worker (prepare's tables), grouped by shard
 -- under the worker's shards_count, one push.lua call per shard and chunk.
 -- Each call is written out as soon as it is built (conn:send), so Redis
@@ -263,7 +245,7 @@ end
 -- no) they go later, as one pipeline (collect). Returns {cmds, parts =
 -- {jobs, from, to} per cmd, sent = how many cmds went by conn:send, their
 -- replies unread}.
-local function send(conn, cfg, worker, prepared, now, extras)
+local function send(conn, cfg, worker, prepared, now, extras, defer)
   local count = worker.shards_count
   local by_shard, order = {}, {}
   for i = 1, #prepared do
@@ -280,7 +262,7 @@ local function send(conn, cfg, worker, prepared, now, extras)
   local count_s = tostring(count)
   local cmds, parts, sent, one = {}, {}, 0, {}
   for _, s in ipairs(order) do
-    local list, prefix = by_id(by_shard[s]), keys.prefix(cfg.namespace, worker.queue_name, s)
+    local list, prefix = by_shard[s], keys.prefix(cfg.namespace, worker.queue_name, s)
     for from = 1, #list, CHUNK do
       local to = math.min(from + CHUNK - 1, #list)
       local cmd = { script = "push", prefix, channel, now_s }
@@ -313,13 +295,24 @@ local function send(conn, cfg, worker, prepared, now, extras)
       cmds[#cmds + 1] = cmd
       parts[#cmds] = { list, from, to }
       -- (sent in order: once one could not go, the rest wait for the pipeline)
-      if sent == #cmds - 1 then
+      if not defer and sent == #cmds - 1 then
         one[1] = cmd
         if conn:send(one) then sent = sent + 1 end
       end
     end
   end
   return { cmds = cmds, parts = parts, sent = sent }
+end
+
+-- Sends what send built with defer (none sent yet), each call as above.
+local function send_built(conn, st)
+  local one = {}
+  for i = st.sent + 1, #st.cmds do
+    one[1] = st.cmds[i]
+    if not conn:send(one) then break end
+    st.sent = i
+  end
+  return st
 end
 
 -- The replies of send's calls, in order: those it sent first (unread till
@@ -384,14 +377,30 @@ local function validate(worker, cfg, jobs)
   return { worker = worker, prepared = prepared, now = now, extras = extras, n = n }
 end
 
--- Sends validated jobs (validate's table): returns the state finish reads,
--- the replies still unread (a push's second half). Nothing else may use
--- conn until finish. Raises on I/O errors.
+-- Builds the push.lua calls of validated jobs (validate's table) without
+-- sending them, so that start only writes them out: luakiq.feed builds a
+-- chunk's while Redis stores the chunk before. (conn: only to know whether
+-- it is a cluster, asked once.)
+local function build(conn, cfg, v)
+  if v.n > 0 then
+    v.count = v.worker.shards_count
+    v.st = send(conn, cfg, v.worker, v.prepared, v.now, v.extras, true)
+  end
+  return v
+end
+
+-- Sends validated jobs (validate's table; built ahead or not): returns the
+-- state finish reads, the replies still unread (a push's second half).
+-- Nothing else may use conn until finish. Raises on I/O errors.
 local function start(conn, cfg, v)
   if v.n > 0 then
     check_registry(conn, cfg, v.worker)
-    v.count = v.worker.shards_count
-    v.st = send(conn, cfg, v.worker, v.prepared, v.now, v.extras)
+    if v.st and v.count == v.worker.shards_count then
+      send_built(conn, v.st)
+    else
+      v.count = v.worker.shards_count
+      v.st = send(conn, cfg, v.worker, v.prepared, v.now, v.extras)
+    end
   end
   return v
 end
@@ -446,9 +455,11 @@ function M.push(conn, cfg, worker_name, jobs)
   return result or 0
 end
 
--- A push in three parts, so that a caller checks its next jobs while Redis
+-- A push in parts, so that a caller checks its next jobs while Redis
 -- stores these (luakiq.feed): validate_push (no I/O; raises input errors),
--- start_push (sends; conn is then busy until finish_push), finish_push
+-- build_push (optional: the calls made ready to send, no I/O but a
+-- cluster's first check), start_push (sends; conn is then busy until
+-- finish_push), finish_push
 -- (reads the replies; the count, or raises as push does). Client
 -- middlewares wrap a whole push, so they do not run here: the caller uses
 -- push when there are any (has_middlewares).
@@ -457,6 +468,7 @@ function M.validate_push(cfg, worker_name, jobs)
   if not worker then errors.notfound("unknown worker '" .. esc(worker_name) .. "'") end
   return validate(worker, cfg, jobs)
 end
+function M.build_push(conn, cfg, v) return build(conn, cfg, v) end
 function M.start_push(conn, cfg, v) return start(conn, cfg, v) end
 function M.finish_push(conn, cfg, v) return finish(conn, cfg, v) end
 function M.has_middlewares(cfg) return #(cfg.client_middlewares or {}) > 0 end

@@ -141,6 +141,7 @@ function M.lines(connect, cfg, worker_name, f, tty)
     if #chunk == 0 then return end
     if parts then
       local ok, v = pcall(client.validate_push, cfg, worker_name, chunk)
+      if ok then ok, v = pcall(client.build_push, conn, cfg, v) end
       land()
       if ok then ok, v = pcall(client.start_push, conn, cfg, v) end
       if not ok then failed(v, first, last) end

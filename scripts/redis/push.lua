@@ -142,8 +142,8 @@ local retried = false -- some group has retry_count >= 0 (rare)
 -- A group's numbers are checked only when they differ from the group
 -- before's (strings compare in O(1): Lua interns them; in a usual call all
 -- groups share them), a tenth of a push's Redis CPU otherwise.
--- (in_order: the ids came ascending, each once, as the host sends a call's
--- distinct ids: then the first and the last are the lowest and highest,
+-- (in_order: the ids came ascending, each once, as a producer that sorts
+-- them sends them: then the first and the last are the lowest and highest,
 -- and ready needs no sort)
 local ids, distinct, one_pin, in_order = {}, 0, ARGV[4], true
 local pa, pb, pc -- the group before's perform_in, retry_count, score
@@ -258,8 +258,8 @@ if one_pin and distinct == (last - 2) / 5 and K.known and not (tagsec or expiry 
     chunks("ZADD", K.jobs, add, 2000)
     chunks("ZADD", K.later, later, 2000)
     if #ids > 0 then
-      -- (the host sends a call's distinct ids in order: then no sort of
-      -- ~10 string comparisons a job, each a strcoll here)
+      -- (a producer that sends a call's distinct ids in order spares the
+      -- sort ~10 string comparisons a job, each a strcoll here)
       if not in_order then table.sort(ids) end
       chunks("RPUSH", K.ready, ids, 1000)
       redis.call("SET", K.tail, pin_s)
