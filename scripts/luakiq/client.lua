@@ -55,29 +55,31 @@ end
 -- Where a job is, for an error: `at` is its number in the pushed array
 -- ("job 3") or a name the caller gave ("line 12"). Built only for an error:
 -- a string per job would cost every push an allocation.
-local function label(at)
-  return type(at) == "string" and at or "job " .. at
+-- word: what a number counts ("job", the default; "line" for luakiq.feed).
+local function label(at, word)
+  return type(at) == "string" and at or (word or "job") .. " " .. at
 end
 
--- Returns the id as a string, or raises an input error. where: as label's at.
-function M.id_string(id, where)
+-- Returns the id as a string, or raises an input error. where, word: as
+-- label's.
+function M.id_string(id, where, word)
   if type(id) == "string" then
-    if id == "" then errors.input(label(where) .. ": id must not be empty") end
-    if not utf8_valid(id) then errors.input(label(where) .. ": id must be valid UTF-8 (got " .. esc(id) .. ")") end
+    if id == "" then errors.input(label(where, word) .. ": id must not be empty") end
+    if not utf8_valid(id) then errors.input(label(where, word) .. ": id must be valid UTF-8 (got " .. esc(id) .. ")") end
     return id
   elseif type(id) == "number" and finite(id) and id == math.floor(id) then
     return string.format("%.0f", id)
   end
-  errors.input(label(where) .. ": id must be a non-empty string or an integer, got " ..
+  errors.input(label(where, word) .. ": id must be a non-empty string or an integer, got " ..
     (id == nil and "none" or type(id) .. " " .. tostring(id)))
 end
 
 -- A job's optional number field (no closure per job: this runs per job).
--- at: as label's.
-local function num(job, name, default, at, id)
+-- at, word: as label's.
+local function num(job, name, default, at, id, word)
   local v = job[name]
   if v == nil then return default end
-  if not finite(v) then errors.input(label(at) .. " (id " .. esc(id) .. "): " .. name .. " must be a finite number") end
+  if not finite(v) then errors.input(label(at, word) .. " (id " .. esc(id) .. "): " .. name .. " must be a finite number") end
   return v
 end
 
@@ -149,57 +151,59 @@ end
 -- payload_bytes, expires_at or false, priority string or false, windows text
 -- or false, tags text or false}.
 local function prepare(cfg, worker, job, at, now, due, memo)
-  if type(job) ~= "table" then errors.input(label(at) .. ": must be an object") end
+  local word = memo.word
+  if type(job) ~= "table" then errors.input(label(at, word) .. ": must be an object") end
   for k in pairs(job) do
     if not allowed[k] then
-      errors.input(label(at) .. ": unknown field '" .. esc(k) .. "' (allowed: " .. ALLOWED .. ")")
+      errors.input(label(at, word) .. ": unknown field '" .. esc(k) .. "' (allowed: " .. ALLOWED .. ")")
     end
   end
-  local id = M.id_string(job.id, at)
+  local id = M.id_string(job.id, at, word)
   local wtext = false
-  if job.windows ~= nil or job.timezone ~= nil then wtext, due = job_windows(worker, job, label(at), id, now, memo) end
-  local perform_in, score = num(job, "perform_in", due, at, id), num(job, "score", now, at, id)
-  local retry_count = num(job, "retry_count", -1, at, id)
+  if job.windows ~= nil or job.timezone ~= nil then wtext, due = job_windows(worker, job, label(at, word), id, now, memo) end
+  local perform_in, score = num(job, "perform_in", due, at, id, word), num(job, "score", now, at, id, word)
+  local retry_count = num(job, "retry_count", -1, at, id, word)
   if retry_count ~= math.floor(retry_count) or retry_count < -1 then
-    errors.input(label(at) .. " (id " .. esc(id) .. "): retry_count must be an integer >= -1")
+    errors.input(label(at, word) .. " (id " .. esc(id) .. "): retry_count must be an integer >= -1")
   end
   local payload = job.payload
   if payload == nil then payload = "" end
   -- (a blank job's "" skips the checks a trace cannot compile: a pattern
   -- find, and a pcall that a stitched trace cannot return through)
   if payload ~= "" and (type(payload) ~= "string" or payload:find("[\128-\255]")) then
-    showable(payload, label(at), id, 0)
+    showable(payload, label(at, word), id, 0)
   end
   local ok, bytes = true, '""'
   if payload ~= "" or cfg.dump_payload ~= json_encode then ok, bytes = pcall(cfg.dump_payload, payload) end
-  if not ok then errors.input(label(at) .. " (id " .. esc(id) .. "): cannot dump payload: " .. esc(tostring(bytes):match("^[^\n]*"))) end
-  if type(bytes) ~= "string" then errors.input(label(at) .. " (id " .. esc(id) .. "): dump_payload must return a string") end
+  if not ok then errors.input(label(at, word) .. " (id " .. esc(id) .. "): cannot dump payload: " .. esc(tostring(bytes):match("^[^\n]*"))) end
+  if type(bytes) ~= "string" then errors.input(label(at, word) .. " (id " .. esc(id) .. "): dump_payload must return a string") end
   if #bytes > cfg.max_payload_bytes then
     errors.input(string.format("%s (id %s): payload is %d bytes, over max_payload_bytes (%d)",
-      label(at), esc(id), #bytes, cfg.max_payload_bytes))
+      label(at, word), esc(id), #bytes, cfg.max_payload_bytes))
   end
-  local expires_at = num(job, "expires_at", false, at, id)
+  local expires_at = num(job, "expires_at", false, at, id, word)
   local priority = job.priority
   if priority ~= nil then
     if type(priority) ~= "number" or priority ~= math.floor(priority) or math.abs(priority) > 1e9 then
-      errors.input(label(at) .. " (id " .. esc(id) .. "): priority must be an integer from -1000000000 to 1000000000")
+      errors.input(label(at, word) .. " (id " .. esc(id) .. "): priority must be an integer from -1000000000 to 1000000000")
     end
     priority = priority ~= 100 and string.format("%d", priority)
   else
     priority = false
   end
-  local tags = job.tags ~= nil and job_tags(job.tags, label(at), id)
+  local tags = job.tags ~= nil and job_tags(job.tags, label(at, word), id)
   return { id, perform_in, retry_count, score, bytes, expires_at, priority, wtext, tags }
 end
 
 -- A checker for jobs of worker_name: check(job, where) raises the input
 -- error push would raise for it (fields, payload dump and size), naming it
--- by `where` ("line 12"), and sends nothing. The streamed enqueue's first
--- pass (luakiq.feed). Client middlewares do not run.
-function M.checker(cfg, worker_name)
+-- by `where` ("line 12", or a number n: word .. " " .. n, made only for an
+-- error), and sends nothing. The streamed enqueue's first pass
+-- (luakiq.feed). Client middlewares do not run.
+function M.checker(cfg, worker_name, word)
   local worker = cfg.by_name[worker_name]
   if not worker then errors.notfound("unknown worker '" .. esc(worker_name) .. "'") end
-  local now, memo = core.now(), {}
+  local now, memo = core.now(), { word = word }
   local due = worker.windows_spec and worker.windows_spec:next_open(now) or now
   return function(job, where) prepare(cfg, worker, job, where, now, due, memo) end
 end

@@ -82,10 +82,18 @@ function M.is_array(f)
 end
 
 -- Decodes line n, or raises "line n: invalid JSON: ...".
+local try_decode = json.try_decode
 local function decode(line, n)
-  local ok, v = pcall(json.decode, line)
+  local ok, v = try_decode(line)
   if not ok then errors.input("line " .. n .. ": invalid JSON: " .. tostring(v):match("^[^\n]*")) end
   return v
+end
+
+-- Whether a line holds anything (a blank one is skipped). (A line that
+-- starts with "{" needs no pattern: a trace cannot compile one.)
+local byte = string.byte
+local function filled(line)
+  return byte(line, 1) == 123 or line:match("%S") ~= nil
 end
 
 -- Enqueues the JSON lines of f into worker_name; returns the jobs enqueued.
@@ -93,13 +101,13 @@ end
 -- tty: write progress lines to stderr.
 function M.lines(connect, cfg, worker_name, f, tty)
   local show = M.progress(tty)
-  local check = client.checker(cfg, worker_name)
+  local check = client.checker(cfg, worker_name, "line")
   -- pass 1: check every line, send nothing
   local total, n = 0, 0
   for line in f:lines() do
     n = n + 1
-    if line:match("%S") then
-      check(decode(line, n), "line " .. n)
+    if filled(line) then
+      check(decode(line, n), n)
       total = total + 1
       if total % 1000 == 0 then show("checked " .. thousands(total) .. " jobs") end
     end
@@ -156,7 +164,7 @@ function M.lines(connect, cfg, worker_name, f, tty)
   n = 0
   for line in f:lines() do
     n = n + 1
-    if line:match("%S") then
+    if filled(line) then
       chunk[#chunk + 1] = decode(line, n)
       if #chunk == M.CHUNK then flush(n) first = n + 1 end
     end

@@ -250,6 +250,14 @@ function M.decode(s)
   return v
 end
 
+-- try_decode(s) -> true, value | false, "json: reason": decode's work in one
+-- pcall, for a caller that decodes many strings (luakiq.feed).
+function M.try_decode(s)
+  local ok, v = pcall(cj.decode, s)
+  if ok then return true, v end
+  return false, "json: " .. tostring(v)
+end
+
 -- decode_safe(s) -> value | nil, err (err starts with "json: ").
 function M.decode_safe(s)
   local ok, v = pcall(M.decode, s)
