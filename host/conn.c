@@ -293,8 +293,11 @@ static int conn_recv(lua_State *L) {
     int n = (int)luaL_checkinteger(L, 2);
     char err[1024];
     if (n < 0 || n > store_pending(r->s)) return luaL_error(L, "redis: recv of %d replies, %d pending", n, store_pending(r->s));
-    store_reply **out = n > 0 ? calloc((size_t)n, sizeof *out) : NULL;
-    if (n > 0 && !out) return luaL_error(L, "out of memory");
+    /* (the result table and the reply array made before any reply is read:
+     * the array is Lua's, collected whatever raises) */
+    lua_createtable(L, n, 0);
+    int result = lua_gettop(L);
+    store_reply **out = lua_newuserdata(L, (size_t)(n > 0 ? n : 1) * sizeof *out); /* kept on the stack */
     double left = core_io_begin();
     int rc = -1;
     if (left == 0) {
@@ -306,20 +309,16 @@ static int conn_recv(lua_State *L) {
     }
     core_io_end();
     if (rc < 0) {
-        free(out);
         lua_pushstring(L, err);
         return lua_error(L);
     }
-    /* (lua_createtable and the pushes can raise on memory: the replies are
-     * freed first, kept as Lua values) */
-    lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
         conn_push_reply(L, out[i]);
-        lua_rawseti(L, -2, i + 1);
+        lua_rawseti(L, result, i + 1);
         store_reply_free(out[i]);
         out[i] = NULL;
     }
-    free(out);
+    lua_pushvalue(L, result);
     return 1;
 }
 

@@ -985,6 +985,11 @@ int store_send(store *s, int n, const struct store_cmd *cmds, char *err, size_t 
     char sha[41];
     if (store_broken(s)) { snprintf(err, errlen, "Redis connection is down"); return -1; }
     if (s->map || (s->pending && !store_scripts_known(n, cmds))) return 1;
+    /* Scripts not loaded yet are loaded before anything is appended (a
+     * SCRIPT LOAD is a round trip of its own; only with nothing pending,
+     * above), so the appends below need no Redis. */
+    for (int i = 0; i < n; i++)
+        if (cmds[i].script && store_script_sha(s, s->c, cmds[i].script, sha, err, errlen) < 0) return -1;
     for (int i = 0; i < n; i++) {
         if (cmds[i].script && store_script_sha(s, s->c, cmds[i].script, sha, err, errlen) < 0) return -1;
         if (store_append(s->c, &cmds[i], sha, 0) != REDIS_OK) goto io;
