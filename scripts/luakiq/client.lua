@@ -246,7 +246,8 @@ local SECTIONS = { { 6, "expires_at" }, { 7, "priority" }, { 8, "windows" }, { 9
 -- under the worker's shards_count, one push.lua call per shard and chunk.
 -- Each call is written out as soon as it is built (conn:send), so Redis
 -- runs the first ones while the next are built; on a cluster (send says
--- no) they go later, as one pipeline (collect). Returns {cmds, parts =
+-- no), or through a connection without send, they go later, as one
+-- pipeline (collect). Returns {cmds, parts =
 -- {jobs, from, to} per cmd, sent = how many cmds went by conn:send, their
 -- replies unread}.
 local function send(conn, cfg, worker, prepared, now, extras, defer)
@@ -299,7 +300,7 @@ local function send(conn, cfg, worker, prepared, now, extras, defer)
       cmds[#cmds + 1] = cmd
       parts[#cmds] = { list, from, to }
       -- (sent in order: once one could not go, the rest wait for the pipeline)
-      if not defer and sent == #cmds - 1 then
+      if not defer and sent == #cmds - 1 and conn.send then
         one[1] = cmd
         if conn:send(one) then sent = sent + 1 end
       end
@@ -313,7 +314,7 @@ local function send_built(conn, st)
   local one = {}
   for i = st.sent + 1, #st.cmds do
     one[1] = st.cmds[i]
-    if not conn:send(one) then break end
+    if not (conn.send and conn:send(one)) then break end
     st.sent = i
   end
   return st

@@ -266,7 +266,7 @@ function M.cluster_server()
       return routed[m](routed, name, ...)
     end
   end
-  for _, m in ipairs { "pipeline", "ppipeline", "script", "reconnect", "broken", "cluster", "each" } do
+  for _, m in ipairs { "pipeline", "ppipeline", "script", "reconnect", "broken", "cluster", "each", "send", "recv" } do
     conn[m] = function(_, ...) return routed[m](routed, ...) end
   end
   conn.close = function() end
