@@ -103,19 +103,23 @@ static conn_obj *conn_check(lua_State *L) {
     return r;
 }
 
-/* store_pipeline, bounded by the running perform call's deadline when there
- * is one (a worker's luakiq.redis): then no signal interrupts it, and an I/O
- * error at the deadline is reported as the call's timeout (so is a call with
- * no time left, which sends nothing). */
-static int conn_io(conn_obj *r, int n, const struct store_cmd *cmds, store_reply **out,
-                   char *err, size_t errlen) {
+/* One store operation (store_pipeline, store_send, store_recv: what),
+ * bounded by the running perform call's deadline when there is one (a
+ * worker's luakiq.redis): then no signal interrupts it, and an I/O error at
+ * the deadline is reported as the call's timeout (so is a call with no time
+ * left, which does nothing). */
+enum conn_op { CONN_PIPELINE, CONN_SEND, CONN_RECV };
+static int conn_bounded(conn_obj *r, enum conn_op what, int n, const struct store_cmd *cmds, store_reply **out,
+                        char *err, size_t errlen) {
     double left = core_io_begin();
     int rc = -1;
     if (left == 0) {
         core_timeout_text(err, errlen);
     } else {
         if (left > 0) store_bound_io(r->s, left);
-        rc = store_pipeline(r->s, n, cmds, out, err, errlen);
+        if (what == CONN_PIPELINE) rc = store_pipeline(r->s, n, cmds, out, err, errlen);
+        else if (what == CONN_SEND) rc = store_send(r->s, n, cmds, err, errlen);
+        else rc = store_recv(r->s, n, out, err, errlen);
         if (left > 0) store_bound_io(r->s, 0);
         if (rc < 0 && left > 0 && core_call_remaining() == 0) {
             char io[512];
@@ -126,6 +130,9 @@ static int conn_io(conn_obj *r, int n, const struct store_cmd *cmds, store_reply
     }
     core_io_end();
     return rc;
+}
+static int conn_io(conn_obj *r, int n, const struct store_cmd *cmds, store_reply **out, char *err, size_t errlen) {
+    return conn_bounded(r, CONN_PIPELINE, n, cmds, out, err, errlen);
 }
 
 /* core.connect(url, timeout_s[, "node"]) -> conn | nil, err. "node": that
@@ -264,17 +271,8 @@ static int conn_send(lua_State *L) {
     struct conn_pipe p;
     char err[1024];
     int rc = -1;
-    if (conn_pipe_build(L, 2, &p, err, sizeof err) == 0) {
-        double left = core_io_begin();
-        if (left == 0) {
-            core_timeout_text(err, sizeof err);
-        } else {
-            if (left > 0) store_bound_io(r->s, left);
-            rc = store_send(r->s, p.n, p.cmds, err, sizeof err);
-            if (left > 0) store_bound_io(r->s, 0);
-        }
-        core_io_end();
-    }
+    if (conn_pipe_build(L, 2, &p, err, sizeof err) == 0)
+        rc = conn_bounded(r, CONN_SEND, p.n, p.cmds, NULL, err, sizeof err);
     conn_pipe_free(&p);
     if (rc < 0) {
         lua_pushstring(L, err);
@@ -298,16 +296,7 @@ static int conn_recv(lua_State *L) {
     lua_createtable(L, n, 0);
     int result = lua_gettop(L);
     store_reply **out = lua_newuserdata(L, (size_t)(n > 0 ? n : 1) * sizeof *out); /* kept on the stack */
-    double left = core_io_begin();
-    int rc = -1;
-    if (left == 0) {
-        core_timeout_text(err, sizeof err);
-    } else {
-        if (left > 0) store_bound_io(r->s, left);
-        rc = store_recv(r->s, n, out, err, sizeof err);
-        if (left > 0) store_bound_io(r->s, 0);
-    }
-    core_io_end();
+    int rc = conn_bounded(r, CONN_RECV, n, NULL, out, err, sizeof err);
     if (rc < 0) {
         lua_pushstring(L, err);
         return lua_error(L);

@@ -943,17 +943,21 @@ fail:
     return -1;
 }
 
+/* The one-Redis connection is lost (an I/O error): marked broken, with
+ * whatever was pending; err says where. Returns -1. */
+static int store_lost(store *s, char *err, size_t errlen) {
+    s->broken = 1;
+    s->pending = 0;
+    snprintf(err, errlen, "Redis I/O error at %s: %s", s->shown, s->c->errstr[0] ? s->c->errstr : strerror(errno));
+    return -1;
+}
+
 /* Reads and frees the replies a store_send left unread (its caller raised
  * before store_recv), so the next command reads its own. */
 static int store_discard(store *s, char *err, size_t errlen) {
     while (s->pending > 0) {
         void *r = NULL;
-        if (redisGetReply(s->c, &r) != REDIS_OK || !r) {
-            s->broken = 1;
-            s->pending = 0;
-            snprintf(err, errlen, "Redis I/O error at %s: %s", s->shown, s->c->errstr[0] ? s->c->errstr : strerror(errno));
-            return -1;
-        }
+        if (redisGetReply(s->c, &r) != REDIS_OK || !r) return store_lost(s, err, errlen);
         freeReplyObject(r);
         s->pending--;
     }
@@ -998,10 +1002,7 @@ int store_send(store *s, int n, const struct store_cmd *cmds, char *err, size_t 
     s->pending += n;
     return 0;
 io:
-    s->broken = 1;
-    s->pending = 0;
-    snprintf(err, errlen, "Redis I/O error at %s: %s", s->shown, s->c->errstr[0] ? s->c->errstr : strerror(errno));
-    return -1;
+    return store_lost(s, err, errlen);
 }
 
 /* The second half: the replies of the oldest n commands store_send sent
@@ -1015,10 +1016,7 @@ int store_recv(store *s, int n, store_reply **out, char *err, size_t errlen) {
         void *r = NULL;
         if (redisGetReply(s->c, &r) != REDIS_OK || !r) {
             for (int j = 0; j < got; j++) freeReplyObject(out[j]);
-            s->broken = 1;
-            s->pending = 0;
-            snprintf(err, errlen, "Redis I/O error at %s: %s", s->shown, s->c->errstr[0] ? s->c->errstr : strerror(errno));
-            return -1;
+            return store_lost(s, err, errlen);
         }
         s->pending--;
         out[got] = r;
@@ -1077,9 +1075,7 @@ int store_pipeline(store *s, int n, const struct store_cmd *cmds, store_reply **
     }
     return 0;
 io:
-    s->broken = 1;
-    snprintf(err, errlen, "Redis I/O error at %s: %s", s->shown, s->c->errstr[0] ? s->c->errstr : strerror(errno));
-    return -1;
+    return store_lost(s, err, errlen);
 }
 
 /* One plain command to every master of a cluster (every node that serves a

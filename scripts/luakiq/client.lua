@@ -1,7 +1,8 @@
 -- luakiq.client: enqueue (perform_async). Runs in any VM: a worker thread, the
 -- CLI, the HTTP handlers. The whole array is validated and dumped before any
 -- byte is sent, so bad input enqueues nothing; then jobs are grouped by shard
--- and sent as one push.lua call per shard (in chunks), all in one pipeline.
+-- and sent as one push.lua call per shard (in chunks), each written out as
+-- soon as it is built, the replies read at the end.
 local core = require "luakiq.core"
 local keys = require "luakiq.keys"
 local runtime = require "luakiq.runtime"
@@ -242,14 +243,27 @@ end
 -- The optional fields of a prepared job that push.lua takes as sections.
 local SECTIONS = { { 6, "expires_at" }, { 7, "priority" }, { 8, "windows" }, { 9, "tags" } }
 
+-- Writes out st's calls not sent yet (st.sent: how many were), in order, by
+-- conn:send; the first one it will not take (a cluster, or a connection
+-- without send) and all after it wait for collect's pipeline (st.held).
+local function dispatch(conn, st)
+  for i = st.sent + 1, #st.cmds do
+    if st.held or not (conn.send and conn:send({ st.cmds[i] })) then
+      st.held = true
+      return st
+    end
+    st.sent = i
+  end
+  return st
+end
+
 -- Sends prepared jobs of one worker (prepare's tables), grouped by shard
 -- under the worker's shards_count, one push.lua call per shard and chunk.
--- Each call is written out as soon as it is built (conn:send), so Redis
--- runs the first ones while the next are built; on a cluster (send says
--- no), or through a connection without send, they go later, as one
--- pipeline (collect). Returns {cmds, parts =
+-- Each call is written out as soon as it is built (dispatch), so Redis
+-- runs the first ones while the next are built; defer: none is, start
+-- dispatches them later (luakiq.feed builds ahead). Returns {cmds, parts =
 -- {jobs, from, to} per cmd, sent = how many cmds went by conn:send, their
--- replies unread}.
+-- replies unread, held = the rest wait for collect's pipeline}.
 local function send(conn, cfg, worker, prepared, now, extras, defer)
   local count = worker.shards_count
   local by_shard, order = {}, {}
@@ -265,7 +279,8 @@ local function send(conn, cfg, worker, prepared, now, extras, defer)
   -- (the same %.17g digits; push.lua normalizes every number anyway).
   local now_s = string.format("%.17g", now)
   local count_s = tostring(count)
-  local cmds, parts, sent, one = {}, {}, 0, {}
+  local st = { cmds = {}, parts = {}, sent = 0 }
+  local cmds, parts = st.cmds, st.parts
   for _, s in ipairs(order) do
     local list, prefix = by_shard[s], keys.prefix(cfg.namespace, worker.queue_name, s)
     for from = 1, #list, CHUNK do
@@ -299,23 +314,8 @@ local function send(conn, cfg, worker, prepared, now, extras, defer)
       cmd[k], cmd[k + 1], cmd[k + 2] = "", "shards", count_s
       cmds[#cmds + 1] = cmd
       parts[#cmds] = { list, from, to }
-      -- (sent in order: once one could not go, the rest wait for the pipeline)
-      if not defer and sent == #cmds - 1 and conn.send then
-        one[1] = cmd
-        if conn:send(one) then sent = sent + 1 end
-      end
+      if not defer then dispatch(conn, st) end
     end
-  end
-  return { cmds = cmds, parts = parts, sent = sent }
-end
-
--- Sends what send built with defer (none sent yet), each call as above.
-local function send_built(conn, st)
-  local one = {}
-  for i = st.sent + 1, #st.cmds do
-    one[1] = st.cmds[i]
-    if not (conn.send and conn:send(one)) then break end
-    st.sent = i
   end
   return st
 end
@@ -401,7 +401,7 @@ local function start(conn, cfg, v)
   if v.n > 0 then
     check_registry(conn, cfg, v.worker)
     if v.st and v.count == v.worker.shards_count then
-      send_built(conn, v.st)
+      dispatch(conn, v.st)
     else
       v.count = v.worker.shards_count
       v.st = send(conn, cfg, v.worker, v.prepared, v.now, v.extras)

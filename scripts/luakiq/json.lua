@@ -242,25 +242,26 @@ function M.encode(v)
   return concat(buf)
 end
 
--- decode(s) -> value; raises "json: <reason>" (level 0: no position prefix).
-function M.decode(s)
-  if type(s) ~= "string" then error("json: decode expects a string, got " .. type(s), 0) end
-  local ok, v = pcall(cj.decode, s)
-  if not ok then error("json: " .. tostring(v), 0) end
-  return v
-end
-
--- try_decode(s) -> true, value | false, "json: reason": decode's work in one
--- pcall, for a caller that decodes many strings (luakiq.feed).
+-- try_decode(s) -> true, value | false, "json: reason" (one pcall: for a
+-- caller that decodes many strings, luakiq.feed; decode and decode_safe
+-- are made of it).
 function M.try_decode(s)
+  if type(s) ~= "string" then return false, "json: decode expects a string, got " .. type(s) end
   local ok, v = pcall(cj.decode, s)
   if ok then return true, v end
   return false, "json: " .. tostring(v)
 end
 
+-- decode(s) -> value; raises "json: <reason>" (level 0: no position prefix).
+function M.decode(s)
+  local ok, v = M.try_decode(s)
+  if not ok then error(v, 0) end
+  return v
+end
+
 -- decode_safe(s) -> value | nil, err (err starts with "json: ").
 function M.decode_safe(s)
-  local ok, v = pcall(M.decode, s)
+  local ok, v = M.try_decode(s)
   if ok then return v end
   return nil, v
 end
