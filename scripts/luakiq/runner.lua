@@ -28,6 +28,7 @@ local flow = require "luakiq.flow"
 local retry = require "luakiq.retry"
 local windows = require "luakiq.windows"
 local luakiq = require "luakiq"
+local new_table = require "table.new" -- (LuaJIT's: a table sized at once)
 
 -- The worker thread's states, named once (host/runner.c) and exported as numbers.
 local STATE = core.states
@@ -242,11 +243,12 @@ local function load_batch(t, h, jobs)
   local cfg, w = t.cfg, h.def
   -- (the usual fetch loads every payload: then no table but the batch and
   -- each job's list is made, and the jobs come back as they are)
-  local batch, bad, dropped = {}, nil, false
+  -- (sized at once: a table that grows allocates again as it grows)
+  local batch, bad, dropped = new_table(0, #jobs), nil, false
   for i = 1, #jobs do
     local job = jobs[i]
     local pls = job.payloads
-    local list, good = {}, nil
+    local list, good = new_table(#pls, 0), nil
     for k = 1, #pls do
       local p = pls[k]
       local ok, v = pcall(cfg.load_payload, p[1])
@@ -314,6 +316,14 @@ local function netstring(v)
   return #v .. ":" .. v
 end
 local RC_NS = {} -- retry_count -> its netstring
+local function rc_netstring(rc)
+  local rs = RC_NS[rc]
+  if not rs then
+    rs = netstring(rc)
+    RC_NS[rc] = rs
+  end
+  return rs
+end
 local function call_record(h, jobs, done, token)
   -- (the fields before the jobs change only with the fetch: kept on h)
   local head = h.rec_head
@@ -321,31 +331,36 @@ local function call_record(h, jobs, done, token)
     head = netstring(h.worker) .. netstring(h.shard) .. netstring(h.batch or "") .. netstring(token or "")
     h.rec_head, h.rec_batch, h.rec_token = head, h.batch, token
   end
-  local parts = { head, netstring(#jobs) }
-  for i = 1, #jobs do
-    local job = jobs[i]
-    local rc = job.retry_count
-    local rs = RC_NS[rc]
-    if not rs then
-      rs = netstring(rc)
-      RC_NS[rc] = rs
-    end
-    parts[#parts + 1] = netstring(job.id)
-    parts[#parts + 1] = rs
-  end
   -- done grows by each call of the fetch (up to fetch_size ids): its
   -- netstrings are kept on it and only the new ids encoded, so a fetch of n
   -- calls costs O(n) encodings, not O(n^2)
-  if done and #done > 0 then
-    local text, k = done.ns_text or "", done.ns_n or 0
-    if k < #done then
+  local text = ""
+  local nd = done and #done or 0
+  if nd > 0 then
+    local k
+    text, k = done.ns_text or "", done.ns_n or 0
+    if k + 1 == nd then
+      text = text .. netstring(done[nd])
+      done.ns_text, done.ns_n = text, nd
+    elseif k < nd then
       local more = {}
-      for i = k + 1, #done do more[#more + 1] = netstring(done[i]) end
+      for i = k + 1, nd do more[i - k] = netstring(done[i]) end
       text = text .. table.concat(more)
-      done.ns_text, done.ns_n = text, #done
+      done.ns_text, done.ns_n = text, nd
     end
-    parts[#parts + 1] = text
   end
+  local njobs = #jobs
+  if njobs == 1 then -- (batch 1: no table)
+    local job = jobs[1]
+    return head .. "1:1" .. netstring(job.id) .. rc_netstring(job.retry_count) .. text
+  end
+  local parts = { head, netstring(njobs) }
+  for i = 1, njobs do
+    local job = jobs[i]
+    parts[2 * i + 1] = netstring(job.id)
+    parts[2 * i + 2] = rc_netstring(job.retry_count)
+  end
+  parts[2 * njobs + 3] = text
   return table.concat(parts)
 end
 
@@ -395,6 +410,20 @@ local function wait_here(req, deadline)
   error("luakiq: unknown wait " .. tostring(req.kind), 0)
 end
 
+-- A call's coroutine runs call_body, which yields CALL_DONE when perform
+-- returns and then waits for the next call: a call that ended so is put back
+-- in IDLE_COS and reused by the next one (a coroutine per call was an
+-- allocation of ~0.5 KB and a thread for the collector to traverse, per
+-- job at batch 1). One that raised, or yielded anything else, is dropped.
+local CALL_DONE = setmetatable({}, { __tostring = function() return "luakiq.call_done" end })
+local IDLE_COS, IDLE_MAX = {}, 8
+local function call_body(perform, w, batch, call)
+  while true do
+    perform(w, batch, call)
+    perform, w, batch, call = coroutine.yield(CALL_DONE)
+  end
+end
+
 -- Runs one perform call (with the server middlewares) in a coroutine of its
 -- own, bounded by the worker's timeout (core.call_begin/call_end: past it, a
 -- hook raises "timeout: ..." in the call; luakiq's own waits end themselves).
@@ -402,12 +431,18 @@ end
 -- no task, waits in place. Returns ok, err, traceback, fenced (the call was
 -- stopped because its lease may have run out: h.lease_until, core.fence).
 local function run_call(h, w, batch, record, njobs, call)
-  local co = coroutine.create(h.perform)
+  local n = #IDLE_COS
+  local co = IDLE_COS[n]
+  if co then IDLE_COS[n] = nil else co = coroutine.create(call_body) end
   local m0 = core.mono()
   local started, deadline = core.call_begin(w.timeout, record, h.lease_until)
   wait.current = co
-  local ok, a, req = coroutine.resume(co, w, batch, call)
+  local ok, a, req = coroutine.resume(co, h.perform, w, batch, call)
   while ok and coroutine.status(co) == "suspended" do
+    if a == CALL_DONE then
+      if #IDLE_COS < IDLE_MAX then IDLE_COS[#IDLE_COS + 1] = co end
+      break
+    end
     if a ~= wait.WAIT then
       ok, a = false, "perform yielded: coroutine.yield outside a coroutine of its own"
       break
@@ -533,17 +568,18 @@ local function perform(t, h, jobs, done)
     if #run == 0 then return refused and "units" or "held" end
     loaded, batch = only(run, loaded, batch)
   end
-  local ids = queue.ids(loaded)
-  core.set_state(STATE.performing, w.name, h.shard, table.concat(ids, ","), h.prefix)
+  local njobs = #loaded
+  core.set_state(STATE.performing, w.name, h.shard,
+    njobs == 1 and loaded[1].id or table.concat(queue.ids(loaded), ","), h.prefix)
   local started = core.now()
   local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
-  local ok, err, tb, fenced = run_call(h, w, batch, call_record(h, loaded, done, t.el and t.token or nil), #ids, call)
+  local ok, err, tb, fenced = run_call(h, w, batch, call_record(h, loaded, done, t.el and t.token or nil), njobs, call)
   flow.done(t, h)
   if fenced then
     -- nothing is recorded: the fetch stays in flight for the shard's holder
     -- (another host restores it; this host, if it still holds the shard,
     -- redelivers it: heads.lua), as after a kill -9
-    log.warn("call stopped: " .. tostring(err):match("^[^\n]*"), { worker = w.name, shard = h.shard, ids = ids })
+    log.warn("call stopped: " .. tostring(err):match("^[^\n]*"), { worker = w.name, shard = h.shard, ids = queue.ids(loaded) })
     core.set_state(STATE.fetching, w.name, h.shard)
     return nil
   end
@@ -553,7 +589,7 @@ local function perform(t, h, jobs, done)
   if t.conn:broken() then t.conn:reconnect() end
   if ok then
     if t.debug then
-      log.debug("batch done", { worker = w.name, shard = h.shard, ids = ids, duration = core.now() - started })
+      log.debug("batch done", { worker = w.name, shard = h.shard, ids = queue.ids(loaded), duration = core.now() - started })
     end
     return true, loaded
   end
@@ -648,13 +684,22 @@ local function process(t, h)
       if not head or jobs[first].perform_in < head then head = jobs[first].perform_in end
       return true, head
     end
-    local slice = #jobs <= size and jobs or { unpack(jobs, first, math.min(first + size - 1, #jobs)) }
+    local slice = #jobs <= size and jobs or (size == 1 and { jobs[first] })
+      or { unpack(jobs, first, math.min(first + size - 1, #jobs)) }
     if ran and next(ran) then
-      local todo = {}
-      for _, job in ipairs(slice) do
-        if ran[job.id] then done[#done + 1] = job.id else todo[#todo + 1] = job end
+      -- (a table only when some job of the slice already ran: a fetch
+      -- delivered again; the usual slice has none)
+      local again = false
+      for i = 1, #slice do
+        if ran[slice[i].id] then again = true break end
       end
-      slice = todo
+      if again then
+        local todo = {}
+        for _, job in ipairs(slice) do
+          if ran[job.id] then done[#done + 1] = job.id else todo[#todo + 1] = job end
+        end
+        slice = todo
+      end
     end
     local ok, performed, err, tb = true, slice, nil, nil
     if #slice > 0 then

@@ -94,13 +94,17 @@ redis.call("SET", K.lease, token, "PX", lease_ms)
 local acked = 0
 local inflight
 if ack ~= "" and ack == redis.call("GET", K.batch) then
-  local ids = redis.call("HKEYS", busy)
-  if #ids > 0 then
+  -- (the acked ids are read only when the shard has expiring payloads or
+  -- tags to clean after them: else their count is enough)
+  local exp_or_tags = redis.call("EXISTS", K.expiring, K.tags) > 0
+  local ids = exp_or_tags and redis.call("HKEYS", busy) or nil
+  local nids = ids and #ids or redis.call("HLEN", busy)
+  if nids > 0 then
     redis.call("DEL", busy, berrs, K.busy_fetched_at)
-    redis.call("HINCRBY", K.counters, "processed", #ids)
-    acked = #ids
+    redis.call("HINCRBY", K.counters, "processed", nids)
+    acked = nids
     -- the expiry entries of acked ids with nothing queued behind them
-    if redis.call("EXISTS", K.expiring) == 1 then
+    if exp_or_tags and redis.call("EXISTS", K.expiring) == 1 then
       for _, id in ipairs(ids) do
         if redis.call("SISMEMBER", K.expiring, id) == 1 and not find_job(K, id) then
           redis.call("DEL", expires_key(P, id))
@@ -109,7 +113,7 @@ if ack ~= "" and ack == redis.call("GET", K.batch) then
       end
     end
     -- and their tags, when nothing of the id is left (lib/tags.lua)
-    if has_tags(K) then
+    if exp_or_tags and has_tags(K) then
       for _, id in ipairs(ids) do
         local text = redis.call("HGET", K.tags, id)
         if text and not job_state(P, K, id) then forget_tags(P, K, id, text) end
