@@ -8,7 +8,8 @@
  * decoder it replaced made a closure per short string and cost the host
  * ~0.8 us per record (docs/benchmarks.md).
  *
- * Threads: no state; each call works on its caller's VM only. */
+ * Threads: each VM has its own zone (an upvalue of its core.unpack), and
+ * each call works on its caller's VM only. */
 #include <lua.h>
 #include <lauxlib.h>
 #include <msgpack.h>
@@ -17,7 +18,9 @@
 /* The zone msgpack_unpack puts arrays and maps in (a record never has one:
  * junk does). One per VM, as the unpack function's upvalue, collected with
  * the VM: msgpack_unpack_next made and freed a zone per value, ~6 mallocs a
- * record and ~1.7k instructions of a blank job's host CPU. */
+ * record and ~1.7k instructions of a blank job's host CPU. (msgpack_unpack is
+ * marked obsolete in msgpack-c 4 but exported; it is the call that takes the
+ * caller's zone.) */
 struct record_zone {
     msgpack_zone z;
     int live;

@@ -579,7 +579,8 @@ local function perform(t, h, jobs, done)
     -- nothing is recorded: the fetch stays in flight for the shard's holder
     -- (another host restores it; this host, if it still holds the shard,
     -- redelivers it: heads.lua), as after a kill -9
-    log.warn("call stopped: " .. tostring(err):match("^[^\n]*"), { worker = w.name, shard = h.shard, ids = queue.ids(loaded) })
+    log.warn("call stopped: " .. tostring(err):match("^[^\n]*"),
+      { worker = w.name, shard = h.shard, ids = queue.ids(loaded) })
     core.set_state(STATE.fetching, w.name, h.shard)
     return nil
   end
@@ -589,7 +590,8 @@ local function perform(t, h, jobs, done)
   if t.conn:broken() then t.conn:reconnect() end
   if ok then
     if t.debug then
-      log.debug("batch done", { worker = w.name, shard = h.shard, ids = queue.ids(loaded), duration = core.now() - started })
+      log.debug("batch done",
+        { worker = w.name, shard = h.shard, ids = queue.ids(loaded), duration = core.now() - started })
     end
     return true, loaded
   end
