@@ -410,20 +410,6 @@ local function wait_here(req, deadline)
   error("luakiq: unknown wait " .. tostring(req.kind), 0)
 end
 
--- A call's coroutine runs call_body, which yields CALL_DONE when perform
--- returns and then waits for the next call: a call that ended so is put back
--- in IDLE_COS and reused by the next one (a coroutine per call was an
--- allocation of ~0.5 KB and a thread for the collector to traverse, per
--- job at batch 1). One that raised, or yielded anything else, is dropped.
-local CALL_DONE = setmetatable({}, { __tostring = function() return "luakiq.call_done" end })
-local IDLE_COS, IDLE_MAX = {}, 8
-local function call_body(perform, w, batch, call)
-  while true do
-    perform(w, batch, call)
-    perform, w, batch, call = coroutine.yield(CALL_DONE)
-  end
-end
-
 -- Runs one perform call (with the server middlewares) in a coroutine of its
 -- own, bounded by the worker's timeout (core.call_begin/call_end: past it, a
 -- hook raises "timeout: ..." in the call; luakiq's own waits end themselves).
@@ -431,18 +417,12 @@ end
 -- no task, waits in place. Returns ok, err, traceback, fenced (the call was
 -- stopped because its lease may have run out: h.lease_until, core.fence).
 local function run_call(h, w, batch, record, njobs, call)
-  local n = #IDLE_COS
-  local co = IDLE_COS[n]
-  if co then IDLE_COS[n] = nil else co = coroutine.create(call_body) end
+  local co = coroutine.create(h.perform)
   local m0 = core.mono()
   local started, deadline = core.call_begin(w.timeout, record, h.lease_until)
   wait.current = co
-  local ok, a, req = coroutine.resume(co, h.perform, w, batch, call)
+  local ok, a, req = coroutine.resume(co, w, batch, call)
   while ok and coroutine.status(co) == "suspended" do
-    if a == CALL_DONE then
-      if #IDLE_COS < IDLE_MAX then IDLE_COS[#IDLE_COS + 1] = co end
-      break
-    end
     if a ~= wait.WAIT then
       ok, a = false, "perform yielded: coroutine.yield outside a coroutine of its own"
       break

@@ -42,11 +42,17 @@ end
 local function enqueue(dir, jobs) host.enqueue(dir, "Sleepy", jobs, env()) end
 local function calls() return srv:json_list("t:calls") end
 
+-- (on a time-out, the error says how far the calls got and what the host
+-- logged: a stall under CI load is then diagnosable from its output)
+local proc
 local function wait_calls(n, timeout)
   return host.eventually(function()
     local c = calls()
     return #c >= n and c
-  end, timeout, n .. " calls")
+  end, timeout, n .. " calls", function()
+    return ("%d started, %d ended; host log:\n%s"):format(srv.conn:call("LLEN", "t:start"),
+      srv.conn:call("LLEN", "t:calls"), proc and proc:log() or "(no host)")
+  end)
 end
 
 -- Greatest number of calls running at one moment.
@@ -81,7 +87,7 @@ local function assert_shards_serial(list)
   end
 end
 
-local dir, proc
+local dir
 host.stop_after_each(function() return proc, dir end)
 before_each(function() srv.conn:call("FLUSHALL") end)
 

@@ -166,33 +166,6 @@ describe("shard handler", function()
     assert.are.same({ e = { "e" } }, calls.perform[3])
   end)
 
-  it("reuses a finished call's coroutine for the next call, never one that raised", function()
-    push_a_to_e(true)
-    local t, h, w = thread("Ahead")
-    local cos = {}
-    w.perform = function(batch)
-      calls.perform[#calls.perform + 1] = batch
-      cos[#cos + 1] = coroutine.running()
-      if #calls.perform == 2 then error("second call fails", 0) end
-    end
-    assert.is_false((runner.process(t, h)))
-    w.perform = function(batch)
-      calls.perform[#calls.perform + 1] = batch
-      cos[#cos + 1] = coroutine.running()
-    end
-    assert.is_true((runner.process(t, h))) -- c, d (retried: due now + 10) wait; e runs
-    env.now = S.freeze(now() + 10)
-    assert.is_true((runner.process(t, h))) -- c and d
-    assert.are.same({ { a = { "a" }, b = { "b" } }, { c = { "c" }, d = { "d" } }, { e = { "e" } },
-                      { c = { "c" }, d = { "d" } } }, calls.perform)
-    assert.are.equal(4, #cos)
-    assert.are.equal(cos[1], cos[2]) -- the first call ended: its coroutine ran the second
-    assert.are_not.equal(cos[2], cos[3]) -- the second raised: a new one
-    assert.are.equal(cos[3], cos[4])
-    assert.are.equal("suspended", coroutine.status(cos[3])) -- idle, waiting for the next call
-    assert.are.equal("dead", coroutine.status(cos[2]))
-  end)
-
   -- (kills its connection by CLIENT ID: one server's view)
   local single = require("helpers.redis").on_cluster() and pending or it
   single("does not rerun the performed part of a fetch when its failure call never reached Redis", function()
