@@ -222,7 +222,7 @@ if one_pin and distinct == (last - 2) / 5 and K.known and not (tagsec or expiry 
   -- escaped and looked up among them: there are usually fewer)
   local ok = true
   for E in pairs(K.known) do
-    if ids[E:find("\0", 1, true) and E:gsub("%z\1", "\0") or E] then ok = false break end
+    if ids[unesc(E)] then ok = false break end
   end
   if ok then
     K.known = nil

@@ -137,12 +137,14 @@ local function member_esc(m)
   return at and m:sub(1, at - 1)
 end
 
--- The id of a member of `jobs` or `morgue:jobs`.
-local function member_id(m)
-  local E = member_esc(m)
+-- The id of the escaped id E (esc's inverse).
+local function unesc(E)
   if not E:find("\0", 1, true) then return E end
   return (E:gsub("%z\1", "\0"))
 end
+
+-- The id of a member of `jobs` or `morgue:jobs`.
+local function member_id(m) return unesc(member_esc(m)) end
 
 -- The member of the lex index ix (K.jobs or K.morgue_jobs) of the escaped id
 -- E, or nil: O(log n).
