@@ -79,7 +79,7 @@ for _, id in ipairs(touched) do
     redis.call("HSET", busy, id, busy_record(r[1], r[2], r[3], r[4], r[5]))
   end
 end
-if #touched > 0 and redis.call("EXISTS", busy) == 0 then redis.call("DEL", K.busy_fetched_at) end
+if #touched > 0 then busy_settle(K) end
 if #touched > 0 then redis.call("HINCRBY", K.counters, "failed", #touched) end
 out[2] = tostring(buried)
 return out

@@ -98,7 +98,13 @@ if ack ~= "" and ack == redis.call("GET", K.batch) then
   -- tags to clean after them: else their count is enough)
   local exp_or_tags = redis.call("EXISTS", K.expiring, K.tags) > 0
   local ids = exp_or_tags and redis.call("HKEYS", busy) or nil
-  local nids = ids and #ids or redis.call("HLEN", busy)
+  local nids = ids and #ids or busy_count(K)
+  if ids and nids > BUSY_FILL_MIN then
+    for i = nids, 1, -1 do
+      if ids[i] == "" then table.remove(ids, i) end -- (the filler, keys.lua)
+    end
+    nids = #ids
+  end
   if nids > 0 then
     redis.call("DEL", busy, berrs, K.busy_fetched_at)
     redis.call("HINCRBY", K.counters, "processed", nids)
@@ -158,9 +164,10 @@ local function add_job(id, pin, rc, err, pl, win)
     job_windows[#job_windows + 1] = win
   end
 end
--- Variadic commands over a list of arguments, at most 1000 per call.
-local function each_chunk(cmd, key, list, fn)
-  for i = 1, #list, 1000 do
+-- Variadic commands over a list of arguments (from list[from or 1]), at
+-- most 1000 per call.
+local function each_chunk(cmd, key, list, fn, from)
+  for i = from or 1, #list, 1000 do
     local r = redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
     if fn then fn(r, i - 1) end
   end
@@ -322,16 +329,18 @@ if want == "1" and limit > 0 then
   if inflight then
     -- Deliver the unacked batch again, in perform_in order. A record that
     -- does not decode (junk) is dropped, not delivered.
-    local flat, jobs = redis.call("HGETALL", busy), {}
+    local flat, jobs, dropped = redis.call("HGETALL", busy), {}, false
     for i = 1, #flat, 2 do
       local pin, rc, prio, win, pl = busy_decode(flat[i + 1], score_str(now))
       if pl then
         jobs[#jobs + 1] = { flat[i], pin, rc, tonumber(pin), win, pl, prio }
-      else
+      elseif flat[i] ~= "" then -- (not the filler, keys.lua)
         redis.call("HDEL", busy, flat[i])
         redis.call("HDEL", berrs, flat[i])
+        dropped = true
       end
     end
+    if dropped then busy_settle(K) end
     table.sort(jobs, function(a, b)
       if a[4] ~= b[4] then return a[4] < b[4] end
       return a[1] < b[1]
@@ -345,7 +354,6 @@ if want == "1" and limit > 0 then
       end
       n = n + 1
     end
-    if n == 0 then redis.call("DEL", K.busy_fetched_at) end -- only junk was in flight
     out[2] = redis.call("GET", K.batch) or ""
   else
     local now_s = ARGV[3]
@@ -412,7 +420,8 @@ if want == "1" and limit > 0 then
         each_chunk("HMGET", K.windows, ids, function(r, off) for j = 1, #r do wins[off + j] = r[j] or nil end end)
         each_chunk("HDEL", K.windows, ids)
       end
-      local fields, rem, nf, nr, heads = {}, {}, 0, 0, {}
+      -- (fields from 3: 1 and 2 are for P busy's filler, keys.lua)
+      local fields, rem, nf, nr, heads = { false, false }, {}, 2, 0, {}
       local expiring = not quiet and redis.call("EXISTS", K.expiring) == 1
       for i = 1, m do
         local id, pin = ids[i], pins[i]
@@ -454,7 +463,12 @@ if want == "1" and limit > 0 then
         end
       end
       if nr > 0 then each_chunk("ZREM", K.jobs, rem) end
-      if nf > 0 then each_chunk("HSET", busy, fields) end
+      if n >= BUSY_FILL_MIN then
+        fields[1], fields[2] = "", BUSY_FILL
+        each_chunk("HSET", busy, fields)
+      elseif n > 0 then
+        each_chunk("HSET", busy, fields, nil, 3)
+      end
     end
   end
 end

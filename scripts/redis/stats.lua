@@ -17,6 +17,6 @@ return {
   queue_head(P, K) or "",
   redis.call("HGET", K.counters, "processed") or "0",
   redis.call("HGET", K.counters, "failed") or "0",
-  tostring(redis.call("HLEN", K.busy)),
+  tostring(busy_count(K)),
   redis.call("HGET", K.counters, "expired") or "0",
 }

@@ -335,6 +335,88 @@ describe("scripts", function()
     end)
   end)
 
+  -- P busy's filler (docs/redis.md, "busy"): a batch of 24 jobs or more goes
+  -- to busy with the field "" first, so Redis keeps the hash a hash table
+  -- (a listpack's HSET is a search per field); no count or reader sees it.
+  describe("P busy's filler", function()
+    local p
+    local function push_n(n)
+      p = env:prefix("Test")
+      local jobs = {}
+      for i = 1, n do jobs[i] = { id = ("b%03d"):format(i), payload = i } end
+      env:push("Test", jobs)
+    end
+    local function hlen() return env.conn:call("HLEN", p .. "busy") end
+    local function bury(batch, ...)
+      return env.conn:pipeline({ { script = "bury", p, S.TOKEN, 30000, now(), batch, ... } })[1]
+    end
+
+    it("comes with a batch of 24 jobs or more, and no count, listing, redelivery or ack sees it", function()
+      push_n(30)
+      local got = env:fetch("Test", 0, { limit = 30 })
+      assert.are.equal(30, #got.jobs)
+      assert.are.equal(31, hlen())
+      assert.are.equal("hashtable", env.conn:call("OBJECT", "ENCODING", p .. "busy"))
+      assert.are.equal("30", env.conn:script("stats", p)[7])
+      assert.are.equal("30", env.conn:script("busy", p)[1])
+      assert.are.equal(30, env:stats("Test").busy)
+      local again = env:fetch("Test", 0, { limit = 30 }) -- (a lost reply)
+      assert.are.equal(30, #again.jobs)
+      assert.are.equal(31, hlen())
+      local acked = env:fetch("Test", 0, { ack = got.batch, fetch = false })
+      assert.are.equal(30, acked.acked)
+      assert.are.equal(0, env.conn:call("EXISTS", p .. "busy", p .. "busy:fetched_at"))
+      assert.are.equal("30", env.conn:call("HGET", p .. "counters", "processed"))
+    end)
+
+    it("does not come with a batch of 23", function()
+      push_n(23)
+      env:fetch("Test", 0, { limit = 30 })
+      assert.are.equal(23, hlen())
+      assert.are.equal("listpack", env.conn:call("OBJECT", "ENCODING", p .. "busy"))
+      assert.are.equal("23", env.conn:script("stats", p)[7])
+    end)
+
+    it("is never restored or failed back as a job", function()
+      push_n(30)
+      env:fetch("Test", 0, { limit = 30, token = "a" })
+      env.conn:call("DEL", p .. "lease")
+      local taken = env:fetch("Test", 0, { limit = 0, token = "b", fetch = false })
+      assert.are.equal(30, taken.restored)
+      assert.are.equal(30, env.conn:call("ZCARD", p .. "jobs"))
+      local got = env:fetch("Test", 0, { limit = 30, token = "b" })
+      assert.are.equal(31, hlen())
+      local r = env:fail("Test", 0, { token = "b", batch = got.batch, error = "e" }, { "b001", now() + 5 })
+      assert.are.same({ "OK", "1", "0" }, { r[1], r[2], r[3] })
+      assert.are.equal(30, env.conn:call("ZCARD", p .. "jobs"))
+      assert.are.equal(0, env.conn:call("EXISTS", p .. "busy"))
+      assert.are.equal(0, env:queued("Test", "b001").retry_count) -- (a fresh job's first failure)
+    end)
+
+    it("goes when fewer than 24 jobs are left in flight, and busy with the last", function()
+      push_n(25)
+      local got = env:fetch("Test", 0, { limit = 30 })
+      assert.are.equal(26, hlen())
+      assert.are.same({ "OK", "1" }, { unpack(bury(got.batch, "b001", "1", "e"), 1, 2) })
+      assert.are.equal(25, hlen()) -- 24 jobs and the filler
+      assert.are.same({ "OK", "1" }, { unpack(bury(got.batch, "b002", "2", "e"), 1, 2) })
+      assert.are.equal(23, hlen()) -- 23 jobs
+      assert.are.equal("23", env.conn:script("stats", p)[7])
+      -- junk in flight: dropped on the way (a redelivery), and the count holds
+      env.conn:call("HSET", p .. "busy", "b003", "\193")
+      local again = env:fetch("Test", 0, { limit = 30 })
+      assert.are.equal(22, #again.jobs)
+      assert.are.equal(22, hlen())
+      local args = {}
+      for i = 4, 25 do
+        for _, v in ipairs({ ("b%03d"):format(i), tostring(i), "e" }) do args[#args + 1] = v end
+      end
+      bury(got.batch, unpack(args))
+      assert.are.equal(0, env.conn:call("EXISTS", p .. "busy", p .. "busy:fetched_at"))
+      assert.are.equal(24, #env:morgue("Test", "id", "asc"))
+    end)
+  end)
+
   describe("renew.lua and release.lua", function()
     it("renew extends the caller's lease, re-takes it when free, never takes another's", function()
       local p = env:prefix("Test")

@@ -331,6 +331,36 @@ local function busy_decode(v, junk_pin)
   return pin, rc, prio, win, pl
 end
 
+-- P busy's filler: the field "" (no id is empty) with a value longer than
+-- Redis's hash-max-listpack-value (64 by default) that no reader decodes
+-- (it starts with 0xc1, never valid MessagePack: busy_decode drops it as
+-- junk; a literal, as string.rep would cost every call). fetch.lua
+-- writes a batch of BUSY_FILL_MIN jobs or more with it first, so Redis keeps
+-- the hash as a hash table from its first field: as a listpack every field
+-- an HSET adds is a search of the fields before it, O(n^2) a batch
+-- (callgrind: 7.5k of a fetch of 100's ~42k instructions a job; below ~20
+-- jobs the listpack is the cheaper). docs/redis.md, "busy".
+local BUSY_FILL, BUSY_FILL_MIN = "\193luakiq: a filler that keeps busy a hash table, docs/redis.md ...", 24
+
+-- The number of jobs in P busy, its filler not counted. The filler is there
+-- exactly when BUSY_FILL_MIN jobs or more are (fetch.lua writes it with
+-- such a batch; whoever takes jobs out of busy one by one calls
+-- busy_settle), so this is one HLEN.
+local function busy_count(K)
+  local n = redis.call("HLEN", K.busy)
+  if n > BUSY_FILL_MIN then n = n - 1 end
+  return n
+end
+
+-- After jobs left P busy one by one (bury.lua, fetch.lua's redelivery
+-- dropping junk): the filler goes when fewer than BUSY_FILL_MIN jobs are
+-- left, and busy with busy:fetched_at when none is.
+local function busy_settle(K)
+  local n = redis.call("HLEN", K.busy)
+  if n > 0 and n <= BUSY_FILL_MIN and redis.call("HDEL", K.busy, "") == 1 then n = n - 1 end
+  if n == 0 then redis.call("DEL", K.busy, K.busy_fetched_at) end
+end
+
 -- A morgue record: the dead payloads (scores always written).
 local function morgue_record(pl) return cmsgpack.pack(unpack(pl)) end
 local function morgue_decode(m, E)
