@@ -226,13 +226,15 @@ end
 -- id), from two sorted sources (docs/redis.md, "The due order"): P ready from its
 -- head (skipping stale entries; stopping at a job not due yet: producers'
 -- clocks differ) and P later. Takes them out of both (not out of P jobs:
--- the caller's). Returns ids, pins (strings), ready entries ({id, pin,
--- member, position, payload offset}: a ready job's record was read on the way;
--- nil for a later job, not looked up yet), and the head left when known.
+-- the caller's). Returns ids, pins (strings), members and payload offsets
+-- (a ready job's record was read on the way; nil for a later job, not
+-- looked up yet), and the head left when known.
 local function take_default(max, now_s)
   local L = redis.call("ZRANGEBYSCORE", K.later, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(max + 1))
-  -- Walk ready: R = live due entries {id, pin number, member, position}.
-  local R, nR, pos, stop = {}, 0, 0, nil -- stop: the perform_in of a live entry not due yet
+  -- Walk ready: the live due entries, as lists by entry (no table an entry):
+  -- id, pin number, member, position, payload offset.
+  local Rid, Rpin, Rm, Rpos, Rnxt = {}, {}, {}, {}, {}
+  local nR, pos, stop = 0, 0, nil -- stop: the perform_in of a live entry not due yet
   local stale = not quiet and redis.call("EXISTS", K.stale) == 1
   local left, skips = {}, {} -- id -> stale count left; {position, id} of the stale entries passed
   local step = max + 1
@@ -240,17 +242,25 @@ local function take_default(max, now_s)
     local ids = redis.call("LRANGE", K.ready, tostring(pos), tostring(pos + step - 1))
     -- (their members read in one range when few others lie between them:
     -- ids pushed in runs, as sequential ones are; read_jobs)
-    local nids = #ids
+    local nids, run = #ids, nil
     if nids > 1 then
       -- (ready holds the ids of a push in order, mostly: then the first
-      -- and last are the lowest and highest, one comparison an id)
-      local set, up = {}, true
-      for k = 1, nids do
-        local id = ids[k]
-        set[id] = true
-        if up and k > 1 and not (ids[k - 1] < id) then up = false end
+      -- and last are the lowest and highest, one comparison an id, and
+      -- without a byte 0 in them the range's members come as a list)
+      local up = true
+      for k = 2, nids do
+        if not (ids[k - 1] < ids[k]) then
+          up = false
+          break
+        end
       end
-      if up then read_jobs(K, set, nids, ids[1], ids[nids]) else read_jobs(K, set) end
+      if up and not table.concat(ids):find("\0", 1, true) then
+        run = read_run(K, ids, nids)
+      else
+        local set = {}
+        for k = 1, nids do set[ids[k]] = true end
+        if up then read_jobs(K, set, nids, ids[1], ids[nids]) else read_jobs(K, set) end
+      end
     end
     for k = 1, nids do
       local id = ids[k]
@@ -263,14 +273,20 @@ local function take_default(max, now_s)
       if c > 0 then
         skips[#skips + 1] = { pos, id }
       else
-        local m, _, place, pin, nxt = peek_job(K, id)
+        local m = run and run_member(run[k], id)
+        local _, place, pin, nxt
+        if m then
+          place, pin, nxt = job_peek(m, id)
+        else
+          m, _, place, pin, nxt = peek_job(K, id)
+        end
         if place == "r" then
           if pin > now then
             stop = pin
             break
           end
           nR = nR + 1
-          R[nR] = { id, pin, m, pos, nxt }
+          Rid[nR], Rpin[nR], Rm[nR], Rpos[nR], Rnxt[nR] = id, pin, m, pos, nxt
           if nR > max then break end
         end
         -- (an entry without a live record is junk: passed, and popped; a
@@ -286,25 +302,25 @@ local function take_default(max, now_s)
     if nids < step then break end
   end
   -- Merge by (perform_in, id).
-  local ids, pins, members = {}, {}, {}
-  local i, j, nl = 1, 1, #L / 2
+  local ids, pins, mems, nxts, nt = {}, {}, {}, {}, 0
+  local i, j = 1, 1
   local drop = {} -- later ids taken
-  while #ids < max do
-    local r, lpin = R[i], L[2 * j] and tonumber(L[2 * j])
-    if not r and not lpin then break end
-    if r and (not lpin or r[2] < lpin or (r[2] == lpin and r[1] < L[2 * j - 1])) then
-      ids[#ids + 1], pins[#ids + 1], members[#ids + 1] = r[1], pin_str(r[2]), r
+  while nt < max do
+    local rpin, lpin = Rpin[i], L[2 * j] and tonumber(L[2 * j])
+    if not rpin and not lpin then break end
+    nt = nt + 1
+    if rpin and (not lpin or rpin < lpin or (rpin == lpin and Rid[i] < L[2 * j - 1])) then
+      ids[nt], pins[nt], mems[nt], nxts[nt] = Rid[i], pin_str(rpin), Rm[i], Rnxt[i]
       i = i + 1
     else
-      ids[#ids + 1], pins[#ids + 1] = L[2 * j - 1], L[2 * j]
+      ids[nt], pins[nt] = L[2 * j - 1], L[2 * j]
       drop[#drop + 1] = L[2 * j - 1]
       j = j + 1
     end
   end
   -- The head left: ready's next live entry (due or not) and later's next
   -- (a due one from L, else the first after now, unless ready's is due).
-  local r = R[i]
-  local rh = r and r[2] or stop
+  local rh = Rpin[i] or stop
   local lh = L[2 * j] and tonumber(L[2 * j])
   if not lh and not (rh and rh <= now) then
     lh = tonumber(redis.call("ZRANGEBYSCORE", K.later, "(" .. now_s, "+inf", "WITHSCORES", "LIMIT", "0", "1")[2])
@@ -313,7 +329,7 @@ local function take_default(max, now_s)
   if lh and (not h or lh < h) then h = lh end
   -- Pop what was consumed from ready: every entry before the first live
   -- entry not taken (stale and junk ones included).
-  local consumed = r and r[4] or pos
+  local consumed = Rpos[i] or pos
   if consumed > 0 then
     redis.call("LTRIM", K.ready, tostring(consumed), "-1")
     for _, s in ipairs(skips) do
@@ -323,7 +339,7 @@ local function take_default(max, now_s)
     end
   end
   if #drop > 0 then each_chunk("ZREM", K.later, drop) end
-  return ids, pins, members, h and score_str(h)
+  return ids, pins, mems, nxts, h and score_str(h)
 end
 if want == "1" and limit > 0 then
   if inflight then
@@ -358,14 +374,14 @@ if want == "1" and limit > 0 then
   else
     local now_s = ARGV[3]
     if not now_s:match("^%-?%d+%.?%d*$") then now_s = score_str(now) end
-    local ids, pins, members, prios, m = {}, {}, {}, nil, 0
+    local ids, pins, mems, nxts, prios, m = {}, {}, {}, {}, nil, 0
     -- (one EXISTS for the keys of what a shard rarely has: when none is
     -- there, as in most fetches, the checks below read no key)
     if redis.call("EXISTS", K.levels, K.windows, K.stale, K.retries, K.errors, K.expiring) == 0 then
       K.has_levels, K.has_windows, quiet = false, false, true
     end
     if not has_levels(K) then
-      ids, pins, members, head = take_default(limit, now_s)
+      ids, pins, mems, nxts, head = take_default(limit, now_s)
       m = #ids
     else
       -- Priorities (lib/levels.lua): the due jobs level by level, lowest
@@ -374,10 +390,10 @@ if want == "1" and limit > 0 then
       for _, q in ipairs(queue_keys(P, K)) do
         if m >= limit then break end
         if not q[1] then
-          local di, dp, dm = take_default(limit - m, now_s)
+          local di, dp, dm, dn = take_default(limit - m, now_s)
           for k = 1, #di do
             m = m + 1
-            ids[m], pins[m], members[m] = di[k], dp[k], dm[k]
+            ids[m], pins[m], mems[m], nxts[m] = di[k], dp[k], dm[k], dn[k]
           end
         else
           local due = redis.call("ZRANGEBYSCORE", q[1], "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(limit - m))
@@ -427,10 +443,8 @@ if want == "1" and limit > 0 then
         local id, pin = ids[i], pins[i]
         local rc, err = rcs[i] or "-1", errs[i] or nil
         -- each taken job's record, looked up once (a ready job's on the way)
-        local mem, nxt = members[i], nil
-        if mem then
-          mem, nxt = mem[3], mem[5]
-        else
+        local mem, nxt = mems[i], nxts[i]
+        if not mem then
           local _, place, p, o
           mem, _, place, p, o = peek_job(K, id)
           if place then nxt = o end

@@ -314,6 +314,45 @@ describe("scripts", function()
                                         env.conn:call("LLEN", b .. "ready"), env.conn:call("ZCARD", b .. "jobs") - 80 })
     end)
 
+    it("takes a run of ready ids' members as a list only where each member is its id's", function()
+      -- ready's ids ascending, without a byte 0: fetch.lua reads the members
+      -- between the first and last as a list (read_run) when they are as
+      -- many as the ids, and checks each against its id (run_member)
+      local p = env:prefix("Test")
+      local function ids_of(res)
+        local out = {}
+        for i, j in ipairs(res.jobs) do out[i] = j.id end
+        return out
+      end
+      env:push("Test", { { id = "a1", payload = 1, perform_in = now() - 10 } })
+      env.conn:call("RPUSH", p .. "ready", "a2") -- (an entry without a member)
+      env:push("Test", { { id = "a3", payload = 3, perform_in = now() - 5 } })
+      env:push("Test", { { id = "a25", payload = 25, perform_in = now() + 1000 } }) -- (between a2 and a3)
+      -- three members for three ids, the second not a2's
+      local got = env:fetch("Test", 0, { limit = 10 })
+      assert.are.same({ "a1", "a3" }, ids_of(got))
+      assert.are.same({ { 1 } }, got.jobs[1].payloads)
+      assert.are.same({ { 3 } }, got.jobs[2].payloads)
+      assert.are.equal(0, env.conn:call("LLEN", p .. "ready"))
+      assert.are.same({ "a25" }, env:ids(env:list("Test")))
+      env:fetch("Test", 0, { ack = got.batch, fetch = false })
+      -- more members than ids in the range: looked up by id
+      env:push("Test", { { id = "c1", payload = "x" }, { id = "c2", payload = "y" } })
+      env:push("Test", { { id = "c15", payload = "z", perform_in = now() + 1000 } })
+      got = env:fetch("Test", 0, { limit = 10 })
+      assert.are.same({ "c1", "c2" }, ids_of(got))
+      assert.are.same({ { "y" } }, got.jobs[2].payloads)
+      env:fetch("Test", 0, { ack = got.batch, fetch = false })
+      -- as many, and each its id's
+      local jobs = {}
+      for i = 1, 9 do jobs[i] = { id = "d" .. i, payload = i } end
+      env:push("Test", jobs)
+      got = env:fetch("Test", 0, { limit = 10 })
+      assert.are.same({ "d1", "d2", "d3", "d4", "d5", "d6", "d7", "d8", "d9" }, ids_of(got))
+      for i = 1, 9 do assert.are.same({ { i } }, got.jobs[i].payloads) end
+      assert.are.same({ "a25", "c15" }, env:ids(env:list("Test")))
+    end)
+
     it("fail.lua never acquires a shard: {LEASE, -2} after another holder's lease ran out", function()
       env:push("Test", { { id = 1 } })
       local res = env:fetch("Test", 0, { token = "a" })

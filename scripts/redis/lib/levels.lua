@@ -89,6 +89,36 @@ local function read_jobs(K, ids, count, lo, hi)
   K.known = known
 end
 
+-- read_jobs for ids (a list of n) ascending and without a byte 0 (each its
+-- own escaped id): when the members of P jobs from the first id's to the
+-- last's are as many as the ids, returns them as a list, member k the
+-- record of ids[k] unless something else lies between them (the caller
+-- checks: run_member), with no table by escaped id; else does what
+-- read_jobs does (K.known) and returns nil.
+local function read_run(K, ids, n)
+  local from, to = "[" .. ids[1] .. "\0\0", "(" .. ids[n] .. "\0\1"
+  local c = redis.call("ZLEXCOUNT", K.jobs, from, to)
+  if c > n + 64 then return nil end
+  local ms = c > 0 and redis.call("ZRANGE", K.jobs, from, to, "BYLEX") or {}
+  if c == n then return ms end
+  local known = {}
+  for _, m in ipairs(ms) do
+    local E = member_esc(m)
+    if E and not known[E] then known[E] = m end
+  end
+  K.known = known
+end
+
+-- The member m (from read_run's list) when it is id's (id has no byte 0),
+-- else nil.
+local function run_member(m, id)
+  if not m then return nil end
+  local n = #id
+  local b1, b2 = m:byte(n + 1, n + 2)
+  if b1 == 0 and b2 == 0 and m:sub(1, n) == id then return m end
+  return nil
+end
+
 -- The queued job of id: its member of P jobs, escaped id, place, perform_in
 -- (number) and payload list; nil when not queued. A junk member comes back
 -- with place nil (the caller drops it).
