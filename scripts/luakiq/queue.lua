@@ -74,30 +74,36 @@ function M.parse_fetch(r, h)
   if restored and restored > 0 then
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
   end
-  -- the "records" form: id, error, busy record per job
-  local n, i, jobs, windows = tonumber(r[6]), 7, {}, nil
-  for _ = 1, n do
-    -- (defaults in busy_job: a nil here would break the failure path and
-    -- loop on the batch forever)
-    local job = busy_job(r[i], r[i + 1], r[i + 2])
-    if job then
-      jobs[#jobs + 1] = job
-      windows = windows or job.windows ~= nil
-    else
-      log.warn("dropped job " .. tostring(r[i]) .. ": its busy record does not decode (junk written by another client)",
-        { worker = h.worker, shard = h.shard })
-    end
-    i = i + 3
-  end
-  -- optional section "best" (the priority of the best due job left, with
-  -- priorities)
-  local best
+  -- the "records" form: id, busy record per job, then optional sections:
+  -- "errors" (the jobs that carry one: count, then job number, error) and
+  -- "best" (the priority of the best due job left, with priorities)
+  local n = tonumber(r[6])
+  local i, best, errs = 7 + 2 * n, nil, nil
   while r[i] do
-    if r[i] == "best" then
+    if r[i] == "errors" then
+      errs = {}
+      local c = tonumber(r[i + 1])
+      for k = 1, c do errs[tonumber(r[i + 2 * k])] = r[i + 2 * k + 1] end
+      i = i + 2 + 2 * c
+    elseif r[i] == "best" then
       best = tonumber(r[i + 1])
       i = i + 2
     else
       break
+    end
+  end
+  local jobs, windows = {}, nil
+  for k = 1, n do
+    local id = r[5 + 2 * k]
+    -- (defaults in busy_job: a nil here would break the failure path and
+    -- loop on the batch forever)
+    local job = busy_job(id, errs and errs[k] or "", r[6 + 2 * k])
+    if job then
+      jobs[#jobs + 1] = job
+      windows = windows or job.windows ~= nil
+    else
+      log.warn("dropped job " .. tostring(id) .. ": its busy record does not decode (junk written by another client)",
+        { worker = h.worker, shard = h.shard })
     end
   end
   return { jobs = jobs, head = head ~= "" and tonumber(head) or nil, batch = n > 0 and batch or nil, best = best,

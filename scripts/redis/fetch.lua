@@ -30,9 +30,11 @@
 -- left in the queue (or ""), payloads in ascending score order. (No scores:
 -- perform does not see them, and leaving them out saves ~12% of Redis's
 -- time per job at batch 100; busy.lua lists them.)
--- With ARGV[8] = "records" (the host's form) a job is three elements: id,
--- error or "", and its busy record as stored in P busy (docs/redis.md,
--- "Records"), which the host decodes: a fetched job's payload encodings are
+-- With ARGV[8] = "records" (the host's form) a job is two elements: id and
+-- its busy record as stored in P busy (docs/redis.md, "Records"), which the
+-- host decodes, and the errors of the jobs that have one come in a section
+-- after them, "errors" (each element of a reply costs Redis ~1.3k
+-- instructions, and few jobs in flight carry an error): a fetched job's payload encodings are
 -- copied from its queued record into the busy record without being decoded
 -- in Redis (docs/benchmarks.md: ~1.5 us of Redis CPU per job). A record whose
 -- payloads do not decode reaches the host, which drops it (the decoded form
@@ -143,10 +145,17 @@ local out = { "OK", "", "", tostring(restored), tostring(acked), "0" }
 -- below pass strings.)
 local COUNT = { "1", "2", "3", "4" }
 local job_windows -- {job number, windows, ...} of the jobs that have their own
--- A job of the "records" form: id, error, busy record.
+-- A job of the "records" form: id, busy record; its error, if any, to
+-- the "errors" section.
+local job_errors -- {job number, error, ...} of the jobs that have one
 local function add_record(id, err, rec)
-  local k = 6 + 3 * n -- (n jobs in out so far, three elements each: no #)
-  out[k + 1], out[k + 2], out[k + 3] = id, err or "", rec
+  local k = 6 + 2 * n -- (n jobs in out so far, two elements each: no #)
+  out[k + 1], out[k + 2] = id, rec
+  if err then
+    job_errors = job_errors or {}
+    job_errors[#job_errors + 1] = tostring(n + 1)
+    job_errors[#job_errors + 1] = err
+  end
 end
 local function add_job(id, pin, rc, err, pl, win)
   local k = #out
@@ -488,9 +497,16 @@ if want == "1" and limit > 0 then
 end
 out[3] = head or queue_head(P, K) or ""
 out[6] = tostring(n)
--- Optional sections after the jobs: "windows", count, then job number,
+-- Optional sections after the jobs: "errors" (the "records" form), count,
+-- then job number, error per job that has one; "windows" (the decoded
+-- form), count, then job number,
 -- windows per job that has its own; "best", the priority of the best due job
 -- left ("" = none) when the shard has priorities.
+if job_errors then
+  out[#out + 1] = "errors"
+  out[#out + 1] = tostring(#job_errors / 2)
+  for _, v in ipairs(job_errors) do out[#out + 1] = v end
+end
 if job_windows then
   out[#out + 1] = "windows"
   out[#out + 1] = tostring(#job_windows / 2)
