@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Redis instructions per job of fetch.lua with acks, counted by valgrind's
+# callgrind (deterministic, where CPU time on a shared machine is not):
+# a private redis-server under callgrind gets N blank jobs pushed into one
+# shard (push.lua, calls of 1,000, ids in order), and in a second server the
+# same push followed by fetching them all LIMIT at a time with acks, in the
+# host's reply form; the difference over N is fetch's cost a job.
+# Usage: examples/benchmark/fetch-instructions.sh [N] [LIMIT...]
+# (default 10000, limits 10 and 100). LUAKIQ_SCRIPTS=TREE/scripts counts
+# another tree's scripts with the same binary. Needs valgrind.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+if [ -z "${LUAKIQ_BIN:-}" ]; then
+  for b in build-bench/luakiq build/luakiq; do [ -x "$b" ] && { export LUAKIQ_BIN=$b; break; }; done
+fi
+command -v valgrind >/dev/null || { echo "fetch-instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+. tools/private-services.sh
+private_session
+N=${1:-10000}
+shift || true
+[ $# -gt 0 ] || set -- 10 100
+# count MODE LIMIT: the instructions redis-server ran (start-up and shutdown
+# included; they cancel out in the difference)
+count() {
+  local port out pid
+  port=$(free_port)
+  out="$PRIVATE_TMP/cg.$1.$2.out"
+  valgrind --tool=callgrind --callgrind-out-file="$out" redis-server --port "$port" --bind 127.0.0.1 \
+    --dir "$PRIVATE_TMP" --save '' --appendonly no >"$PRIVATE_TMP/redis.$1.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  "$LUAKIQ_BIN" lua examples/benchmark/fetch_instructions.lua "$port" "$N" "$1" "$2"
+  wait "$pid" || true
+  grep -m1 '^summary\|^totals' "$out" | awk '{print $2}'
+}
+base=$(count push 0)
+for limit in "$@"; do
+  total=$(count fetch "$limit")
+  echo "fetch.lua with acks, $N jobs $limit at a time: $(( (total - base) / N )) Redis instructions a job"
+done
