@@ -32,13 +32,14 @@
 -- time per job at batch 100; busy.lua lists them.)
 -- With ARGV[8] = "records" (the host's form) a job is two elements: id and
 -- its busy record as stored in P busy (docs/redis.md, "Records"), which the
--- host decodes, and the errors of the jobs that have one come in a section
+-- host decodes; the errors of the jobs that have one come in a section
 -- after them, "errors" (each element of a reply costs Redis ~1.3k
--- instructions, and few jobs in flight carry an error): a fetched job's payload encodings are
--- copied from its queued record into the busy record without being decoded
--- in Redis (docs/benchmarks.md: ~1.5 us of Redis CPU per job). A record whose
--- payloads do not decode reaches the host, which drops it (the decoded form
--- drops it here); either way it leaves with the batch's ack.
+-- instructions, and few jobs in flight carry an error). A fetched job's
+-- payload encodings are copied from its queued record into the busy record
+-- without being decoded in Redis (docs/benchmarks.md: ~1.5 us of Redis CPU
+-- per job). A record whose payloads do not decode reaches the host, which
+-- drops it (the decoded form drops it here); either way it leaves with the
+-- batch's ack.
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include tags
