@@ -265,7 +265,7 @@ local function take_default(max, now_s)
         end
       end
       if up and not table.concat(ids):find("\0", 1, true) then
-        run = read_run(K, ids, nids)
+        run = read_jobs(K, nil, nids, ids[1], ids[nids], true)
       else
         local set = {}
         for k = 1, nids do set[ids[k]] = true end

@@ -316,8 +316,9 @@ describe("scripts", function()
 
     it("takes a run of ready ids' members as a list only where each member is its id's", function()
       -- ready's ids ascending, without a byte 0: fetch.lua reads the members
-      -- between the first and last as a list (read_run) when they are as
-      -- many as the ids, and checks each against its id (run_member)
+      -- between the first and last as a list (read_jobs with as_list) when
+      -- they are as many as the ids, and checks each against its id
+      -- (run_member)
       local p = env:prefix("Test")
       local function ids_of(res)
         local out = {}

@@ -65,8 +65,12 @@ end
 -- holds all of its id's payloads, so they may be large.) K.known is a copy:
 -- the script sets K.known = nil before it writes P jobs. A caller that
 -- knows them gives the ids' count and lowest and highest (count, lo, hi):
--- no pass over the set, whose comparisons are each a strcoll.
-local function read_jobs(K, ids, count, lo, hi)
+-- no pass over the set, whose comparisons are each a strcoll. With as_list
+-- (the ids ascending and without a byte 0, so each is its own escaped id;
+-- ids may be nil then), members exactly as many as the ids come back as a
+-- list instead, member k the k-th id's unless something else lies between
+-- them (the caller checks: run_member): no table by escaped id.
+local function read_jobs(K, ids, count, lo, hi, as_list)
   local k = count or 0
   if not count then
     for id in pairs(ids) do
@@ -79,28 +83,8 @@ local function read_jobs(K, ids, count, lo, hi)
   local from, to = "[" .. esc(lo) .. "\0\0", "(" .. esc(hi) .. "\0\1"
   local c = redis.call("ZLEXCOUNT", K.jobs, from, to)
   if c > k + 64 then return end
-  local known = {}
-  if c > 0 then
-    for _, m in ipairs(redis.call("ZRANGE", K.jobs, from, to, "BYLEX")) do
-      local E = member_esc(m)
-      if E and not known[E] then known[E] = m end
-    end
-  end
-  K.known = known
-end
-
--- read_jobs for ids (a list of n) ascending and without a byte 0 (each its
--- own escaped id): when the members of P jobs from the first id's to the
--- last's are as many as the ids, returns them as a list, member k the
--- record of ids[k] unless something else lies between them (the caller
--- checks: run_member), with no table by escaped id; else does what
--- read_jobs does (K.known) and returns nil.
-local function read_run(K, ids, n)
-  local from, to = "[" .. ids[1] .. "\0\0", "(" .. ids[n] .. "\0\1"
-  local c = redis.call("ZLEXCOUNT", K.jobs, from, to)
-  if c > n + 64 then return nil end
   local ms = c > 0 and redis.call("ZRANGE", K.jobs, from, to, "BYLEX") or {}
-  if c == n then return ms end
+  if as_list and c == k then return ms end
   local known = {}
   for _, m in ipairs(ms) do
     local E = member_esc(m)
@@ -109,7 +93,7 @@ local function read_run(K, ids, n)
   K.known = known
 end
 
--- The member m (from read_run's list) when it is id's (id has no byte 0),
+-- The member m (from read_jobs's list) when it is id's (id has no byte 0),
 -- else nil.
 local function run_member(m, id)
   if not m then return nil end
