@@ -239,8 +239,63 @@ end
 -- the caller's). Returns ids, pins (strings), members and payload offsets
 -- (a ready job's record was read on the way; nil for a later job, not
 -- looked up yet), and the head left when known.
-local function take_default(max, now_s)
-  local L = redis.call("ZRANGEBYSCORE", K.later, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(max + 1))
+-- Reads count entries of P ready from position pos, and their members of
+-- P jobs in one range when few others lie between them (ids pushed in
+-- runs, as sequential ones are; read_jobs): the ids, and the members as a
+-- list (member k id k's unless run_member says not) or nil (then
+-- K.known, or nil: each id looked up alone). The caller sets K.known = nil
+-- after the entries.
+local function read_ready(pos, count)
+  local ids = redis.call("LRANGE", K.ready, tostring(pos), tostring(pos + count - 1))
+  local nids = #ids
+  if nids < 2 then return ids end
+  -- (ready holds the ids of a push in order, mostly: then the first and
+  -- last are the lowest and highest, one comparison an id, and without a
+  -- byte 0 in them the range's members come as a list)
+  local up = true
+  for k = 2, nids do
+    if not (ids[k - 1] < ids[k]) then
+      up = false
+      break
+    end
+  end
+  if up and not table.concat(ids):find("\0", 1, true) then
+    return ids, read_jobs(K, nil, nids, ids[1], ids[nids], true)
+  end
+  local set = {}
+  for k = 1, nids do set[ids[k]] = true end
+  if up then read_jobs(K, set, nids, ids[1], ids[nids]) else read_jobs(K, set) end
+  return ids
+end
+
+-- The head left when ready's walk stopped at the live entry of perform_in
+-- rh (nil: ready ended) and nothing due is left in later but what L
+-- holds from index j: the lowest of rh and later's next (a due one from
+-- L, else the first after now, unless rh is due).
+local function head_after(rh, L, j, now_s)
+  local lh = L[2 * j] and tonumber(L[2 * j])
+  if not lh and not (rh and rh <= now) then
+    lh = tonumber(redis.call("ZRANGEBYSCORE", K.later, "(" .. now_s, "+inf", "WITHSCORES", "LIMIT", "0", "1")[2])
+  end
+  if lh and (not rh or lh < rh) then return lh end
+  return rh
+end
+
+-- The due jobs of later, up to max + 1: id, perform_in (string), ...
+local function later_due(max, now_s)
+  return redis.call("ZRANGEBYSCORE", K.later, "-inf", now_s, "WITHSCORES", "LIMIT", "0", tostring(max + 1))
+end
+
+-- A member of P jobs whose head does not decode (junk), met in a walk of
+-- ready: dropped (from K.known too, which is a copy).
+local function drop_junk(m, id)
+  redis.call("ZREM", K.jobs, m)
+  if K.known then K.known[esc(id)] = nil end
+end
+
+-- (L: later_due's reply when the caller read it)
+local function take_default(max, now_s, L)
+  L = L or later_due(max, now_s)
   -- Walk ready: the live due entries, as lists by entry (no table an entry):
   -- id, pin number, member, position, payload offset.
   local Rid, Rpin, Rm, Rpos, Rnxt = {}, {}, {}, {}, {}
@@ -249,29 +304,8 @@ local function take_default(max, now_s)
   local left, skips = {}, {} -- id -> stale count left; {position, id} of the stale entries passed
   local step = max + 1
   while nR <= max and not stop do
-    local ids = redis.call("LRANGE", K.ready, tostring(pos), tostring(pos + step - 1))
-    -- (their members read in one range when few others lie between them:
-    -- ids pushed in runs, as sequential ones are; read_jobs)
-    local nids, run = #ids, nil
-    if nids > 1 then
-      -- (ready holds the ids of a push in order, mostly: then the first
-      -- and last are the lowest and highest, one comparison an id, and
-      -- without a byte 0 in them the range's members come as a list)
-      local up = true
-      for k = 2, nids do
-        if not (ids[k - 1] < ids[k]) then
-          up = false
-          break
-        end
-      end
-      if up and not table.concat(ids):find("\0", 1, true) then
-        run = read_jobs(K, nil, nids, ids[1], ids[nids], true)
-      else
-        local set = {}
-        for k = 1, nids do set[ids[k]] = true end
-        if up then read_jobs(K, set, nids, ids[1], ids[nids]) else read_jobs(K, set) end
-      end
-    end
+    local ids, run = read_ready(pos, step)
+    local nids = #ids
     for k = 1, nids do
       local id = ids[k]
       local c = 0
@@ -301,10 +335,7 @@ local function take_default(max, now_s)
         end
         -- (an entry without a live record is junk: passed, and popped; a
         -- member of the id whose head does not decode goes with it)
-        if m and not place then
-          redis.call("ZREM", K.jobs, m)
-          if K.known then K.known[esc(id)] = nil end
-        end
+        if m and not place then drop_junk(m, id) end
       end
       pos = pos + 1
     end
@@ -328,15 +359,8 @@ local function take_default(max, now_s)
       j = j + 1
     end
   end
-  -- The head left: ready's next live entry (due or not) and later's next
-  -- (a due one from L, else the first after now, unless ready's is due).
-  local rh = Rpin[i] or stop
-  local lh = L[2 * j] and tonumber(L[2 * j])
-  if not lh and not (rh and rh <= now) then
-    lh = tonumber(redis.call("ZRANGEBYSCORE", K.later, "(" .. now_s, "+inf", "WITHSCORES", "LIMIT", "0", "1")[2])
-  end
-  local h = rh
-  if lh and (not h or lh < h) then h = lh end
+  -- The head left: ready's next live entry (due or not) and later's next.
+  local h = head_after(Rpin[i] or stop, L, j, now_s)
   -- Pop what was consumed from ready: every entry before the first live
   -- entry not taken (stale and junk ones included).
   local consumed = Rpos[i] or pos
@@ -350,6 +374,90 @@ local function take_default(max, now_s)
   end
   if #drop > 0 then each_chunk("ZREM", K.later, drop) end
   return ids, pins, mems, nxts, h and score_str(h)
+end
+-- The fetched jobs' members out of P jobs (rem), and the n jobs' busy
+-- records (fields from 3: id, record, ...) into P busy, with its filler
+-- first (fields 1 and 2, keys.lua) when they are BUSY_FILL_MIN or more.
+local function store_batch(n, rem, fields)
+  if #rem > 0 then each_chunk("ZREM", K.jobs, rem) end
+  if n >= BUSY_FILL_MIN then
+    fields[1], fields[2] = "", BUSY_FILL
+    each_chunk("HSET", busy, fields)
+  elseif n > 0 then
+    each_chunk("HSET", busy, fields, nil, 3)
+  end
+end
+
+-- The usual fetch, in one pass: a quiet shard, the host's records form, and
+-- nothing due in P later (L, later_due's reply, empty; else nil and L are
+-- returned). Takes ready's due live entries in order, as take_default does,
+-- straight into the reply, P busy's fields (from 3, as below) and the members
+-- to remove from P jobs; returns their count, the members, the fields and the
+-- head left. (take_default and the loop after it do this in three passes
+-- over lists of the jobs: ~4k Redis instructions a job more at 100,
+-- docs/benchmarks.md.) A fresh job's busy record is the head BUSY_HEAD[pin]
+-- and the member's payload encodings, as busy_record_of makes it; a run
+-- member's head is read with the "\0\0" before it (one sub: that the member
+-- is the id's and what its head decodes to), kept by RUN_PLACE, RUN_PIN.
+local BUSY_HEAD, RUN_PLACE, RUN_PIN = {}, {}, {}
+local function take_quiet(max, now_s)
+  local L = later_due(max, now_s)
+  if #L > 0 then return nil, L end
+  local rem, fields, nf, nt = {}, { false, false }, 2, 0
+  local pos, rh = 0, nil -- rh: the perform_in of the first live entry not taken (at pos)
+  local step = max + 1
+  while not rh do
+    local ids, run = read_ready(pos, step)
+    local nids = #ids
+    for k = 1, nids do
+      local id = ids[k]
+      local rm, m, place, pin, nxt = run and run[k], nil, nil, nil, nil
+      if rm then
+        local n = #id
+        local t = rm:sub(n + 1, n + 12)
+        place = RUN_PLACE[t]
+        if place and #rm > n + 12 and rm:sub(1, n) == id then
+          m, pin, nxt = rm, RUN_PIN[t], n + 12
+        else
+          m = run_member(rm, id)
+          if m then
+            place, pin, nxt = job_peek(m, id)
+            if place and nxt == n + 12 then RUN_PLACE[t], RUN_PIN[t] = place, pin end
+          end
+        end
+      end
+      if not m then
+        local _
+        m, _, place, pin, nxt = peek_job(K, id)
+      end
+      if place == "r" then
+        if pin > now or nt == max then
+          rh = pin
+          break
+        end
+        local h = BUSY_HEAD[pin]
+        if not h then
+          h = cmsgpack.pack(pin_str(pin), "-1", false, false)
+          BUSY_HEAD[pin] = h
+        end
+        local rec = h .. m:sub(nxt + 1)
+        nt = nt + 1
+        rem[nt] = m
+        fields[nf + 1], fields[nf + 2] = id, rec
+        nf = nf + 2
+        out[5 + 2 * nt], out[6 + 2 * nt] = id, rec
+      elseif m and not place then
+        drop_junk(m, id) -- (as in take_default)
+      end
+      pos = pos + 1
+    end
+    K.known = nil
+    if nids < step then break end
+  end
+  -- (ready's entries before pos were consumed: taken, junk, or no job's)
+  if pos > 0 then redis.call("LTRIM", K.ready, tostring(pos), "-1") end
+  local h = head_after(rh, L, 1, now_s)
+  return nt, rem, fields, h and score_str(h)
 end
 if want == "1" and limit > 0 then
   if inflight then
@@ -390,8 +498,18 @@ if want == "1" and limit > 0 then
     if redis.call("EXISTS", K.levels, K.windows, K.stale, K.retries, K.errors, K.expiring) == 0 then
       K.has_levels, K.has_windows, quiet = false, false, true
     end
-    if not has_levels(K) then
-      ids, pins, mems, nxts, head = take_default(limit, now_s)
+    local qn, qrem, qfields, qhead
+    if quiet and records then qn, qrem, qfields, qhead = take_quiet(limit, now_s) end
+    if qn then
+      -- (take_quiet did it all: the batch written, as below)
+      n, head = qn, qhead
+      if n > 0 then
+        out[2] = tostring(redis.call("INCR", K.batch))
+        redis.call("SET", K.busy_fetched_at, now_s)
+        store_batch(n, qrem, qfields)
+      end
+    elseif not has_levels(K) then
+      ids, pins, mems, nxts, head = take_default(limit, now_s, qrem)
       m = #ids
     else
       -- Priorities (lib/levels.lua): the due jobs level by level, lowest
@@ -486,13 +604,7 @@ if want == "1" and limit > 0 then
           n = n + 1
         end
       end
-      if nr > 0 then each_chunk("ZREM", K.jobs, rem) end
-      if n >= BUSY_FILL_MIN then
-        fields[1], fields[2] = "", BUSY_FILL
-        each_chunk("HSET", busy, fields)
-      elseif n > 0 then
-        each_chunk("HSET", busy, fields, nil, 3)
-      end
+      store_batch(n, rem, fields)
     end
   end
 end
