@@ -89,7 +89,9 @@ if not cur and redis.call("GET", K.holder) ~= token then
   redis.call("DEL", busy, berrs, K.busy_fetched_at)
   redis.call("SET", K.holder, token)
 end
-redis.call("SET", K.lease, token, "PX", lease_ms)
+-- (the argument as sent when it is an integer's digits: Redis's Lua formats a
+-- number argument with sprintf, ~1k instructions)
+redis.call("SET", K.lease, token, "PX", ARGV[2]:match("^[1-9]%d*$") and ARGV[2] or lease_ms)
 
 -- Ack: the busy records carry the payloads, so the batch is three keys
 -- whatever its size. GET batch first, so a call that acks nothing costs no
@@ -141,7 +143,7 @@ end
 
 -- Fetch.
 local n, head = 0, nil -- jobs in the reply; the head when known on the way
-local out = { "OK", "", "", tostring(restored), tostring(acked), "0" }
+local out = { "OK", "", "", restored == 0 and "0" or tostring(restored), tostring(acked), "0" }
 -- (Redis's Lua formats every number argument with sprintf: the hot calls
 -- below pass strings.)
 local COUNT = { "1", "2", "3", "4" }
@@ -246,21 +248,24 @@ end
 -- K.known, or nil: each id looked up alone). The caller sets K.known = nil
 -- after the entries.
 local function read_ready(pos, count)
-  local ids = redis.call("LRANGE", K.ready, tostring(pos), tostring(pos + count - 1))
+  local ids = redis.call("LRANGE", K.ready, pos == 0 and "0" or tostring(pos), tostring(pos + count - 1))
   local nids = #ids
   if nids < 2 then return ids end
   -- (ready holds the ids of a push in order, mostly: then the first and
-  -- last are the lowest and highest, one comparison an id, and without a
-  -- byte 0 in them the range's members come as a list)
+  -- last are the lowest and highest, and without a byte 0 in them the
+  -- range's members come as a list when it holds as many; else a table by
+  -- id, whose range needs the ids' true lowest and highest: one comparison
+  -- an id, a strcoll each, when they ascend)
+  if ids[1] < ids[nids] and not table.concat(ids):find("\0", 1, true) then
+    local list = read_jobs(K, nil, nids, ids[1], ids[nids], true)
+    if list then return ids, list end
+  end
   local up = true
   for k = 2, nids do
     if not (ids[k - 1] < ids[k]) then
       up = false
       break
     end
-  end
-  if up and not table.concat(ids):find("\0", 1, true) then
-    return ids, read_jobs(K, nil, nids, ids[1], ids[nids], true)
   end
   local set = {}
   for k = 1, nids do set[ids[k]] = true end
@@ -457,7 +462,7 @@ local function take_quiet(max, now_s)
   -- (ready's entries before pos were consumed: taken, junk, or no job's)
   if pos > 0 then redis.call("LTRIM", K.ready, tostring(pos), "-1") end
   local h = head_after(rh, L, 1, now_s)
-  return nt, rem, fields, h and score_str(h)
+  return nt, rem, fields, h and pin_str(h)
 end
 if want == "1" and limit > 0 then
   if inflight then

@@ -66,10 +66,11 @@ end
 -- the script sets K.known = nil before it writes P jobs. A caller that
 -- knows them gives the ids' count and lowest and highest (count, lo, hi):
 -- no pass over the set, whose comparisons are each a strcoll. With as_list
--- (the ids ascending and without a byte 0, so each is its own escaped id;
--- ids may be nil then), members exactly as many as the ids come back as a
--- list instead, member k the k-th id's unless something else lies between
--- them (the caller checks: run_member): no table by escaped id.
+-- (ids without a byte 0, so each is its own escaped id; ids may be nil),
+-- the range's members come back as a list when they are exactly as many as
+-- the ids, else nothing (and no K.known): member k is the k-th id's unless
+-- the ids do not ascend or something else lies between them, which the
+-- caller checks (run_member), so lo and hi need only be the first and last.
 local function read_jobs(K, ids, count, lo, hi, as_list)
   local k = count or 0
   if not count then
@@ -82,9 +83,9 @@ local function read_jobs(K, ids, count, lo, hi, as_list)
   if k == 0 then return end
   local from, to = "[" .. esc(lo) .. "\0\0", "(" .. esc(hi) .. "\0\1"
   local c = redis.call("ZLEXCOUNT", K.jobs, from, to)
-  if c > k + 64 then return end
+  if c > k + 64 or (as_list and c ~= k) then return end
   local ms = c > 0 and redis.call("ZRANGE", K.jobs, from, to, "BYLEX") or {}
-  if as_list and c == k then return ms end
+  if as_list then return ms end
   local known = {}
   for _, m in ipairs(ms) do
     local E = member_esc(m)
