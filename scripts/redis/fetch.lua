@@ -393,22 +393,28 @@ local function store_batch(n, rem, fields)
   end
 end
 
--- The usual fetch, in one pass: a quiet shard, the host's records form, and
--- nothing due in P later (L, later_due's reply, empty; else nil and L are
--- returned). Takes ready's due live entries in order, as take_default does,
--- straight into the reply, P busy's fields (from 3, as below) and the members
--- to remove from P jobs; returns their count, the members, the fields and the
--- head left. (take_default and the loop after it do this in three passes
--- over lists of the jobs: ~4k Redis instructions a job more at 100,
--- docs/benchmarks.md.) A fresh job's busy record is the head BUSY_HEAD[pin]
--- and the member's payload encodings, as busy_record_of makes it; a run
--- member's head is read with the "\0\0" before it (one sub: that the member
--- is the id's and what its head decodes to), kept by RUN_PLACE, RUN_PIN.
+-- The usual fetch, in one pass: a plain shard (none of P levels, windows,
+-- stale and expiring), the host's records form, and nothing due in P later
+-- (L, later_due's reply, empty; else nil and L are returned). Then every
+-- job taken is a ready one, of priority 100, without windows or an error (a
+-- job gets an error only where it is put back, in later or a level: shard.lua
+-- requeue), fresh unless pushed with a retry_count (retried: P retries
+-- exists). Takes ready's due live entries in order, as take_default does,
+-- straight into the reply, P busy's fields (from 3, as below) and the
+-- members to remove from P jobs; returns their count, the members, the
+-- fields and the head left. (take_default and the loop after it do this in
+-- three passes over lists of the jobs: ~9k Redis instructions a job more at
+-- 100, docs/benchmarks.md.) A fresh job's busy record is the head
+-- BUSY_HEAD[pin] and the member's payload encodings, as busy_record_of makes
+-- it; a run member's head is read with the "\0\0" before it (one sub: that
+-- the member is the id's and what its head decodes to), kept by RUN_PLACE,
+-- RUN_PIN.
 local BUSY_HEAD, RUN_PLACE, RUN_PIN = {}, {}, {}
-local function take_quiet(max, now_s)
+local function take_quiet(max, now_s, retried)
   local L = later_due(max, now_s)
   if #L > 0 then return nil, L end
   local rem, fields, nf, nt = {}, { false, false }, 2, 0
+  local Tid, Tpin, Tnxt = retried and {}, retried and {}, retried and {} -- (retried: for the retry counts)
   local pos, rh = 0, nil -- rh: the perform_in of the first live entry not taken (at pos)
   local step = max + 1
   while not rh do
@@ -451,6 +457,7 @@ local function take_quiet(max, now_s)
         fields[nf + 1], fields[nf + 2] = id, rec
         nf = nf + 2
         out[5 + 2 * nt], out[6 + 2 * nt] = id, rec
+        if retried then Tid[nt], Tpin[nt], Tnxt[nt] = id, pin, nxt end
       elseif m and not place then
         drop_junk(m, id) -- (as in take_default)
       end
@@ -461,6 +468,21 @@ local function take_quiet(max, now_s)
   end
   -- (ready's entries before pos were consumed: taken, junk, or no job's)
   if pos > 0 then redis.call("LTRIM", K.ready, tostring(pos), "-1") end
+  if retried and nt > 0 then
+    -- the taken jobs' retry counts (a job pushed with one), out of P retries
+    local took = {}
+    each_chunk("ZMSCORE", K.retries, Tid, function(r, off)
+      for j = 1, #r do
+        if r[j] then
+          local k = off + j
+          local rec = busy_record_of(pin_str(Tpin[k]), r[j], nil, nil, rem[k], Tnxt[k])
+          fields[2 + 2 * k], out[6 + 2 * k] = rec, rec
+          took[#took + 1] = Tid[k]
+        end
+      end
+    end)
+    if #took > 0 then each_chunk("ZREM", K.retries, took) end
+  end
   local h = head_after(rh, L, 1, now_s)
   return nt, rem, fields, h and pin_str(h)
 end
@@ -503,8 +525,17 @@ if want == "1" and limit > 0 then
     if redis.call("EXISTS", K.levels, K.windows, K.stale, K.retries, K.errors, K.expiring) == 0 then
       K.has_levels, K.has_windows, quiet = false, false, true
     end
+    -- (plain: none of levels, windows, stale and expiring; retried: P
+    -- retries exists. take_quiet's conditions, with quiet's EXISTS first:
+    -- a shard where some jobs wait for a retry or carry an error costs two
+    -- more.)
+    local plain, retried = quiet, false
+    if not quiet and records and redis.call("EXISTS", K.levels, K.windows, K.stale, K.expiring) == 0 then
+      K.has_levels, K.has_windows, plain = false, false, true
+      retried = redis.call("EXISTS", K.retries) == 1
+    end
     local qn, qrem, qfields, qhead
-    if quiet and records then qn, qrem, qfields, qhead = take_quiet(limit, now_s) end
+    if plain and records then qn, qrem, qfields, qhead = take_quiet(limit, now_s, retried) end
     if qn then
       -- (take_quiet did it all: the batch written, as below)
       n, head = qn, qhead

@@ -281,45 +281,55 @@ describe("scripts", function()
       assert.are.same({ "1" }, { env.conn:call("HGET", p .. "counters", "expired") })
     end)
 
-    it("takes a quiet shard's ready jobs in one pass as the general path does, whatever the limit", function()
+    it("takes a plain shard's ready jobs in one pass as the general path does, whatever the limit", function()
       -- fetch.lua's one pass (take_quiet) runs when the shard has none of
-      -- stale, retries, errors, expiring, levels, windows and nothing due in
-      -- later, for the records form; an unrelated P errors field sends the
-      -- same shard down the general path (take_default). Both must give the
-      -- same replies, batch by batch, and leave the same keys.
+      -- stale, expiring, levels, windows and nothing due in later, for the
+      -- records form; an unrelated P windows field sends the same shard down
+      -- the general path (take_default). Both must give the same replies,
+      -- batch by batch, and leave the same keys: on a quiet shard, and on one
+      -- with a job waiting for a retry with an error (in later, not due) and a
+      -- ready job pushed with a retry_count.
       local p = "luakiq:{OnePass:0}:"
       local T = now()
       local function push(at, jobs)
         local args = { script = "push", p, "", at }
         for _, j in ipairs(jobs) do
-          for _, v in ipairs({ j[1], j[2], -1, j[3] or j[2], j[4] or '"' .. j[1] .. '"' }) do args[#args + 1] = v end
+          for _, v in ipairs({ j[1], j[2], j[5] or -1, j[3] or j[2], j[4] or '"' .. j[1] .. '"' }) do
+            args[#args + 1] = v
+          end
         end
         local r = env.conn:pipeline({ args })[1]
         assert.is_nil(r.err)
       end
-      local run = {}
-      for i = 1, 40 do run[i] = { string.format("r%02d", i), T - 100, i % 3 == 0 and T - 200 or nil } end
-      push(T, run) -- a run of ids: their members read in one range
-      push(T, { { "m5", T - 90 }, { "b2", T - 90 } })
-      push(T, { { "a0", T - 90 } }) -- (ready: b2, m5, a0: not ascending)
-      push(T, { { "n\0x", T - 80 } }) -- (a byte 0: looked up alone)
-      env.conn:call("RPUSH", p .. "ready", "ghost") -- no member: passed and popped
-      env.conn:call("ZADD", p .. "jobs", 0, "h\0\0x\0\193") -- a junk head: dropped
-      env.conn:call("RPUSH", p .. "ready", "h")
-      env.conn:call("ZADD", p .. "jobs", 0, "q\0\0r\0\193") -- junk payloads: reach the host
-      env.conn:call("RPUSH", p .. "ready", "q")
-      push(T, { { "s1", T - 10 }, { "s2", T - 10 } }) -- not due at T - 50: the head
-      push(T, { { "fut", T + 1000 } }) -- in later
-      -- in the run's range, r20's member gives way to r1z's (the same head):
-      -- member 20 of the range is not r20's, and r20 is not queued
-      local m20 = env.conn:call("ZRANGE", p .. "jobs", "[r20\0\0", "(r20\0\1", "BYLEX")[1]
-      env.conn:call("ZREM", p .. "jobs", m20)
-      env.conn:call("ZADD", p .. "jobs", 0, "r1z" .. m20:sub(4))
-      local dumps = {}
-      for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do dumps[k] = env.conn:call("DUMP", k) end
-      local function restore()
+      local function setup(retried)
         for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do env.conn:call("DEL", k) end
-        for k, v in pairs(dumps) do env.conn:call("RESTORE", k, 0, v) end
+        local run = {}
+        for i = 1, 40 do
+          run[i] = { string.format("r%02d", i), T - 100, i % 3 == 0 and T - 200 or nil, nil, retried and i == 5 and 1 or nil }
+        end
+        push(T, run) -- a run of ids: their members read in one range
+        push(T, { { "m5", T - 90 }, { "b2", T - 90 } })
+        push(T, { { "a0", T - 90 } }) -- (ready: b2, m5, a0: not ascending)
+        push(T, { { "n\0x", T - 80 } }) -- (a byte 0: looked up alone)
+        env.conn:call("RPUSH", p .. "ready", "ghost") -- no member: passed and popped
+        env.conn:call("ZADD", p .. "jobs", 0, "h\0\0x\0\193") -- a junk head: dropped
+        env.conn:call("RPUSH", p .. "ready", "h")
+        env.conn:call("ZADD", p .. "jobs", 0, "q\0\0r\0\193") -- junk payloads: reach the host
+        env.conn:call("RPUSH", p .. "ready", "q")
+        push(T, { { "s1", T - 10 }, { "s2", T - 10 } }) -- not due at T - 50: the head
+        push(T, { { "fut", T + 1000 } }) -- in later
+        if retried then
+          push(T, { { "w", T + 500, nil, nil, 2 } }) -- in later and retries
+          env.conn:call("HSET", p .. "errors", "w", "boom")
+        end
+        -- in the run's range, r20's member gives way to r1z's (the same head):
+        -- member 20 of the range is not r20's, and r20 is not queued
+        local m20 = env.conn:call("ZRANGE", p .. "jobs", "[r20\0\0", "(r20\0\1", "BYLEX")[1]
+        env.conn:call("ZREM", p .. "jobs", m20)
+        env.conn:call("ZADD", p .. "jobs", 0, "r1z" .. m20:sub(4))
+        local dumps = {}
+        for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do dumps[k] = env.conn:call("DUMP", k) end
+        return dumps
       end
       local function state()
         local t = {}
@@ -339,43 +349,56 @@ describe("scripts", function()
         t[p .. "lease"] = t[p .. "lease"] and "set"
         return t
       end
-      local function drain(at, limit, general)
-        restore()
-        if general then env.conn:call("HSET", p .. "errors", "nobody", "x") end
-        local replies, ack = {}, ""
+      local function drain(dumps, at, limit, general)
+        for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do env.conn:call("DEL", k) end
+        for k, v in pairs(dumps) do env.conn:call("RESTORE", k, 0, v) end
+        if general then env.conn:call("HSET", p .. "windows", "nobody", "UTC|00:00-24:00") end
+        local replies, ack, rc5 = {}, "", nil
         for step = 1, 60 do
           local r = env.conn:script("fetch", p, S.TOKEN, 30000, at, limit, ack, "1", "0", "records")
           replies[step] = r
           if r[2] == "" then break end
+          local res = require("luakiq.queue").parse_fetch(r, { prefix = p, worker = "Test", shard = 0 })
+          for _, job in ipairs(res.jobs) do
+            if job.id == "r05" then rc5 = job.retry_count end
+          end
           ack = r[2]
         end
         local st = state()
-        st[p .. "errors"] = nil
-        return replies, st
+        st[p .. "windows"] = nil
+        return replies, st, rc5
       end
-      for _, at in ipairs({ T - 50, T + 1 }) do
-        for _, limit in ipairs({ 1, 2, 23, 24, 25, 40, 44, 100 }) do
-          local what = "at " .. (at - T) .. ", limit " .. limit
-          local r1, s1 = drain(at, limit, false)
-          local r2, s2 = drain(at, limit, true)
-          assert.are.same(r2, r1, what)
-          assert.are.same(s2, s1, what)
-          -- every due job but r20's and the junk head's, in order; then the head
-          local ids = {}
-          for _, r in ipairs(r1) do
-            for j = 1, tonumber(r[6]) do ids[#ids + 1] = r[5 + 2 * j] end
-          end
-          local due = at < T and 44 or 46
-          assert.are.equal(due, #ids, what)
-          assert.are.same({ "r01", "r21", "r40", "b2", "m5", "a0", "n\0x", "q" },
-            { ids[1], ids[20], ids[39], ids[40], ids[41], ids[42], ids[43], ids[44] }, what)
-          assert.is_nil(s1[p .. "busy"], what)
-          if at < T then
-            assert.are.equal(tostring(T - 10), r1[#r1][3], what)
-            assert.are.same({ "s1", "s2" }, s1[p .. "ready"], what)
-          else
-            assert.are.equal(tostring(T + 1000), r1[#r1][3], what)
-            assert.is_nil(s1[p .. "ready"], what)
+      for _, retried in ipairs({ false, true }) do
+        local dumps = setup(retried)
+        for _, at in ipairs({ T - 50, T + 1 }) do
+          for _, limit in ipairs({ 1, 2, 23, 24, 25, 40, 44, 100 }) do
+            local what = (retried and "retried, " or "") .. "at " .. (at - T) .. ", limit " .. limit
+            local r1, s1, rc5 = drain(dumps, at, limit, false)
+            local r2, s2 = drain(dumps, at, limit, true)
+            assert.are.same(r2, r1, what)
+            assert.are.same(s2, s1, what)
+            -- every due job but r20's and the junk head's, in order; then the head
+            local ids = {}
+            for _, r in ipairs(r1) do
+              for j = 1, tonumber(r[6]) do ids[#ids + 1] = r[5 + 2 * j] end
+            end
+            local due = at < T and 44 or 46
+            assert.are.equal(due, #ids, what)
+            assert.are.same({ "r01", "r21", "r40", "b2", "m5", "a0", "n\0x", "q" },
+              { ids[1], ids[20], ids[39], ids[40], ids[41], ids[42], ids[43], ids[44] }, what)
+            assert.is_nil(s1[p .. "busy"], what)
+            assert.are.equal(retried and 1 or -1, rc5, what)
+            if retried then
+              assert.are.same({ "w", "2" }, s1[p .. "retries"], what)
+              assert.are.same({ w = "boom" }, s1[p .. "errors"], what)
+            end
+            if at < T then
+              assert.are.equal(tostring(T - 10), r1[#r1][3], what)
+              assert.are.same({ "s1", "s2" }, s1[p .. "ready"], what)
+            else
+              assert.are.equal(tostring(retried and T + 500 or T + 1000), r1[#r1][3], what)
+              assert.is_nil(s1[p .. "ready"], what)
+            end
           end
         end
       end
