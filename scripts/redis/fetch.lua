@@ -298,9 +298,8 @@ local function drop_junk(m, id)
   if K.known then K.known[esc(id)] = nil end
 end
 
--- (L: later_due's reply when the caller read it)
-local function take_default(max, now_s, L)
-  L = L or later_due(max, now_s)
+local function take_default(max, now_s)
+  local L = later_due(max, now_s)
   -- Walk ready: the live due entries, as lists by entry (no table an entry):
   -- id, pin number, member, position, payload offset.
   local Rid, Rpin, Rm, Rpos, Rnxt = {}, {}, {}, {}, {}
@@ -394,27 +393,62 @@ local function store_batch(n, rem, fields)
 end
 
 -- The usual fetch, in one pass: a plain shard (none of P levels, windows,
--- stale and expiring), the host's records form, and nothing due in P later
--- (L, later_due's reply, empty; else nil and L are returned). Then every
--- job taken is a ready one, of priority 100, without windows or an error (a
--- job gets an error only where it is put back, in later or a level: shard.lua
--- requeue), fresh unless pushed with a retry_count (retried: P retries
--- exists). Takes ready's due live entries in order, as take_default does,
--- straight into the reply, P busy's fields (from 3, as below) and the
--- members to remove from P jobs; returns their count, the members, the
--- fields and the head left. (take_default and the loop after it do this in
--- three passes over lists of the jobs: ~9k Redis instructions a job more at
--- 100, docs/benchmarks.md.) A fresh job's busy record is the head
--- BUSY_HEAD[pin] and the member's payload encodings, as busy_record_of makes
--- it; a run member's head is read with the "\0\0" before it (one sub: that
--- the member is the id's and what its head decodes to), kept by RUN_PLACE,
--- RUN_PIN.
+-- stale and expiring) and the host's records form. Then every job taken is
+-- of priority 100 and without windows, and a ready job also without an
+-- error (a job gets one only where it is put back, in later or a level:
+-- shard.lua requeue) and fresh unless pushed with a retry_count (retried:
+-- P retries exists). Takes the due jobs as take_default does, ready's live
+-- entries merged by (perform_in, id) with later's due ones (L), straight
+-- into the reply, P busy's fields (from 3, as below) and the members to
+-- remove from P jobs; returns their count, the members, the fields and the
+-- head left. (take_default and the loop after it do this in three passes
+-- over lists of the jobs: ~9k Redis instructions a job more at 100,
+-- docs/benchmarks.md.) A fresh job's busy record is the head BUSY_HEAD[pin]
+-- and the member's payload encodings, as busy_record_of makes it; a run
+-- member's head is read with the "\0\0" before it (one sub: that the member
+-- is the id's and what its head decodes to), kept by RUN_PLACE, RUN_PIN. A
+-- later job is looked up as it is taken; its retry count (one ZMSCORE with
+-- the ready jobs') and error (one HMGET, when P errors exists) are set in
+-- its record after the walk.
 local BUSY_HEAD, RUN_PLACE, RUN_PIN = {}, {}, {}
 local function take_quiet(max, now_s, retried)
   local L = later_due(max, now_s)
-  if #L > 0 then return nil, L end
-  local rem, fields, nf, nt = {}, { false, false }, 2, 0
-  local Tid, Tpin, Tnxt = retried and {}, retried and {}, retried and {} -- (retried: for the retry counts)
+  local nL, Lj = #L / 2, 1 -- (L: id, score, ...; Lj the next one)
+  local rem, fields, nf, nt, nr = {}, { false, false }, 2, 0, 0
+  local took = 0 -- jobs taken, delivered or not (a later id without a record is not)
+  -- (for the retry counts and errors, the jobs delivered: id, pin string,
+  -- the length of their record's head; and which came from later)
+  local track = retried or nL > 0
+  local Tid, Tps, Th, Tlater = track and {}, track and {}, track and {}, track and {}
+  local drop = {} -- later ids taken
+  -- Takes later's next due job (the caller checks took < max).
+  local function take_later()
+    local lid, lps = L[2 * Lj - 1], L[2 * Lj]
+    Lj = Lj + 1
+    took = took + 1
+    drop[#drop + 1] = lid
+    local kn = K.known -- (a copy of this chunk's members only)
+    K.known = nil
+    local m, _, place, _, nxt = peek_job(K, lid)
+    K.known = kn
+    if m then
+      nr = nr + 1
+      rem[nr] = m
+    end
+    if not place then return end
+    local h = BUSY_HEAD[lps] -- (a string key: ready's are numbers)
+    if not h then
+      h = cmsgpack.pack(lps, "-1", false, false)
+      BUSY_HEAD[lps] = h
+    end
+    local rec = h .. m:sub(nxt + 1)
+    nt = nt + 1
+    fields[nf + 1], fields[nf + 2] = lid, rec
+    nf = nf + 2
+    out[5 + 2 * nt], out[6 + 2 * nt] = lid, rec
+    Tid[nt], Tps[nt], Th[nt], Tlater[nt] = lid, lps, #h, true
+  end
+  local lp = nL > 0 and tonumber(L[2]) -- (the perform_in of later's next)
   local pos, rh = 0, nil -- rh: the perform_in of the first live entry not taken (at pos)
   local step = max + 1
   while not rh do
@@ -442,7 +476,16 @@ local function take_quiet(max, now_s, retried)
         m, _, place, pin, nxt = peek_job(K, id)
       end
       if place == "r" then
-        if pin > now or nt == max then
+        if pin > now then
+          rh = pin
+          break
+        end
+        -- later's jobs before this one first (ties: the lower id)
+        while lp and took < max and (lp < pin or (lp == pin and not (id < L[2 * Lj - 1]))) do
+          take_later()
+          lp = Lj <= nL and tonumber(L[2 * Lj])
+        end
+        if took == max then
           rh = pin
           break
         end
@@ -452,12 +495,12 @@ local function take_quiet(max, now_s, retried)
           BUSY_HEAD[pin] = h
         end
         local rec = h .. m:sub(nxt + 1)
-        nt = nt + 1
-        rem[nt] = m
+        took, nt, nr = took + 1, nt + 1, nr + 1
+        rem[nr] = m
         fields[nf + 1], fields[nf + 2] = id, rec
         nf = nf + 2
         out[5 + 2 * nt], out[6 + 2 * nt] = id, rec
-        if retried then Tid[nt], Tpin[nt], Tnxt[nt] = id, pin, nxt end
+        if retried then Tid[nt], Tps[nt], Th[nt] = id, pin_str(pin), #h end
       elseif m and not place then
         drop_junk(m, id) -- (as in take_default)
       end
@@ -466,24 +509,55 @@ local function take_quiet(max, now_s, retried)
     K.known = nil
     if nids < step then break end
   end
+  -- later's due jobs after ready's
+  while lp and took < max do
+    take_later()
+    lp = Lj <= nL and tonumber(L[2 * Lj])
+  end
   -- (ready's entries before pos were consumed: taken, junk, or no job's)
   if pos > 0 then redis.call("LTRIM", K.ready, tostring(pos), "-1") end
+  if #drop > 0 then each_chunk("ZREM", K.later, drop) end
+  -- retry counts (of later jobs, and of ready jobs pushed with one) and errors
+  -- (of later jobs), out of P retries and P errors
   if retried and nt > 0 then
-    -- the taken jobs' retry counts (a job pushed with one), out of P retries
-    local took = {}
+    local gone = {}
     each_chunk("ZMSCORE", K.retries, Tid, function(r, off)
       for j = 1, #r do
         if r[j] then
           local k = off + j
-          local rec = busy_record_of(pin_str(Tpin[k]), r[j], nil, nil, rem[k], Tnxt[k])
+          -- (the record's payload encodings follow its fresh head)
+          local rec = cmsgpack.pack(Tps[k], r[j], false, false) .. fields[2 + 2 * k]:sub(Th[k] + 1)
           fields[2 + 2 * k], out[6 + 2 * k] = rec, rec
-          took[#took + 1] = Tid[k]
+          gone[#gone + 1] = Tid[k]
         end
       end
     end)
-    if #took > 0 then each_chunk("ZREM", K.retries, took) end
+    if #gone > 0 then each_chunk("ZREM", K.retries, gone) end
   end
-  local h = head_after(rh, L, 1, now_s)
+  if #drop > 0 and redis.call("EXISTS", K.errors) == 1 then
+    local lids, lk = {}, {}
+    for k = 1, nt do
+      if Tlater[k] then
+        lids[#lids + 1] = Tid[k]
+        lk[#lk + 1] = k
+      end
+    end
+    if #lids > 0 then
+      each_chunk("HMGET", K.errors, lids, function(r, off)
+        for j = 1, #r do
+          if r[j] then
+            local k = lk[off + j]
+            redis.call("HSET", berrs, Tid[k], r[j])
+            job_errors = job_errors or {}
+            job_errors[#job_errors + 1] = tostring(k)
+            job_errors[#job_errors + 1] = r[j]
+          end
+        end
+      end)
+    end
+    each_chunk("HDEL", K.errors, drop)
+  end
+  local h = head_after(rh, L, Lj, now_s)
   return nt, rem, fields, h and pin_str(h)
 end
 if want == "1" and limit > 0 then
@@ -542,10 +616,10 @@ if want == "1" and limit > 0 then
       if n > 0 then
         out[2] = tostring(redis.call("INCR", K.batch))
         redis.call("SET", K.busy_fetched_at, now_s)
-        store_batch(n, qrem, qfields)
       end
+      store_batch(n, qrem, qfields) -- (also a later id's junk member when none is delivered)
     elseif not has_levels(K) then
-      ids, pins, mems, nxts, head = take_default(limit, now_s, qrem)
+      ids, pins, mems, nxts, head = take_default(limit, now_s)
       m = #ids
     else
       -- Priorities (lib/levels.lua): the due jobs level by level, lowest
