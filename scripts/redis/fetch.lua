@@ -409,7 +409,10 @@ end
 -- is the id's and what its head decodes to), kept by RUN_PLACE, RUN_PIN. A
 -- later job is looked up as it is taken; its retry count (one ZMSCORE with
 -- the ready jobs') and error (one HMGET, when P errors exists) are set in
--- its record after the walk.
+-- its record after the walk. (It walks ready only to the first live entry
+-- it does not take; take_default walks up to limit + 1 due ones whatever
+-- later gives, so a junk member it meets past that point goes one fetch
+-- sooner there.)
 local BUSY_HEAD, RUN_PLACE, RUN_PIN = {}, {}, {}
 local function take_quiet(max, now_s, retried)
   local L = later_due(max, now_s)
