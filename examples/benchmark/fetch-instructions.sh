@@ -7,7 +7,9 @@
 # host's reply form; the difference over N is fetch's cost a job.
 # Usage: examples/benchmark/fetch-instructions.sh [N] [LIMIT...]
 # (default 10000, limits 10 and 100). LUAKIQ_SCRIPTS=TREE/scripts counts
-# another tree's scripts with the same binary. Needs valgrind.
+# another tree's scripts with the same binary; FETCH_LATER=1 pushes each
+# call below the last one's perform_in, so the jobs wait in P later. Needs
+# valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ -z "${LUAKIQ_BIN:-}" ]; then

@@ -2,19 +2,26 @@
 -- (push.lua, calls of 1,000, ids in order, perform_in = now), then with
 -- MODE "fetch" fetches them LIMIT at a time, each call acking the batch
 -- before (the host's "records" form), then shuts the server down.
+-- With FETCH_LATER=1 each call's perform_in is 1 us below the last one's
+-- (a producer whose clock lags): every job after the first call goes to
+-- P later instead of P ready.
 -- Usage: luakiq lua fetch_instructions.lua PORT N MODE LIMIT
 local core = require "luakiq.core"
 local port, N, MODE, LIMIT = arg[1], tonumber(arg[2]), arg[3], arg[4]
 local conn = assert(core.connect("redis://127.0.0.1:" .. port .. "/0", 30, "node"))
 local P = "bench:{Q:0}:"
-local now_s = string.format("%.17g", core.now())
-local seq, left = 0, N
+local now = core.now()
+local now_s = string.format("%.17g", now)
+local later = os.getenv("FETCH_LATER") == "1"
+local seq, left, call = 0, N, 0
 while left > 0 do
   local k = math.min(1000, left)
   local cmd = { script = "push", P, "", now_s }
+  local pin_s = later and string.format("%.17g", now - call * 1e-6) or now_s
+  call = call + 1
   for _ = 1, k do
     seq = seq + 1
-    for _, v in ipairs({ string.format("job%09d", seq), now_s, "-1", now_s, '""' }) do cmd[#cmd + 1] = v end
+    for _, v in ipairs({ string.format("job%09d", seq), pin_s, "-1", pin_s, '""' }) do cmd[#cmd + 1] = v end
   end
   local r = conn:pipeline({ cmd })[1]
   assert(type(r) == "table" and not r.err, tostring(r and r.err))
