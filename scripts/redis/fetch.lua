@@ -273,6 +273,30 @@ local function read_ready(pos, count)
   return ids
 end
 
+-- The queued job of ready's entry id, whose member read_ready's run list
+-- may hold (rm): member, place, pin (number), payload offset (job_peek);
+-- place nil for a junk member, nothing when not queued. A run member's
+-- "\0\0" and 10-byte head are read with one sub (that the member is the id's
+-- and what its head decodes to), kept for the call by RUN_PLACE, RUN_PIN.
+local RUN_PLACE, RUN_PIN = {}, {}
+local function ready_job(rm, id)
+  if rm then
+    local n = #id
+    local t = rm:sub(n + 1, n + 12)
+    local place = RUN_PLACE[t]
+    if place and #rm > n + 12 and rm:sub(1, n) == id then return rm, place, RUN_PIN[t], n + 12 end
+    local m = run_member(rm, id)
+    if m then
+      local pin, nxt
+      place, pin, nxt = job_peek(m, id)
+      if place and nxt == n + 12 then RUN_PLACE[t], RUN_PIN[t] = place, pin end
+      return m, place, pin, nxt
+    end
+  end
+  local m, _, place, pin, nxt = peek_job(K, id)
+  return m, place, pin, nxt
+end
+
 -- The head left when ready's walk stopped at the live entry of perform_in
 -- rh (nil: ready ended) and nothing due is left in later but what L
 -- holds from index j: the lowest of rh and later's next (a due one from
@@ -321,13 +345,7 @@ local function take_default(max, now_s)
       if c > 0 then
         skips[#skips + 1] = { pos, id }
       else
-        local m = run and run_member(run[k], id)
-        local _, place, pin, nxt
-        if m then
-          place, pin, nxt = job_peek(m, id)
-        else
-          m, _, place, pin, nxt = peek_job(K, id)
-        end
+        local m, place, pin, nxt = ready_job(run and run[k], id)
         if place == "r" then
           if pin > now then
             stop = pin
@@ -404,16 +422,14 @@ end
 -- head left. (take_default and the loop after it do this in three passes
 -- over lists of the jobs: ~9k Redis instructions a job more at 100,
 -- docs/benchmarks.md.) A fresh job's busy record is the head BUSY_HEAD[pin]
--- and the member's payload encodings, as busy_record_of makes it; a run
--- member's head is read with the "\0\0" before it (one sub: that the member
--- is the id's and what its head decodes to), kept by RUN_PLACE, RUN_PIN. A
+-- and the member's payload encodings, as busy_record_of makes it. A
 -- later job is looked up as it is taken; its retry count (one ZMSCORE with
 -- the ready jobs') and error (one HMGET, when P errors exists) are set in
 -- its record after the walk. (It walks ready only to the first live entry
 -- it does not take; take_default walks up to limit + 1 due ones whatever
 -- later gives, so a junk member it meets past that point goes one fetch
 -- sooner there.)
-local BUSY_HEAD, RUN_PLACE, RUN_PIN = {}, {}, {}
+local BUSY_HEAD = {}
 local function take_quiet(max, now_s, retried)
   local L = later_due(max, now_s)
   local nL, Lj = #L / 2, 1 -- (L: id, score, ...; Lj the next one)
@@ -461,23 +477,14 @@ local function take_quiet(max, now_s, retried)
       local id = ids[k]
       local rm, m, place, pin, nxt = run and run[k], nil, nil, nil, nil
       if rm then
+        -- (ready_job's kept head, inline: a call a job costs ~0.5k Redis
+        -- instructions at 100)
         local n = #id
         local t = rm:sub(n + 1, n + 12)
         place = RUN_PLACE[t]
-        if place and #rm > n + 12 and rm:sub(1, n) == id then
-          m, pin, nxt = rm, RUN_PIN[t], n + 12
-        else
-          m = run_member(rm, id)
-          if m then
-            place, pin, nxt = job_peek(m, id)
-            if place and nxt == n + 12 then RUN_PLACE[t], RUN_PIN[t] = place, pin end
-          end
-        end
+        if place and #rm > n + 12 and rm:sub(1, n) == id then m, pin, nxt = rm, RUN_PIN[t], n + 12 end
       end
-      if not m then
-        local _
-        m, _, place, pin, nxt = peek_job(K, id)
-      end
+      if not m then m, place, pin, nxt = ready_job(rm, id) end
       if place == "r" then
         if pin > now then
           rh = pin
@@ -528,8 +535,8 @@ local function take_quiet(max, now_s, retried)
       for j = 1, #r do
         if r[j] then
           local k = off + j
-          -- (the record's payload encodings follow its fresh head)
-          local rec = cmsgpack.pack(Tps[k], r[j], false, false) .. fields[2 + 2 * k]:sub(Th[k] + 1)
+          -- (its fresh record's payload encodings follow the head, Th[k] bytes)
+          local rec = busy_record_of(Tps[k], r[j], nil, nil, fields[2 + 2 * k], Th[k])
           fields[2 + 2 * k], out[6 + 2 * k] = rec, rec
           gone[#gone + 1] = Tid[k]
         end
