@@ -8,8 +8,11 @@
 # Usage: examples/benchmark/fetch-instructions.sh [N] [LIMIT...]
 # (default 10000, limits 10 and 100). LUAKIQ_SCRIPTS=TREE/scripts counts
 # another tree's scripts with the same binary; FETCH_LATER=1 pushes each
-# call below the last one's perform_in, so the jobs wait in P later. Needs
-# valgrind.
+# call below the last one's perform_in, so the jobs wait in P later;
+# FETCH_IDS=random pushes ids that start with random hex digits (as random
+# UUIDs: each is looked up alone). Redis runs with hz 1: its timers' work
+# grows with the wall time, which valgrind stretches, not with the work
+# counted. Needs valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ -z "${LUAKIQ_BIN:-}" ]; then
@@ -28,7 +31,7 @@ count() {
   port=$(free_port)
   out="$PRIVATE_TMP/cg.$1.$2.out"
   valgrind --tool=callgrind --callgrind-out-file="$out" redis-server --port "$port" --bind 127.0.0.1 \
-    --dir "$PRIVATE_TMP" --save '' --appendonly no >"$PRIVATE_TMP/redis.$1.log" 2>&1 &
+    --dir "$PRIVATE_TMP" --save '' --appendonly no --hz 1 >"$PRIVATE_TMP/redis.$1.log" 2>&1 &
   pid=$!
   for _ in $(seq 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   "$LUAKIQ_BIN" lua examples/benchmark/fetch_instructions.lua "$port" "$N" "$1" "$2"

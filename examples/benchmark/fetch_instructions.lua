@@ -4,7 +4,9 @@
 -- before (the host's "records" form), then shuts the server down.
 -- With FETCH_LATER=1 each call's perform_in is 1 us below the last one's
 -- (a producer whose clock lags): every job after the first call goes to
--- P later instead of P ready.
+-- P later instead of P ready. With FETCH_IDS=random the ids start with 8
+-- random hex digits (as random UUIDs: no range read, each id looked up
+-- alone).
 -- Usage: luakiq lua fetch_instructions.lua PORT N MODE LIMIT
 local core = require "luakiq.core"
 local port, N, MODE, LIMIT = arg[1], tonumber(arg[2]), arg[3], arg[4]
@@ -13,6 +15,7 @@ local P = "bench:{Q:0}:"
 local now = core.now()
 local now_s = string.format("%.17g", now)
 local later = os.getenv("FETCH_LATER") == "1"
+local random_ids = os.getenv("FETCH_IDS") == "random"
 local seq, left, call = 0, N, 0
 while left > 0 do
   local k = math.min(1000, left)
@@ -21,7 +24,8 @@ while left > 0 do
   call = call + 1
   for _ = 1, k do
     seq = seq + 1
-    for _, v in ipairs({ string.format("job%09d", seq), pin_s, "-1", pin_s, '""' }) do cmd[#cmd + 1] = v end
+    local id = random_ids and string.format("%08x-%d", math.random(0, 0x7fffffff), seq) or string.format("job%09d", seq)
+    for _, v in ipairs({ id, pin_s, "-1", pin_s, '""' }) do cmd[#cmd + 1] = v end
   end
   local r = conn:pipeline({ cmd })[1]
   assert(type(r) == "table" and not r.err, tostring(r and r.err))

@@ -20,12 +20,30 @@
 -- (no priorities, no stale entries): three rounds of, for limits 10 and 100,
 -- push 20,000 more and fetch 20,000 with acks; per round and limit the Redis
 -- CPU (INFO cpu) and the EVALSHA time (INFO commandstats) per fetched job.
+-- Before the rounds it lets Redis finish growing P jobs' hash table
+-- ("settle_ops": the lookups that took), which a push that crosses a power
+-- of two (8,388,608 at 10M) leaves half-moved, one bucket a later command:
+-- so the rounds measure a backlog that has waited, not the tail of its push.
+-- BIN lua examples/benchmark/hotpath.lua flat [BIG] [SMALL]   (default
+-- 10000000 10000): the same on one server, two shards, one with SMALL blank
+-- jobs queued and one with BIG; ten rounds of, for limits 10 and 100, push
+-- 2,000 more into each and fetch 2,000 from each with acks, the two shards in
+-- turn (which one first alternates), so both points see the same moment of
+-- a shared machine. Per round and limit: Redis CPU and EVALSHA time per
+-- job on each, and BIG's over SMALL's; at the end the median ratios.
 -- Run it against another tree's scripts with LUAKIQ_SCRIPTS=TREE/scripts.
+-- HOTPATH_IDS=padded: ids "job" and ten digits (job0000000001, ...), which
+-- sort as they are pushed, as fixed-width or time-ordered ids (ULIDs,
+-- UUIDv7) do; by default "job1", "job2", ...: at 10M the oldest of those
+-- interleave in byte order with millions of others ("job1", "job10",
+-- "job100", ...), so fetch looks each of them up alone. HOTPATH_IDS=random:
+-- 8 random hex digits, "-" and the number (as random UUIDs: every id is
+-- looked up alone, at any size).
 package.path = "spec/?.lua;" .. package.path
 local core = require "luakiq.core"
 local redis = require "helpers.redis"
 
-local P, TOKEN = "bench:{Q:0}:", "bench-token"
+local P, TOKEN = "bench:{Q:0}:", "bench-token" -- (P: the shard pushed and fetched)
 local SAMPLE, CALL = 100000, 1000
 
 local function info(srv, section, field)
@@ -36,6 +54,12 @@ local function cpu(srv) return info(srv, "cpu", "used_cpu_sys") + info(srv, "cpu
 local function mem(srv) return info(srv, "memory", "used_memory") end
 
 local seq = 0
+local ID_SHAPE = os.getenv("HOTPATH_IDS")
+local function id_of(n)
+  if ID_SHAPE == "padded" then return string.format("job%010d", n) end
+  if ID_SHAPE == "random" then return string.format("%08x-%08x", math.random(0, 0x7fffffff), n) end
+  return "job" .. n
+end
 -- Pushes n blank jobs (fresh ids, perform_in = score = now) in calls of
 -- 1,000; of priority prio when given (else the default).
 local function push(srv, n, now, prio)
@@ -47,7 +71,7 @@ local function push(srv, n, now, prio)
     for _ = 1, k do
       seq = seq + 1
       local m = #cmd
-      cmd[m + 1], cmd[m + 2], cmd[m + 3], cmd[m + 4], cmd[m + 5] = "job" .. seq, now_s, "-1", now_s, '""'
+      cmd[m + 1], cmd[m + 2], cmd[m + 3], cmd[m + 4], cmd[m + 5] = id_of(seq), now_s, "-1", now_s, '""'
     end
     if prio then
       cmd[#cmd + 1], cmd[#cmd + 2] = "", "priority"
@@ -88,10 +112,23 @@ local function evalsha_us(srv)
   return tonumber(srv.conn:call("INFO", "commandstats"):match("cmdstat_evalsha:calls=%d+,usec=(%d+)"))
 end
 
+-- Lookups in P jobs until its hash table is no longer being grown
+-- (DEBUG HTSTATS-KEY; the server is started with debug commands allowed
+-- from loopback); returns how many it took.
+local function settle(srv)
+  local ops = 0
+  while srv.conn:call("DEBUG", "HTSTATS-KEY", P .. "jobs"):find("rehashing target", 1, true) do
+    srv.conn:call("EVAL", "for i = 1, 100000 do redis.call('ZSCORE', KEYS[1], '') end", "1", P .. "jobs")
+    ops = ops + 100000
+  end
+  return ops
+end
+
 -- The "fetch" mode (above).
 local function fetch_only(srv, queued)
   local now = core.now()
   push(srv, queued, now)
+  print(("%d settle_ops %d"):format(queued, settle(srv)))
   fetch(srv, 100, 10, now) -- (loads the script)
   for round = 1, 3 do
     for _, limit in ipairs { 10, 100 } do
@@ -107,7 +144,7 @@ end
 
 -- fn(srv, queued) on a fresh redis-server, stopped also on an error.
 local function on_fresh_server(fn, queued)
-  local srv = redis.start()
+  local srv = redis.start({ extra = " --enable-debug-command local" })
   local ok, err = pcall(fn, srv, queued)
   srv:stop()
   if not ok then
@@ -116,8 +153,63 @@ local function on_fresh_server(fn, queued)
   end
 end
 
+-- The "flat" mode (above). (push, fetch and settle work on the shard P
+-- with the id counter seq: on(S, fn) points them at shard S for fn.)
+local function on(S, fn)
+  P, seq = S.P, S.seq
+  fn()
+  S.seq = seq
+end
+local function median(t)
+  table.sort(t)
+  local n = #t
+  return n % 2 == 1 and t[(n + 1) / 2] or (t[n / 2] + t[n / 2 + 1]) / 2
+end
+local function flat(srv, big, small)
+  local now = core.now()
+  local A, B = { P = "bench:{Q:0}:", seq = 0, n = small }, { P = "bench:{Q:1}:", seq = 0, n = big }
+  for _, S in ipairs({ A, B }) do
+    on(S, function()
+      push(srv, S.n, now)
+      print(("%d settle_ops %d"):format(S.n, settle(srv)))
+      fetch(srv, 100, 10, now) -- (loads the script)
+    end)
+  end
+  local ratios = { [10] = {}, [100] = {} }
+  for round = 1, 10 do
+    for _, limit in ipairs({ 10, 100 }) do
+      local us, ev = {}, {}
+      for _, S in ipairs(round % 2 == 1 and { A, B } or { B, A }) do
+        on(S, function()
+          push(srv, 2000, now)
+          local c0, e0 = cpu(srv), evalsha_us(srv)
+          local got = fetch(srv, 2000, limit, now)
+          us[S], ev[S] = (cpu(srv) - c0) / got * 1e6, (evalsha_us(srv) - e0) / got
+        end)
+      end
+      local ratios_l = ratios[limit]
+      ratios_l[#ratios_l + 1] = us[B] / us[A]
+      print(("round %d fetch%d us_per_job %d: %.2f (evalsha %.2f) %d: %.2f (evalsha %.2f) ratio %.2f"):format(
+        round, limit, small, us[A], ev[A], big, us[B], ev[B], us[B] / us[A]))
+    end
+  end
+  for _, limit in ipairs({ 10, 100 }) do
+    print(("fetch%d median_ratio %.2f"):format(limit, median(ratios[limit])))
+  end
+end
+
 if ... == "fetch" then
   on_fresh_server(fetch_only, tonumber((select(2, ...))) or 100000)
+  return
+end
+if ... == "flat" then
+  local srv = redis.start({ extra = " --enable-debug-command local" })
+  local ok, err = pcall(flat, srv, tonumber((select(2, ...))) or 10000000, tonumber((select(3, ...))) or 10000)
+  srv:stop()
+  if not ok then
+    redis.cleanup()
+    error(err, 0)
+  end
   return
 end
 

@@ -57,8 +57,9 @@ end
 local busy, berrs = K.busy, K.busy_errors
 
 -- Lease.
--- (one MGET: the lease, and whether a reshard froze the shard)
-local lf = redis.call("MGET", K.lease, K.reshard)
+-- (one MGET: the lease, whether a reshard froze the shard, and the batch
+-- in flight's id, for the ack)
+local lf = redis.call("MGET", K.lease, K.reshard, K.batch)
 local cur = lf[1]
 if cur and cur ~= token then
   return { "LEASE", tostring(redis.call("PTTL", K.lease)) }
@@ -94,11 +95,11 @@ end
 redis.call("SET", K.lease, token, "PX", ARGV[2]:match("^[1-9]%d*$") and ARGV[2] or lease_ms)
 
 -- Ack: the busy records carry the payloads, so the batch is three keys
--- whatever its size. GET batch first, so a call that acks nothing costs no
--- HKEYS.
+-- whatever its size. The batch id first (read with the lease: nothing
+-- above changes it), so a call that acks nothing costs no HKEYS.
 local acked = 0
 local inflight
-if ack ~= "" and ack == redis.call("GET", K.batch) then
+if ack ~= "" and ack == lf[3] then
   -- (the acked ids are read only when the shard has expiring payloads or
   -- tags to clean after them: else their count is enough)
   local exp_or_tags = redis.call("EXISTS", K.expiring, K.tags) > 0
@@ -256,8 +257,10 @@ local function read_ready(pos, count)
   -- range's members come as a list when it holds as many; else a table by
   -- id, whose range needs the ids' true lowest and highest: one comparison
   -- an id, a strcoll each, when they ascend)
+  local c -- (the range's count, when read_jobs gave no list)
   if ids[1] < ids[nids] and not table.concat(ids):find("\0", 1, true) then
-    local list = read_jobs(K, nil, nids, ids[1], ids[nids], true)
+    local list
+    list, c = read_jobs(K, nil, nids, ids[1], ids[nids], true)
     if list then return ids, list end
   end
   local up = true
@@ -267,6 +270,10 @@ local function read_ready(pos, count)
       break
     end
   end
+  -- (ascending ids span the range counted above: over the bound, as ids
+  -- spread over the id space are, each is looked up alone without a second
+  -- count, which at 10M queued is four walks of P jobs' skiplist)
+  if up and c and c > nids + 64 then return ids end
   local set = {}
   for k = 1, nids do set[ids[k]] = true end
   if up then read_jobs(K, set, nids, ids[1], ids[nids]) else read_jobs(K, set) end
@@ -470,9 +477,15 @@ local function take_quiet(max, now_s, retried)
   local lp = nL > 0 and tonumber(L[2]) -- (the perform_in of later's next)
   local pos, rh = 0, nil -- rh: the perform_in of the first live entry not taken (at pos)
   local step = max + 1
+  local spans = {} -- ranges of P jobs taken whole: first id, last id, ...
   while not rh do
     local ids, run = read_ready(pos, step)
     local nids = #ids
+    -- (span: how many of the run's first members were taken, every one;
+    -- they are all the range from ids[1] to ids[span] holds, so one
+    -- ZREMRANGEBYLEX takes them out of P jobs: one walk of its skiplist
+    -- for them all instead of one a member)
+    local span = 0
     for k = 1, nids do
       local id = ids[k]
       local rm, m, place, pin, nxt = run and run[k], nil, nil, nil, nil
@@ -505,8 +518,13 @@ local function take_quiet(max, now_s, retried)
           BUSY_HEAD[pin] = h
         end
         local rec = h .. m:sub(nxt + 1)
-        took, nt, nr = took + 1, nt + 1, nr + 1
-        rem[nr] = m
+        took, nt = took + 1, nt + 1
+        if span == k - 1 and m == rm then
+          span = k
+        else
+          nr = nr + 1
+          rem[nr] = m
+        end
         fields[nf + 1], fields[nf + 2] = id, rec
         nf = nf + 2
         out[5 + 2 * nt], out[6 + 2 * nt] = id, rec
@@ -517,6 +535,12 @@ local function take_quiet(max, now_s, retried)
       pos = pos + 1
     end
     K.known = nil
+    if span == 1 then
+      nr = nr + 1
+      rem[nr] = run[1]
+    elseif span > 1 then
+      spans[#spans + 1], spans[#spans + 2] = ids[1], ids[span]
+    end
     if nids < step then break end
   end
   -- later's due jobs after ready's
@@ -526,6 +550,10 @@ local function take_quiet(max, now_s, retried)
   end
   -- (ready's entries before pos were consumed: taken, junk, or no job's)
   if pos > 0 then redis.call("LTRIM", K.ready, tostring(pos), "-1") end
+  -- (ids in a run have no byte 0: esc(id) is the id)
+  for i = 1, #spans, 2 do
+    redis.call("ZREMRANGEBYLEX", K.jobs, "[" .. spans[i] .. "\0\0", "(" .. spans[i + 1] .. "\0\1")
+  end
   if #drop > 0 then each_chunk("ZREM", K.later, drop) end
   -- retry counts (of later jobs, and of ready jobs pushed with one) and errors
   -- (of later jobs), out of P retries and P errors
@@ -599,7 +627,7 @@ if want == "1" and limit > 0 then
       end
       n = n + 1
     end
-    out[2] = redis.call("GET", K.batch) or ""
+    out[2] = lf[3] or ""
   else
     local now_s = ARGV[3]
     if not now_s:match("^%-?%d+%.?%d*$") then now_s = score_str(now) end

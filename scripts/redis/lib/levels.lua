@@ -68,7 +68,9 @@ end
 -- no pass over the set, whose comparisons are each a strcoll. With as_list
 -- (ids without a byte 0, so each is its own escaped id; ids may be nil),
 -- the range's members come back as a list when they are exactly as many as
--- the ids, else nothing (and no K.known): member k is the k-th id's unless
+-- the ids, else nil and their count (and no K.known: a caller whose lo and
+-- hi are the ids' true lowest and highest skips a second ZLEXCOUNT of the
+-- range when the count is over the bound): member k is the k-th id's unless
 -- the ids do not ascend or something else lies between them, which the
 -- caller checks (run_member), so lo and hi need only be the first and last.
 local function read_jobs(K, ids, count, lo, hi, as_list)
@@ -83,7 +85,8 @@ local function read_jobs(K, ids, count, lo, hi, as_list)
   if k == 0 then return end
   local from, to = "[" .. esc(lo) .. "\0\0", "(" .. esc(hi) .. "\0\1"
   local c = redis.call("ZLEXCOUNT", K.jobs, from, to)
-  if c > k + 64 or (as_list and c ~= k) then return end
+  if as_list and c ~= k then return nil, c end
+  if c > k + 64 then return end
   local ms = c > 0 and redis.call("ZRANGE", K.jobs, from, to, "BYLEX") or {}
   if as_list then return ms end
   local known = {}
