@@ -477,14 +477,15 @@ local function take_quiet(max, now_s, retried)
   local lp = nL > 0 and tonumber(L[2]) -- (the perform_in of later's next)
   local pos, rh = 0, nil -- rh: the perform_in of the first live entry not taken (at pos)
   local step = max + 1
-  local spans = {} -- ranges of P jobs taken whole: first id, last id, ...
+  local spans = {} -- ranges of P jobs taken whole: first id, last member, ...
   while not rh do
     local ids, run = read_ready(pos, step)
     local nids = #ids
     -- (span: how many of the run's first members were taken, every one;
-    -- they are all the range from ids[1] to ids[span] holds, so one
-    -- ZREMRANGEBYLEX takes them out of P jobs: one walk of its skiplist
-    -- for them all instead of one a member)
+    -- the run is all the range from ids[1] holds, in order, so they are all
+    -- it holds up to the last of them, member and all: one ZREMRANGEBYLEX
+    -- takes them out of P jobs, one walk of its skiplist for them all
+    -- instead of one a member)
     local span = 0
     for k = 1, nids do
       local id = ids[k]
@@ -539,7 +540,7 @@ local function take_quiet(max, now_s, retried)
       nr = nr + 1
       rem[nr] = run[1]
     elseif span > 1 then
-      spans[#spans + 1], spans[#spans + 2] = ids[1], ids[span]
+      spans[#spans + 1], spans[#spans + 2] = ids[1], run[span]
     end
     if nids < step then break end
   end
@@ -552,7 +553,7 @@ local function take_quiet(max, now_s, retried)
   if pos > 0 then redis.call("LTRIM", K.ready, tostring(pos), "-1") end
   -- (ids in a run have no byte 0: esc(id) is the id)
   for i = 1, #spans, 2 do
-    redis.call("ZREMRANGEBYLEX", K.jobs, "[" .. spans[i] .. "\0\0", "(" .. spans[i + 1] .. "\0\1")
+    redis.call("ZREMRANGEBYLEX", K.jobs, "[" .. spans[i] .. "\0\0", "[" .. spans[i + 1])
   end
   if #drop > 0 then each_chunk("ZREM", K.later, drop) end
   -- retry counts (of later jobs, and of ready jobs pushed with one) and errors

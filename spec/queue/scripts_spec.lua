@@ -430,6 +430,38 @@ describe("scripts", function()
       end
     end)
 
+    it("takes a run's members out of P jobs by their range, and nothing else in it", function()
+      -- A run (its range holds as many members as ready's entries) whose
+      -- first two jobs are taken as a span, removed by one ZREMRANGEBYLEX;
+      -- the third entry's id has no member (another program removed it) and
+      -- in its place the range holds a second member of the second id,
+      -- which sorts after its job's: it is no taken job's and must stay, as
+      -- it does on the general path (a ZREM a member).
+      local p = "luakiq:{OnePassSpan:0}:"
+      local T = now()
+      for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do env.conn:call("DEL", k) end
+      local args = { script = "push", p, "", T }
+      for _, id in ipairs({ "a1", "a2", "a3" }) do
+        for _, v in ipairs({ id, T - 10, -1, T - 10, '"x"' }) do args[#args + 1] = v end
+      end
+      assert.is_nil(env.conn:pipeline({ args })[1].err)
+      local a3 = env.conn:call("ZRANGE", p .. "jobs", "[a3\0\0", "(a3\0\1", "BYLEX")[1]
+      env.conn:call("ZREM", p .. "jobs", a3)
+      local extra = "a2\0\0\255junk"
+      env.conn:call("ZADD", p .. "jobs", 0, extra)
+      local dumps = {}
+      for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do dumps[k] = env.conn:call("DUMP", k) end
+      for _, limit in ipairs({ 2, 3, 10 }) do
+        local r1, s1, f1 = drain_shard(p, dumps, T, limit, false)
+        local r2, s2, f2 = drain_shard(p, dumps, T, limit, true)
+        assert.are.same(r2, r1, "limit " .. limit)
+        assert.are.same(f2, f1, "limit " .. limit)
+        assert.are.same(s2, s1, "limit " .. limit)
+        assert.are.same({ "a1", "a2" }, { r1[1][7], r1[1][9] }, "limit " .. limit)
+        assert.are.same({ extra, "0" }, s1[p .. "jobs"], "limit " .. limit)
+      end
+    end)
+
     it("gives what the general path gives on random shards (60 seeds)", function()
       -- Random pushes (merges, ids that interleave in lex order, a byte 0,
       -- retry counts, jobs due and not), failures that put jobs back into
