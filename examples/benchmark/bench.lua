@@ -41,6 +41,8 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
                       10,000 queued; refused when N x 500 bytes + 1 GiB is more than MemAvailable; alone it
                       runs nothing else
   --sample N          jobs drained per backlog by --big (default 100000)
+  --big-ids padded    --big's ids as 10 digits (0000000001, ...), which sort as they are pushed; by default
+                      1..N, whose oldest scatter in byte order under a large backlog (1, 10, 100, ...)
   --merge N           the merge-heavy shape (large_shapes.lua): N payloads, 100 for each of N/100 ids, pushed
                       in calls of 10,000 and drained, against Sidekiq's N jobs; alone it runs nothing else]]
 
@@ -105,6 +107,9 @@ do
     elseif a == "--replicas" then opt.replicas = assert(tonumber(val()), "--replicas: a number")
     elseif a == "--big" then opt.big = assert(tonumber(val()), "--big: a number")
     elseif a == "--sample" then opt.sample = assert(tonumber(val()), "--sample: a number")
+    elseif a == "--big-ids" then
+      opt.big_ids = val()
+      if opt.big_ids ~= "padded" then io.stderr:write("--big-ids: only padded\n", USAGE, "\n") os.exit(2) end
     elseif a == "--merge" then opt.merge = assert(tonumber(val()), "--merge: a number")
     else io.stderr:write(USAGE, "\n") os.exit(a == "--help" and 0 or 2) end
     given[a] = true
@@ -684,7 +689,7 @@ local main_ok, main_err = xpcall(function()
                 SIDEKIQ_VERSION = SIDEKIQ_VERSION, SHAPES = SHAPES, ENQUEUE_CALL = ENQUEUE_CALL, POLL = POLL,
                 print_table = print_table, fmt_int = fmt_int, mb = mb }
     if opt.merge then merge_rows = large.merge(large.B, opt.merge) end
-    if opt.big then big_res = large.big(large.B, opt.big, opt.sample) end
+    if opt.big then big_res = large.big(large.B, opt.big, opt.sample, opt.big_ids == "padded") end
   end
   local rtt, floor_w, floor_l, cli_rate, cli_cpu
   if #results > 0 then

@@ -1,10 +1,11 @@
 -- The large shapes of the benchmark (bench.lua --big N, --merge N); neither
 -- is in the default run.
 --
--- --big N: the large backlog. FLUSHALL; N blank jobs (ids 1..N) pushed with
--- perform_async in calls of 10,000, as the other shapes: time, jobs/s, Redis
--- CPU per job (all of it, and its first and last tenth) and used_memory per
--- job. Then the host of the Lowkiq shape (lag, 5 shards, batch 1, 5
+-- --big N: the large backlog. FLUSHALL; N blank jobs (ids 1..N; with
+-- --big-ids padded the same numbers as 10 digits, which sort in push
+-- order) pushed with perform_async in calls of 10,000, as the other
+-- shapes: time, jobs/s, Redis CPU per job (all of it, and its first and
+-- last tenth) and used_memory per job. Then the host of the Lowkiq shape (lag, 5 shards, batch 1, 5
 -- threads) drains a sample (--sample, default 100,000 jobs) with the N jobs
 -- queued and is stopped. Before the enqueue and again after the FLUSHALL
 -- that ends it, in the same run, the same host drains as many jobs with
@@ -117,6 +118,7 @@ local function host(B, s, tag)
 end
 
 local function blank(k) return { id = k } end
+local function blank_padded(k) return { id = string.format("%010d", k) } end
 
 -- Waits until redis-server is idle (under 20 ms of CPU in a second, at most
 -- 120 s): after a large enqueue or FLUSHALL its allocator's background
@@ -143,13 +145,13 @@ end
 -- push that outlasts that second (a busy machine) still leaves a clean
 -- window (it starts at the first poll after the push); such rounds are
 -- counted in `late`.
-local function small_rounds(B, cfg, s, pending, sample, tag)
+local function small_rounds(B, cfg, s, pending, sample, tag, padded)
   local start, log = host(B, s, tag)
   return with_process(B, start, log, function(pid)
     local rounds = {}
     for i = 1, math.ceil(sample / SMALL) do
       local due = core.now() + 1
-      enqueue(B, cfg, SMALL, function(k) return { id = k, perform_in = due } end)
+      enqueue(B, cfg, SMALL, function(k) return { id = padded and string.format("%010d", k) or k, perform_in = due } end)
       local late = core.now() >= due and 1 or 0
       rounds[i] = drain(B, pid, pending, SMALL, 0, tag .. " round " .. i)
       rounds[i].late = late
@@ -162,17 +164,17 @@ local function small_rounds(B, cfg, s, pending, sample, tag)
 end
 
 -- --- --big ------------------------------------------------------------------------
-function M.big(B, n, sample)
+function M.big(B, n, sample, padded)
   local s = B.SHAPES.lag1
   sample = math.min(sample, math.floor(n / 2))
   local cfg = B.load_cfg(s)
   local pending = B.pending_for(cfg, s)
-  local res = { n = n, sample = sample, shape = s.name }
+  local res = { n = n, sample = sample, shape = s.name, padded = padded }
 
   -- 1. 10,000 queued, before
   B.fresh_db()
   io.stderr:write(("  --big: %d jobs with %d queued ...\n"):format(sample, SMALL))
-  res.before = small_rounds(B, cfg, s, pending, sample, "big-before")
+  res.before = small_rounds(B, cfg, s, pending, sample, "big-before", padded)
 
   -- 2. N queued: memory, enqueue, then the sample
   B.fresh_db()
@@ -181,7 +183,7 @@ function M.big(B, n, sample)
   local next_report = tenth
   io.stderr:write(("  --big: enqueue %d jobs ...\n"):format(n))
   local t_wall = core.now()
-  local secs, cpu, marks = enqueue(B, cfg, n, blank, function(m)
+  local secs, cpu, marks = enqueue(B, cfg, n, padded and blank_padded or blank, function(m)
     if m.done >= next_report then
       next_report = next_report + tenth
       io.stderr:write(("  --big: %s queued, %.1f s, %s jobs/s, Redis %.2f us/job, used_memory %s\n"):format(
@@ -219,7 +221,7 @@ function M.big(B, n, sample)
 
   -- 3. 10,000 queued, after
   io.stderr:write(("  --big: %d jobs with %d queued, again ...\n"):format(sample, SMALL))
-  res.after = small_rounds(B, cfg, s, pending, sample, "big-after")
+  res.after = small_rounds(B, cfg, s, pending, sample, "big-after", padded)
   return res
 end
 
@@ -227,8 +229,8 @@ local function us(x) return string.format("%.2f us", x * 1e6) end
 
 function M.print_big(B, r)
   print()
-  print(("large backlog: %s blank jobs, enqueue with perform_async in calls of %s, drain by luakiq %s"):format(
-    B.fmt_int(r.n), B.fmt_int(B.ENQUEUE_CALL), r.shape))
+  print(("large backlog: %s blank jobs (ids %s), enqueue with perform_async in calls of %s, drain by luakiq %s"):format(
+    B.fmt_int(r.n), r.padded and "0000000001.. as 10 digits" or "1..N", B.fmt_int(B.ENQUEUE_CALL), r.shape))
   local e = r.enq
   local rows = {
     { "all " .. B.fmt_int(e.jobs), string.format("%.1f s", e.secs), B.fmt_int(e.jobs / e.secs), us(e.cpu / e.jobs),
