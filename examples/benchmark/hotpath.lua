@@ -143,9 +143,9 @@ local function fetch_only(srv, queued)
 end
 
 -- fn(srv, queued) on a fresh redis-server, stopped also on an error.
-local function on_fresh_server(fn, queued)
+local function on_fresh_server(fn, ...)
   local srv = redis.start({ extra = " --enable-debug-command local" })
-  local ok, err = pcall(fn, srv, queued)
+  local ok, err = pcall(fn, srv, ...)
   srv:stop()
   if not ok then
     redis.cleanup()
@@ -203,13 +203,7 @@ if ... == "fetch" then
   return
 end
 if ... == "flat" then
-  local srv = redis.start({ extra = " --enable-debug-command local" })
-  local ok, err = pcall(flat, srv, tonumber((select(2, ...))) or 10000000, tonumber((select(3, ...))) or 10000)
-  srv:stop()
-  if not ok then
-    redis.cleanup()
-    error(err, 0)
-  end
+  on_fresh_server(flat, tonumber((select(2, ...))) or 10000000, tonumber((select(3, ...))) or 10000)
   return
 end
 

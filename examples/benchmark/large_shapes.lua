@@ -117,8 +117,10 @@ local function host(B, s, tag)
   end, log
 end
 
+-- The k-th id: k, or with --big-ids padded k as 10 digits.
+local function id_of(k, padded) return padded and string.format("%010d", k) or k end
 local function blank(k) return { id = k } end
-local function blank_padded(k) return { id = string.format("%010d", k) } end
+local function blank_padded(k) return { id = id_of(k, true) } end
 
 -- Waits until redis-server is idle (under 20 ms of CPU in a second, at most
 -- 120 s): after a large enqueue or FLUSHALL its allocator's background
@@ -151,7 +153,7 @@ local function small_rounds(B, cfg, s, pending, sample, tag, padded)
     local rounds = {}
     for i = 1, math.ceil(sample / SMALL) do
       local due = core.now() + 1
-      enqueue(B, cfg, SMALL, function(k) return { id = padded and string.format("%010d", k) or k, perform_in = due } end)
+      enqueue(B, cfg, SMALL, function(k) return { id = id_of(k, padded), perform_in = due } end)
       local late = core.now() >= due and 1 or 0
       rounds[i] = drain(B, pid, pending, SMALL, 0, tag .. " round " .. i)
       rounds[i].late = late

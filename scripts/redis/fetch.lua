@@ -635,17 +635,19 @@ if want == "1" and limit > 0 then
     local ids, pins, mems, nxts, prios, m = {}, {}, {}, {}, nil, 0
     -- (one EXISTS for the keys of what a shard rarely has: when none is
     -- there, as in most fetches, the checks below read no key)
-    if redis.call("EXISTS", K.levels, K.windows, K.stale, K.retries, K.errors, K.expiring) == 0 then
+    local rare = redis.call("EXISTS", K.levels, K.windows, K.stale, K.retries, K.errors, K.expiring)
+    if rare == 0 then
       K.has_levels, K.has_windows, quiet = false, false, true
     end
     -- (plain: none of levels, windows, stale and expiring; retried: P
     -- retries exists. take_quiet's conditions, with quiet's EXISTS first:
-    -- a shard where some jobs wait for a retry or carry an error costs two
-    -- more.)
+    -- a shard where some jobs wait for a retry or carry an error costs one
+    -- or two more. On a plain shard rare counts P retries and P errors
+    -- alone: 2 is both, as a failed job waiting in later leaves them.)
     local plain, retried = quiet, false
     if not quiet and records and redis.call("EXISTS", K.levels, K.windows, K.stale, K.expiring) == 0 then
       K.has_levels, K.has_windows, plain = false, false, true
-      retried = redis.call("EXISTS", K.retries) == 1
+      retried = rare == 2 or redis.call("EXISTS", K.retries) == 1
     end
     local qn, qrem, qfields, qhead
     if plain and records then qn, qrem, qfields, qhead = take_quiet(limit, now_s, retried) end
