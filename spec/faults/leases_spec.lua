@@ -151,38 +151,28 @@ describe("shard leases", function()
   end
 
   it("a call parked in I/O across a Redis outage longer than its lease is stopped when it resumes", function()
-    -- The call waits in luakiq's I/O, 0.1 s at a time, until a file exists,
-    -- then pushes "first". Redis is stopped (its clock goes on: the lease
-    -- expires in it) for 3 s, well past lease_ttl (0.6 s): the call's next
-    -- wake after its lease bound must stop it, while Redis is still
-    -- stopped, however late the STOP came after the call parked (a fixed
-    -- sleep made the spec depend on that: it failed three CI runs under
-    -- ASan load). The file is made after Redis is back, so a call the fence
-    -- missed goes on and pushes "first". (Were Redis back before the call
-    -- woke, a renewal would retake the lapsed lease, which nobody else
-    -- held, and the call would rightly go on.)
-    local flag = os.tmpname()
-    os.remove(flag)
     local dir = S.dir("threads_per_node = 1, poll_interval = 0.1, lease_ttl = 0.6", {
       shards = 1, batch = 1,
-      extra = ([[if batch.out and not r.call("GET", "t:again") then
-        r.call("SET", "t:in", pid)
-        while not io.open(%q) do luakiq.sleep(0.1) end
-        r.call("RPUSH", "t:after", "first") end]]):format(flag),
+      extra = [[if batch.out and not r.call("GET", "t:again") then
+        r.call("SET", "t:in", pid) luakiq.sleep(4.0) r.call("RPUSH", "t:after", "first") end]],
       after = [[if batch.out then r.call("RPUSH", "t:after", "done") end]],
     })
     local a = spawn(dir)
     S.push(srv, dir, { { id = "out", payload = 1, score = 1 } })
     S.eventually(function() return srv.conn:call("GET", "t:in") end, 10, "call parked")
     srv.conn:call("SET", "t:again", "1")
+    -- Redis stops answering (its clock goes on: the lease expires in it).
+    -- (The call sleeps 4 s: the lease, renewed at most until this STOP, must
+    -- run out (0.6 s) before the call resumes, so the STOP may come up to
+    -- 3.4 s after the call parked (with a 2 s sleep a CI run under ASan load
+    -- failed as a STOP 1.4 s late would make it). Redis stays stopped until the call has
+    -- resumed: were it back first, a renewal would retake the lapsed lease,
+    -- which nobody else held, and the call would rightly go on.)
     assert.are.equal(0, os.execute("kill -STOP " .. srv.pid))
-    S.sleep(3)
+    S.sleep(4.8)
     assert.are.equal(0, os.execute("kill -CONT " .. srv.pid))
-    local f = assert(io.open(flag, "w"))
-    f:close()
     S.eventually(function() return #srv.conn:call("LRANGE", "t:after", 0, -1) >= 1 end, 15, "rerun")
     S.sleep(0.3)
-    os.remove(flag)
     assert.are.same({ "done" }, srv.conn:call("LRANGE", "t:after", 0, -1), a:log())
     assert.are.same({ "1", "1" }, S.seen(srv.conn, "out"))
     assert.truthy(a:log():match("call stopped: lease lost"), a:log())
