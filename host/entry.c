@@ -65,13 +65,11 @@ static int entry_push_argv(lua_State *L, void *ud) {
 }
 
 int entry_main(int argc, char **argv) {
-    const char *err;
     /* `luakiq run`: a TERM or INT from the first instruction on asks for a
      * stop (luakiq.cli's run does this again, for a run started otherwise);
      * made the VM and loaded the CLI first, a loaded machine left a window
      * where a TERM killed the host with 143 before it said a word. */
     if (argc > 1 && strcmp(argv[1], "run") == 0) host_catch_signals();
-    if (http_global_init(&err) != 0) { fprintf(stderr, "luakiq: cannot initialise libcurl: %s\n", err); return 1; }
     lua_State *L = vm_new(entry_open_core);
     if (!L) { fprintf(stderr, "luakiq: cannot create a Lua state\n"); return 1; }
     struct entry_argv a = {argc, argv};

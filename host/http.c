@@ -17,8 +17,19 @@
  * http_wait between other calls) or waits in place.
  *
  * No Lua call is made while libcurl holds our memory in a way a raise would
- * leak: everything a transfer allocates hangs off its userdata. */
+ * leak: everything a transfer allocates hangs off its userdata.
+ *
+ * libcurl is loaded on first use (dlopen of its SONAME, once per process,
+ * pthread_once), not linked: linked, it and the libraries it pulls in (TLS,
+ * Kerberos, LDAP, SSH...) made every luakiq process ~5.8 MB larger in RSS
+ * at start, of which ~1.8 MB was curl_global_init, also for hosts and CLI
+ * commands that never make a request (docs/benchmarks.md, "Host RSS").
+ * The headers are still libcurl's own; calls go through http_curl, filled
+ * once and only read after. */
 #include <curl/curl.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <lua.h>
@@ -45,22 +56,88 @@ struct http_transfer {
     char errbuf[CURL_ERROR_SIZE];
 };
 
-int http_global_init(const char **err) {
-    CURLcode c = curl_global_init(CURL_GLOBAL_DEFAULT);
-    if (c != CURLE_OK) { *err = curl_easy_strerror(c); return -1; }
-    return 0;
+/* The libcurl functions this file calls, from the loaded library. */
+static struct {
+    CURLcode (*global_init)(long);
+    const char *(*easy_strerror)(CURLcode);
+    CURL *(*easy_init)(void);
+    CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+    CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+    void (*easy_cleanup)(CURL *);
+    CURLM *(*multi_init)(void);
+    CURLMcode (*multi_setopt)(CURLM *, CURLMoption, ...);
+    CURLMcode (*multi_add_handle)(CURLM *, CURL *);
+    CURLMcode (*multi_remove_handle)(CURLM *, CURL *);
+    CURLMcode (*multi_perform)(CURLM *, int *);
+    CURLMsg *(*multi_info_read)(CURLM *, int *);
+    CURLMcode (*multi_poll)(CURLM *, struct curl_waitfd *, unsigned int, int, int *);
+    CURLMcode (*multi_cleanup)(CURLM *);
+    struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+    void (*slist_free_all)(struct curl_slist *);
+} http_curl;
+static pthread_once_t http_curl_once = PTHREAD_ONCE_INIT;
+static char http_curl_error[300]; /* why libcurl could not be loaded ("": it was) */
+
+/* The SONAME libcurl has had since 7.16 (Debian's libcurl4). */
+#define HTTP_CURL_SONAME "libcurl.so.4"
+
+/* Loads libcurl and initialises it (once, by whichever thread first needs
+ * it: pthread_once; curl_global_init is thread-safe since 7.84, Debian 12
+ * ships 7.88, and runs here once anyway). Never unloaded. */
+static void http_curl_load(void) {
+    void *lib = dlopen(HTTP_CURL_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(http_curl_error, sizeof http_curl_error, "cannot load %s (%s)", HTTP_CURL_SONAME, dlerror());
+        return;
+    }
+    static const char *const names[] = {
+        "curl_global_init", "curl_easy_strerror", "curl_easy_init", "curl_easy_setopt", "curl_easy_getinfo",
+        "curl_easy_cleanup", "curl_multi_init", "curl_multi_setopt", "curl_multi_add_handle",
+        "curl_multi_remove_handle", "curl_multi_perform", "curl_multi_info_read", "curl_multi_poll",
+        "curl_multi_cleanup", "curl_slist_append", "curl_slist_free_all"};
+    void *syms[sizeof names / sizeof names[0]];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!(syms[i] = dlsym(lib, names[i]))) {
+            snprintf(http_curl_error, sizeof http_curl_error, "%s has no %s (libcurl 7.66 or later is needed)",
+                     HTTP_CURL_SONAME, names[i]);
+            return;
+        }
+    }
+    /* (object pointers to function pointers: POSIX dlsym's contract; the
+     * struct is exactly these pointers, in this order) */
+    _Static_assert(sizeof http_curl == sizeof syms, "http_curl: one pointer per name");
+    memcpy(&http_curl, syms, sizeof syms);
+    CURLcode c = http_curl.global_init(CURL_GLOBAL_DEFAULT);
+    if (c != CURLE_OK) {
+        snprintf(http_curl_error, sizeof http_curl_error, "cannot initialise libcurl: %s", http_curl.easy_strerror(c));
+        memset(&http_curl, 0, sizeof http_curl);
+    }
 }
 
+/* Any thread: libcurl loaded, or NULL with the reason in http_curl_error. */
+static int http_curl_ready(void) {
+    pthread_once(&http_curl_once, http_curl_load);
+    return http_curl.global_init != NULL;
+}
+
+/* This thread's engine, made on first use; NULL: libcurl could not be
+ * loaded (http_curl_error) or is out of memory. */
 static CURLM *http_engine(void) {
-    if (!http_multi) {
-        http_multi = curl_multi_init();
-        if (http_multi) curl_multi_setopt(http_multi, CURLMOPT_MAXCONNECTS, (long)HTTP_MAX_IDLE);
+    if (!http_multi && http_curl_ready()) {
+        http_multi = http_curl.multi_init();
+        if (http_multi) http_curl.multi_setopt(http_multi, CURLMOPT_MAXCONNECTS, (long)HTTP_MAX_IDLE);
     }
     return http_multi;
 }
 
+/* The error for a NULL http_engine(). */
+static int http_engine_error(lua_State *L) {
+    if (http_curl_error[0]) return luaL_error(L, "http: %s", http_curl_error);
+    return luaL_error(L, "http: cannot start the transfer engine");
+}
+
 void http_thread_end(void) {
-    if (http_multi) curl_multi_cleanup(http_multi);
+    if (http_multi) http_curl.multi_cleanup(http_multi);
     http_multi = NULL;
     http_nactive = 0;
 }
@@ -100,14 +177,14 @@ static size_t http_on_header(char *p, size_t size, size_t n, void *ud) {
 static void http_close(struct http_transfer *t) {
     if (t->easy) {
         if (t->in_multi && http_multi) {
-            curl_multi_remove_handle(http_multi, t->easy);
+            http_curl.multi_remove_handle(http_multi, t->easy);
             http_nactive--;
         }
         t->in_multi = 0;
-        curl_easy_cleanup(t->easy);
+        http_curl.easy_cleanup(t->easy);
         t->easy = NULL;
     }
-    curl_slist_free_all(t->headers);
+    if (t->headers) http_curl.slist_free_all(t->headers);
     t->headers = NULL;
     free(t->body.p);
     free(t->head.p);
@@ -119,14 +196,14 @@ static void http_close(struct http_transfer *t) {
 static void http_pump_all(void) {
     if (!http_multi) return;
     int running, left;
-    curl_multi_perform(http_multi, &running);
+    http_curl.multi_perform(http_multi, &running);
     CURLMsg *m;
-    while ((m = curl_multi_info_read(http_multi, &left))) {
+    while ((m = http_curl.multi_info_read(http_multi, &left))) {
         if (m->msg != CURLMSG_DONE) continue;
         struct http_transfer *t = NULL;
-        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&t);
+        http_curl.easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&t);
         CURLcode code = m->data.result; /* m is invalid once the handle is removed */
-        curl_multi_remove_handle(http_multi, m->easy_handle);
+        http_curl.multi_remove_handle(http_multi, m->easy_handle);
         http_nactive--;
         if (t) { t->in_multi = 0; t->done = 1; t->code = code; }
     }
@@ -174,7 +251,7 @@ static int http_start(lua_State *L) {
     int insecure = lua_toboolean(L, -1);
     lua_pop(L, 1);
     CURLM *multi = http_engine();
-    if (!multi) return luaL_error(L, "http: cannot start the transfer engine");
+    if (!multi) return http_engine_error(L);
 
     struct http_transfer *t = lua_newuserdata(L, sizeof *t);
     memset(t, 0, sizeof *t);
@@ -187,48 +264,48 @@ static int http_start(lua_State *L) {
         for (int i = 1; i <= n; i++) {
             lua_rawgeti(L, -1, i);
             const char *h = lua_tostring(L, -1);
-            struct curl_slist *l = h ? curl_slist_append(t->headers, h) : t->headers;
+            struct curl_slist *l = h ? http_curl.slist_append(t->headers, h) : t->headers;
             lua_pop(L, 1);
             if (!l) return luaL_error(L, "http: out of memory");
             t->headers = l;
         }
     }
     lua_pop(L, 1);
-    t->easy = curl_easy_init();
+    t->easy = http_curl.easy_init();
     if (!t->easy) return luaL_error(L, "http: out of memory");
     CURL *e = t->easy;
-    curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for DNS timeouts */
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)t);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, http_on_body);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, http_on_header);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
-    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)t->max_body);
-    if (t->headers) curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
+    http_curl.easy_setopt(e, CURLOPT_URL, url);
+    http_curl.easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    http_curl.easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    http_curl.easy_setopt(e, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for DNS timeouts */
+    http_curl.easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
+    http_curl.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms > 0 ? timeout_ms : 1L);
+    http_curl.easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf);
+    http_curl.easy_setopt(e, CURLOPT_PRIVATE, (char *)t);
+    http_curl.easy_setopt(e, CURLOPT_WRITEFUNCTION, http_on_body);
+    http_curl.easy_setopt(e, CURLOPT_WRITEDATA, t);
+    http_curl.easy_setopt(e, CURLOPT_HEADERFUNCTION, http_on_header);
+    http_curl.easy_setopt(e, CURLOPT_HEADERDATA, t);
+    http_curl.easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)t->max_body);
+    if (t->headers) http_curl.easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
     if (redirects > 0) {
-        curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
-        curl_easy_setopt(e, CURLOPT_MAXREDIRS, redirects);
+        http_curl.easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+        http_curl.easy_setopt(e, CURLOPT_MAXREDIRS, redirects);
     }
     if (insecure) {
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+        http_curl.easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+        http_curl.easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
     }
     if (strcmp(method, "HEAD") == 0) {
-        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+        http_curl.easy_setopt(e, CURLOPT_NOBODY, 1L);
     } else if (body) {
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-        curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, body); /* copied: the Lua string may go */
-        if (strcmp(method, "POST") != 0) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+        http_curl.easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+        http_curl.easy_setopt(e, CURLOPT_COPYPOSTFIELDS, body); /* copied: the Lua string may go */
+        if (strcmp(method, "POST") != 0) http_curl.easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
     } else if (strcmp(method, "GET") != 0) {
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+        http_curl.easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
     }
-    if (curl_multi_add_handle(multi, e) != CURLM_OK) return luaL_error(L, "http: cannot add the transfer");
+    if (http_curl.multi_add_handle(multi, e) != CURLM_OK) return luaL_error(L, "http: cannot add the transfer");
     t->in_multi = 1;
     http_nactive++;
     http_pump_all(); /* start connecting now */
@@ -254,12 +331,12 @@ static int http_result(lua_State *L) {
         else if (t->errbuf[0])
             lua_pushstring(L, t->errbuf);
         else
-            lua_pushstring(L, curl_easy_strerror(t->code));
+            lua_pushstring(L, http_curl.easy_strerror(t->code));
         lua_pushstring(L, t->code == CURLE_OPERATION_TIMEDOUT ? "timeout" : "transport");
         return 3;
     }
     long status = 0;
-    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+    http_curl.easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
     lua_pushinteger(L, status);
     lua_pushlstring(L, t->head.p ? t->head.p : "", t->head.len);
     lua_pushlstring(L, t->body.p ? t->body.p : "", t->body.len);
@@ -292,7 +369,7 @@ static int http_wait(lua_State *L) {
     double s = luaL_checknumber(L, 1);
     int wake = lua_toboolean(L, 2);
     CURLM *multi = http_engine();
-    if (!multi) return luaL_error(L, "http: cannot start the transfer engine");
+    if (!multi) return http_engine_error(L);
     struct curl_waitfd extra[HTTP_EXTRA_FDS + 1];
     unsigned n = 0;
     struct runner *r = runner_self();
@@ -313,7 +390,7 @@ static int http_wait(lua_State *L) {
         }
     }
     int ms = s <= 0 ? 0 : s > 3600 ? 3600000 : (int)(s * 1000 + 0.999);
-    curl_multi_poll(multi, n ? extra : NULL, n, ms, NULL);
+    http_curl.multi_poll(multi, n ? extra : NULL, n, ms, NULL);
     http_pump_all();
     lua_pushinteger(L, http_nactive);
     return 1;

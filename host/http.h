@@ -4,10 +4,6 @@
 
 struct lua_State;
 
-/* Once per process, on the main thread before any other thread starts
- * (curl_global_init is not thread-safe). Returns 0, or -1 with a message. */
-int http_global_init(const char **err);
-
 /* Adds the http_* functions to the table on top of the stack (the
  * luakiq.core table being built) and the transfer metatable. Any thread. */
 void http_register(struct lua_State *L);
