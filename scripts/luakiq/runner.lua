@@ -874,6 +874,36 @@ local function next_due(t)
   return at and math.max(at - core.mono(), 0)
 end
 
+-- The thread loop's back-off after a Redis error, `seconds` long, while
+-- calls are parked: their requests and child processes move, and each is
+-- resumed when its wait is over (its own end, its I/O, its deadline), as
+-- ctx.wait would, so a Redis outage shorter than the lease left neither
+-- stalls them nor makes their timeouts late (the fence at each resumption
+-- stops a call past its lease bound). A call that then needs Redis fails
+-- as it would with Redis away; such an error is logged and the others go
+-- on. Without parked calls: core.wait, as before.
+local function drive_parked(t, on_done, seconds)
+  local until_ = core.mono() + seconds
+  while not core.stopping() do
+    local left = until_ - core.mono()
+    if left <= 0 then return end
+    if t.ntasks == 0 then
+      core.wait(left)
+      return
+    end
+    local timeout = math.min(left, 0.25)
+    local due = next_due(t)
+    if due and due < timeout then timeout = math.max(due, 0.001) end
+    local fds = proc_fds(t)
+    if core.http_active() > 0 or fds then core.http_wait(timeout, false, fds) else core.sleep(timeout) end
+    local ok, err = xpcall(service, traceback, t, on_done)
+    if not ok then
+      if err == luakiq.FATAL then error(err, 0) end
+      log.error(tostring(err):match("^[^\n]*"))
+    end
+  end
+end
+
 local function scheduler_ctx(t)
   local ctx = {
     handlers = t.handlers,
@@ -1394,7 +1424,11 @@ function M.run()
       -- A pending ack stays pending: fetch.lua re-acks by batch id, so nothing runs twice.
       log.error(tostring(err):match("^[^\n]*") .. "; retrying in " .. backoff .. " s")
       core.set_state(STATE.error)
-      core.wait(backoff)
+      local okd, errd = xpcall(drive_parked, traceback, t, ctx.on_done, backoff)
+      if not okd then
+        if errd == luakiq.FATAL then break end
+        log.error(tostring(errd):match("^[^\n]*"))
+      end
       backoff = math.min(backoff * 2, 5)
       if t.conn:broken() then
         local okc, e = t.conn:reconnect()

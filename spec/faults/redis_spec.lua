@@ -78,6 +78,77 @@ describe("Redis restarted mid-run", function()
     os.remove(flag)
   end)
 
+  it("calls parked in luakiq's I/O go on while Redis is down: they resume on time, and a deadline stops one", function()
+    -- "wait" sleeps 1.5 s in luakiq.sleep; "stuck" sleeps 30 s past its 2 s
+    -- timeout. Redis goes down once both have parked and comes back only
+    -- after "wait" has finished and "stuck" has been stopped: the thread's
+    -- back-off after its Redis errors must drive them (it used to sleep,
+    -- and both resumed after the restart). The lease (30 s) outlasts the
+    -- outage: nothing is fenced.
+    local d = host.tmpdir()
+    local note = ([[
+      local D = %q
+      local function note(file, text)
+        local f = assert(io.open(D .. "/" .. file, "a"))
+        f:write(text, "\n")
+        f:close()
+      end]]):format(d)
+    local dir = host.scriptdir {
+      ["config.lua"] = note .. [[
+        return { threads_per_node = 1, poll_interval = 0.2, lease_ttl = 30,
+          format_error = function(err)
+            note("failed", tostring(err):match("^[^\n]*"))
+            return tostring(err)
+          end }]],
+      ["workers/Park.lua"] = note .. [[
+        local luakiq = require "luakiq"
+        return {
+          shards_count = 2, batch_size = 1, timeout = 2, max_retry_count = 0,
+          perform = function(batch)
+            local id = next(batch)
+            note("runs", id)
+            note("parked_" .. id, "")
+            luakiq.sleep(id == "stuck" and 30 or 1.5)
+            note("resumed", id)
+          end,
+        }]],
+    }
+    -- (the two ids are in different shards: both park on the one thread)
+    assert.are_not.equal(keys.shard("wait", 2), keys.shard("stuck", 2))
+    local p = spawn(dir)
+    local cfg = require("luakiq.runtime").load(dir)
+    require("luakiq.client").push(srv.conn, cfg, "Park", { { id = "wait", payload = 1 }, { id = "stuck", payload = 1 } })
+    S.eventually(function() return host.read(d .. "/parked_wait") and host.read(d .. "/parked_stuck") end, 10,
+      "both parked: " .. p:log())
+    srv:down()
+    S.eventually(function() return host.read(d .. "/resumed") end, 6, "'wait' resumed while Redis is down: " .. p:log())
+    assert.are.equal("wait\n", host.read(d .. "/resumed"))
+    S.eventually(function() return host.read(d .. "/failed") end, 6, "'stuck' stopped while Redis is down: " .. p:log())
+    assert.truthy(host.read(d .. "/failed"):match("^timeout: the call ran past its timeout of 2 s\n$"),
+      host.read(d .. "/failed"))
+    S.sleep(0.5) -- ('stuck''s failure cannot be recorded: Redis refuses the connection)
+    srv:up()
+    S.eventually(function() return p:log():match("reconnected to Redis") end, 15, "reconnect")
+    -- 'wait' is acked after the restart; 'stuck', whose failure could not be
+    -- recorded, is redelivered at once, stopped again and goes to the morgue
+    -- (max_retry_count 0)
+    local morgue
+    S.eventually(function()
+      local env = "REDIS_URL=" .. srv.url
+      morgue = host.jobs(dir, "Park", "morgue", env)
+      return morgue.stuck and next(host.jobs(dir, "Park", "queue", env)) == nil
+        and next(host.jobs(dir, "Park", "busy", env)) == nil
+    end, 15, "settled: " .. p:log())
+    assert.truthy(morgue.stuck.error:find("^timeout"), morgue.stuck.error)
+    assert.is_nil(morgue.wait)
+    assert.are.equal(0, S.stop(p), p:log())
+    local runs = {}
+    for id in host.read(d .. "/runs"):gmatch("[^\n]+") do runs[id] = (runs[id] or 0) + 1 end
+    assert.are.same({ wait = 1, stuck = 2 }, runs)
+    assert.falsy(p:log():match("lease lost"), p:log())
+    os.execute("rm -rf " .. host.quote(d))
+  end)
+
   it("SCRIPT FLUSH while running is handled (NOSCRIPT reloads)", function()
     local dir = S.dir("threads_per_node = 2, poll_interval = 0.2", { shards = 3 })
     local p = spawn(dir)
