@@ -770,16 +770,23 @@ local main_ok, main_err = xpcall(function()
     trows[#trows + 1] = { name, value, goal, met == nil and "n/a" or (met and "met" or "MISSED") }
   end
   local function ratio(r, field) return sk and r[field] / sk[field] end
+  -- (the storage issue's goals, docs/benchmarks.md "The targets": drain
+  -- >= 12x Sidekiq in Lowkiq's shape and >= 20x with 24 shards of batch
+  -- 100, Redis CPU <= 4 us a job in Lowkiq's shape; before it, 3x and 10x)
   for _, key in ipairs { "lag1", "seq1" } do
     local r = by_key[key]
-    if r and sk then target("drain, " .. SHAPES[key].name, string.format("%.2fx Sidekiq", ratio(r, "drain")), ">= 3x", ratio(r, "drain") >= 3) end
+    if r and sk then target("drain, " .. SHAPES[key].name, string.format("%.2fx Sidekiq", ratio(r, "drain")), ">= 12x", ratio(r, "drain") >= 12) end
+  end
+  if by_key.lag1 then
+    local us = by_key.lag1.rcpu * 1e6
+    target("Redis CPU per job drained, " .. SHAPES.lag1.name, string.format("%.1f us", us), "<= 4 us", us <= 4.05)
   end
   if by_key.lag1x and sk then -- not a target: shows what fetch_size buys
     target("drain, " .. SHAPES.lag1x.name, string.format("%.2fx Sidekiq", ratio(by_key.lag1x, "drain")), "(info)", nil)
   end
   if by_key.b100 and sk then
     local x = ratio(by_key.b100, "drain")
-    target("drain, " .. SHAPES.b100.name, string.format("%.2fx Sidekiq", x), ">= 10x", x >= 10)
+    target("drain, " .. SHAPES.b100.name, string.format("%.2fx Sidekiq", x), ">= 20x", x >= 20)
   end
   if sk then
     local worst = math.huge
@@ -790,9 +797,18 @@ local main_ok, main_err = xpcall(function()
         cli_rate / sk.enqueue >= 2)
     end
   end
-  local calls = 0
-  for _, r in ipairs(results) do calls = math.max(calls, r.calls) end
-  if #results > 0 then target("Redis calls per job (worst shape)", string.format("%.3f", calls), "<= 1", calls <= 1.005) end
+  -- (a throttle adds one round trip per perform call by design, its
+  -- registration: docs/benchmarks.md, "A throttled worker's cost"; its
+  -- shape is held to that allowance apart, 1 + 1 per call of batch 1)
+  local calls, plain = 0, false
+  for key, r in pairs(by_key) do
+    if not SHAPES[key].throttle then calls, plain = math.max(calls, r.calls), true end
+  end
+  if plain then target("Redis calls per job (worst shape)", string.format("%.3f", calls), "<= 1", calls <= 1.005) end
+  if by_key.thr1 then
+    local c = by_key.thr1.calls
+    target("Redis calls per job, " .. SHAPES.thr1.name, string.format("%.3f", c), "<= 2", c <= 2.005)
+  end
   if lat then
     target("idle enqueue -> perform p50", ms(lat.p50), "<= 1 ms", lat.p50 and lat.p50 <= 0.001)
     target("idle enqueue -> perform p99", ms(lat.p99), "<= 5 ms", lat.p99 and lat.p99 <= 0.005)

@@ -294,7 +294,7 @@ describe("examples/benchmark", function()
     assert.are.equal(0, rc, tostring(out) .. tostring(err))
     for _, want in ipairs { "luakiq lag, 5 shards, batch 1 ", "luakiq lag, 5 shards, batch 1, fetch 1 ",
                             "luakiq lag, 24 shards, batch 100 ", "enqueue floor: ", "enqueue by the CLI: ", "20/20",
-                            "Redis calls per job (worst shape)",
+                            "Redis calls per job (worst shape)", "Redis CPU per job drained, lag, 5 shards, batch 1",
                             "I/O-bound, 100 ms HTTP: lost, duplicated, out of order, left" } do
       assert.truthy(out:find(want, 1, true), want .. " missing in:\n" .. out)
     end
