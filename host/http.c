@@ -114,7 +114,8 @@ static void http_curl_load(void) {
     }
 }
 
-/* Any thread: libcurl loaded, or NULL with the reason in http_curl_error. */
+/* Any thread: 1 once libcurl is loaded, 0 when it cannot be (the reason is
+ * in http_curl_error). */
 static int http_curl_ready(void) {
     pthread_once(&http_curl_once, http_curl_load);
     return http_curl.global_init != NULL;
