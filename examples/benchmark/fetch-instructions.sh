@@ -15,12 +15,7 @@
 # counted. Needs valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if [ -z "${LUAKIQ_BIN:-}" ]; then
-  for b in build-bench/luakiq build/luakiq; do [ -x "$b" ] && { export LUAKIQ_BIN=$b; break; }; done
-fi
-command -v valgrind >/dev/null || { echo "fetch-instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
-. tools/private-services.sh
-private_session
+. examples/benchmark/callgrind-session.sh
 N=${1:-10000}
 shift || true
 [ $# -gt 0 ] || set -- 10 100
