@@ -30,8 +30,11 @@ echo "private redis-server on $REDIS_URL, receiver on $WEBHOOK_URL"
   echo '{"id":"order-7","payload":{"total":70,"reject":true}}'
 } | "$LUAKIQ_BIN" enqueue "$dir" Orders
 echo '{"id":"forged-1","payload":{"total":1}}' | "$LUAKIQ_BIN" enqueue "$dir" Forged
+# drained: nothing queued (stats' length leaves out jobs in flight), two
+# dead, and nothing in flight (a retry's attempt may be)
 for _ in $(seq 200); do
-  "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"expired":0,"lag":0,"length":0,"morgue_length":2}' && break
+  "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"expired":0,"lag":0,"length":0,"morgue_length":2}' &&
+    [ -z "$("$LUAKIQ_BIN" jobs "$dir" Orders busy)" ] && break
   sleep 0.1
 done
 kill -TERM "$host_pid"; wait "$host_pid" || true; host_pid=
