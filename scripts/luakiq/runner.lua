@@ -874,6 +874,13 @@ local function next_due(t)
   return at and math.max(at - core.mono(), 0)
 end
 
+-- Waits up to `timeout` seconds for parked calls' I/O only (libcurl's
+-- sockets, their children's fds), not the mailbox: ctx.wait while stopping,
+-- and drive_parked.
+local function io_wait(timeout, fds)
+  if core.http_active() > 0 or fds then core.http_wait(timeout, false, fds) else core.sleep(timeout) end
+end
+
 -- The thread loop's back-off after a Redis error, `seconds` long, while
 -- calls are parked: their requests and child processes move, and each is
 -- resumed when its wait is over (its own end, its I/O, its deadline), as
@@ -891,11 +898,12 @@ local function drive_parked(t, on_done, seconds)
       core.wait(left)
       return
     end
+    -- (at most 0.25 s at a time: the mailbox is not watched, so that is
+    -- how soon a stop is seen)
     local timeout = math.min(left, 0.25)
     local due = next_due(t)
     if due and due < timeout then timeout = math.max(due, 0.001) end
-    local fds = proc_fds(t)
-    if core.http_active() > 0 or fds then core.http_wait(timeout, false, fds) else core.sleep(timeout) end
+    io_wait(timeout, proc_fds(t))
     local ok, err = xpcall(service, traceback, t, on_done)
     if not ok then
       if err == luakiq.FATAL then error(err, 0) end
@@ -983,8 +991,7 @@ local function scheduler_ctx(t)
     if fds and timeout > 0.25 then timeout = 0.25 end
     if core.stopping() then
       -- draining parked tasks: the mailbox no longer matters
-      if core.http_active() > 0 or fds then core.http_wait(math.min(timeout, 0.05), false, fds)
-      else core.sleep(math.min(timeout, 0.05)) end
+      io_wait(math.min(timeout, 0.05), fds)
       woken = {}
     elseif core.http_active() > 0 or fds then
       -- responses, processes, pushes and the stop all end this wait (curl's
