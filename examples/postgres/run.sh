@@ -31,11 +31,14 @@ for v in $(seq 1 "$versions"); do
   done | "$LUAKIQ_BIN" enqueue "$dir" Snapshots >/dev/null
 done
 echo "pushed $orders orders x $versions snapshots; waiting for the queue to drain"
-# drained: nothing queued (stats' length leaves out jobs in flight) and
-# nothing in flight
+# drained: nothing queued (stats' length leaves out jobs in flight),
+# nothing in flight, and still nothing queued after that look (a call may
+# have failed its jobs back meanwhile)
+none_queued() { "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"expired":0,"lag":0,"length":0,"morgue_length":0}'; }
 for _ in $(seq 600); do
-  "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"expired":0,"lag":0,"length":0,"morgue_length":0}' &&
-    [ -z "$("$LUAKIQ_BIN" jobs "$dir" Snapshots busy)" ] && break
+  none_queued &&
+    [ -z "$("$LUAKIQ_BIN" jobs "$dir" Snapshots busy)" ] &&
+    none_queued && break
   sleep 0.1
 done
 kill -TERM "$host_pid"; wait "$host_pid" || true; host_pid=

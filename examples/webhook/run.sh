@@ -31,10 +31,13 @@ echo "private redis-server on $REDIS_URL, receiver on $WEBHOOK_URL"
 } | "$LUAKIQ_BIN" enqueue "$dir" Orders
 echo '{"id":"forged-1","payload":{"total":1}}' | "$LUAKIQ_BIN" enqueue "$dir" Forged
 # drained: nothing queued (stats' length leaves out jobs in flight), two
-# dead, and nothing in flight (a retry's attempt may be)
+# dead, nothing in flight (a retry's attempt may be), and still nothing
+# queued after that look (the attempt may have failed back meanwhile)
+none_queued() { "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"expired":0,"lag":0,"length":0,"morgue_length":2}'; }
 for _ in $(seq 200); do
-  "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"expired":0,"lag":0,"length":0,"morgue_length":2}' &&
-    [ -z "$("$LUAKIQ_BIN" jobs "$dir" Orders busy)" ] && break
+  none_queued &&
+    [ -z "$("$LUAKIQ_BIN" jobs "$dir" Orders busy)" ] &&
+    none_queued && break
   sleep 0.1
 done
 kill -TERM "$host_pid"; wait "$host_pid" || true; host_pid=
