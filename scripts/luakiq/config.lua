@@ -142,14 +142,18 @@ local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25
 -- fetch_size: see docs/configuration.md. Given, it is fixed. Else, for most
 -- workers, each shard's fetch adapts (fetch_auto): it starts at
 -- max(batch_size, FETCH_AHEAD) and then takes what the shard's jobs have
--- been performing in about FETCH_TIME seconds, between batch_size and
--- max(batch_size, FETCH_MAX) (runner.lua). So a fetch of fast jobs is one
--- Redis call per FETCH_MAX jobs, and what a fetch holds back from merging
--- (a push for an id fetched but not performed yet waits apart) is about
--- FETCH_TIME of work whatever the jobs cost.
+-- been performing in about FETCH_TIME seconds, and whose records come to
+-- about FETCH_BYTES, between batch_size and max(batch_size, FETCH_MAX)
+-- (runner.lua). So a fetch of fast jobs is one Redis call per FETCH_MAX
+-- jobs, what a fetch holds back from merging (a push for an id fetched but
+-- not performed yet waits apart) is about FETCH_TIME of work whatever the
+-- jobs cost, and what it holds in memory about FETCH_BYTES whatever their
+-- payloads weigh. (FETCH_MAX: fetch.lua's fixed part, ~340k Redis
+-- instructions a call, is 3.4k a job at 100, 1.1k at 300; docs/benchmarks.md)
 local FETCH_AHEAD = 10
-local FETCH_MAX = 100
+local FETCH_MAX = 300
 local FETCH_TIME = 0.01
+local FETCH_BYTES = 1048576
 
 -- Edit distance, for "did you mean" hints on unknown keys.
 local function distance(a, b)
@@ -289,6 +293,7 @@ local function load_worker(file, stem)
     fetch_auto = not (t.fetch_size or fixed_fetch) or nil,
     fetch_start = math.max(batch_size, FETCH_AHEAD),
     fetch_time = FETCH_TIME,
+    fetch_bytes = FETCH_BYTES,
     concurrency = t.concurrency,
     cost = t.cost,
     throttle = t.throttle,

@@ -59,9 +59,10 @@ local function busy_job(id, err, rec)
 end
 
 -- Reads one fetch.lua reply (h: whose; read only). Returns {jobs = {...},
--- head = number|nil, batch = the batch id in flight or nil, best = the
--- priority of the best due job left or nil (100 or none), windows = true
--- when some job has windows of its own (job.windows, their text)}, or
+-- bytes = their busy records' bytes, head = number|nil, batch = the batch
+-- id in flight or nil, best = the priority of the best due job left or nil
+-- (100 or none), windows = true when some job has windows of its own
+-- (job.windows, their text)}, or
 -- {leased = true, pttl = ms left of its lease, reshard = true when a reshard
 -- froze the shard} when another holder has the shard's lease. Raises on an
 -- error reply. The caller keeps the batch id (the runner: h.batch).
@@ -92,13 +93,15 @@ function M.parse_fetch(r, h)
       break
     end
   end
-  local jobs, windows = {}, nil
+  local jobs, windows, bytes = {}, nil, 0
   for k = 1, n do
     local id = r[5 + 2 * k]
     -- (defaults in busy_job: a nil here would break the failure path and
     -- loop on the batch forever)
-    local job = busy_job(id, errs and errs[k] or "", r[6 + 2 * k])
+    local rec = r[6 + 2 * k]
+    local job = busy_job(id, errs and errs[k] or "", rec)
     if job then
+      bytes = bytes + #rec
       jobs[#jobs + 1] = job
       windows = windows or job.windows ~= nil
     else
@@ -107,7 +110,7 @@ function M.parse_fetch(r, h)
     end
   end
   return { jobs = jobs, head = head ~= "" and tonumber(head) or nil, batch = n > 0 and batch or nil, best = best,
-           windows = windows }
+           windows = windows, bytes = bytes }
 end
 
 function M.ids(jobs)

@@ -590,16 +590,29 @@ local function fetch_limit(h)
 end
 
 -- After a fetch of an adapting worker: n jobs performed in `took` seconds
--- (wall time, parked waits included) set the size of h's next fetch. A
--- moving average of the time per job, so one slow call does not shrink the
--- fetch at once, nor one fast call grow it.
+-- (wall time, parked waits included) set the size of h's next fetch, also
+-- bounded by the bytes its jobs' records weigh (h.job_bytes, fetched_bytes).
+-- Moving averages, so one slow call does not shrink the fetch at once, nor
+-- one fast call grow it.
 local function fetch_adapt(h, n, took)
   local w = h.def
   if not w.fetch_auto or n <= 0 then return end
   local per = math.max(took, 0) / n
   h.per_job = h.per_job and (0.7 * h.per_job + 0.3 * per) or per
   local want = h.per_job > 0 and math.floor(w.fetch_time / h.per_job) or w.fetch_size
+  local jb = h.job_bytes
+  if jb and jb > 0 then want = math.min(want, math.floor(w.fetch_bytes / jb)) end
   h.fetch_n = math.max(w.batch_size, math.min(w.fetch_size, want))
+end
+
+-- A fetch of an adapting worker brought n jobs whose busy records weigh
+-- bytes: the moving average of a job's bytes, which bounds h's next fetch
+-- to about the worker's fetch_bytes (a fetch of jobs with large payloads
+-- is held whole in the thread's memory, and in Redis's reply).
+local function fetched_bytes(h, n, bytes)
+  if not h.def.fetch_auto or n <= 0 then return end
+  local per = bytes / n
+  h.job_bytes = h.job_bytes and (0.7 * h.job_bytes + 0.3 * per) or per
 end
 
 -- One fetch of shard h: up to fetch_size due jobs, performed batch_size ids
@@ -643,6 +656,7 @@ local function process(t, h)
   local jobs = res.jobs
   h.job_windows = res.windows
   if #jobs == 0 then return false, res.head end
+  fetched_bytes(h, #jobs, res.bytes)
   local size = h.def.batch_size
   -- h.done: ids of the batch in flight already performed with success. When
   -- the fail.lua/settle call that would have acked them never reached Redis,

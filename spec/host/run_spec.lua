@@ -246,9 +246,9 @@ describe("luakiq run", function()
 
   -- fetch_size not set: each shard's fetch takes what its jobs perform in
   -- about 10 ms (config.lua, runner.lua fetch_adapt), between batch_size
-  -- and 100, starting at 10. Seen from a call: the busy hash holds the
+  -- and 300, starting at 10. Seen from a call: the busy hash holds the
   -- whole fetch in flight.
-  it("adapts a shard's fetch to its jobs' time: fast jobs up to 100 at once, slow ones one", function()
+  it("adapts a shard's fetch to its jobs' time: fast jobs up to 300 at once, slow ones one", function()
     local dir = host.scriptdir {
       ["config.lua"] = "return { threads_per_node = 2, poll_interval = 1 }",
       -- (the jobs in flight: busy's fields but its filler, docs/redis.md)
@@ -278,10 +278,39 @@ describe("luakiq run", function()
     end, 30, "both drained", function() return p:log() end)
     local most = 0
     for _, v in ipairs(srv.conn:call("LRANGE", "t:fast", 0, -1)) do most = math.max(most, tonumber(v)) end
-    assert.is_true(most > 10 and most <= 100, "the most jobs one fetch of Fast held: " .. most)
+    assert.is_true(most > 10 and most <= 300, "the most jobs one fetch of Fast held: " .. most)
     -- the first fetch of Slow takes 10 (30 ms each), every one after it 1
     local seen = srv.conn:call("LRANGE", "t:slow", 0, -1)
     assert.are.same({ "10", "10", "10", "10", "10", "10", "10", "10", "10", "10", "1", "1", "1", "1" }, seen)
+    assert.is_true(p:signal("TERM"))
+    assert.are.equal(0, p:wait(10), p:log())
+  end)
+
+  -- ... and to about 1 MiB of records: fast jobs of 64 KiB payloads (a
+  -- load_payload that only measures them, so time does not bound the
+  -- fetch) are fetched 10 first, then at most 16 at a time, where small
+  -- ones of the same speed go up to 300.
+  it("bounds an adapting fetch by its jobs' bytes: 64 KiB payloads 16 at a time", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { poll_interval = 1, load_payload = function(s) return #s end }",
+      ["workers/Big.lua"] = [[local luakiq = require "luakiq"
+        local B = "luakiq:{Big:0}:busy"
+        return { shards_count = 1, perform = function()
+          luakiq.redis.call("RPUSH", "t:big", luakiq.redis.call("HLEN", B) - luakiq.redis.call("HEXISTS", B, ""))
+        end }]],
+    }
+    local big, pad = {}, string.rep("x", 65536 - 200)
+    for i = 1, 100 do big[i] = ('{"id":"b%03d","payload":"%s"}'):format(i, pad) end
+    enqueue(dir, "Big", big)
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return srv.conn:call("LLEN", "t:big") == 100 end, 30, "drained",
+      function() return p:log() end)
+    local seen = srv.conn:call("LRANGE", "t:big", 0, -1)
+    -- the first fetch: 10 (fetch_start); the next ones: 1 MiB / ~64 KiB
+    assert.are.equal("10", seen[1])
+    local most = 0
+    for i = 11, #seen do most = math.max(most, tonumber(seen[i])) end
+    assert.are.equal(16, most, table.concat(seen, " "))
     assert.is_true(p:signal("TERM"))
     assert.are.equal(0, p:wait(10), p:log())
   end)

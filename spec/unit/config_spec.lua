@@ -81,7 +81,7 @@ describe("luakiq.config.load", function()
     assert.equal("Mail", w.queue_name)
     assert.equal(5, w.shards_count)
     assert.equal(1, w.batch_size)
-    assert.same({ 100, true, 10 }, { w.fetch_size, w.fetch_auto, w.fetch_start }) -- adapts, from 10 up to 100
+    assert.same({ 300, true, 10 }, { w.fetch_size, w.fetch_auto, w.fetch_start }) -- adapts, from 10 up to 100
     assert.equal(25, w.max_retry_count)
     assert.equal(retry.default, w.retry_in)
     assert.equal("function", type(w.perform))
@@ -99,7 +99,7 @@ describe("luakiq.config.load", function()
     assert.equal(30, config.load(d).by_name.A.timeout)
   end)
 
-  it("adapts fetch_size between batch_size and max(batch_size, 100) unless given or fixed by the worker's kind", function()
+  it("adapts fetch_size between batch_size and max(batch_size, 300) unless given or fixed by the worker's kind", function()
     local d = make { ["workers/A.lua"] = "return { batch_size = 200, perform = function() end }",
                      ["workers/B.lua"] = "return { fetch_size = 64, perform = function() end }",
                      ["workers/C.lua"] = "return { batch_size = 3, delivery = 'at_most_once', perform = function() end }",
@@ -108,8 +108,9 @@ describe("luakiq.config.load", function()
                        "perform = function() end }" }
     local by = config.load(d).by_name
     local function f(w) return { w.batch_size, w.fetch_size, w.fetch_auto or false } end
-    assert.same({ 200, 200, true }, f(by.A))
+    assert.same({ 200, 300, true }, f(by.A))
     assert.equal(200, by.A.fetch_start)
+    assert.equal(1048576, by.A.fetch_bytes)
     assert.same({ 1, 64, false }, f(by.B))
     assert.same({ 3, 3, false }, f(by.C))
     assert.same({ 3, 3, false }, f(by.D))
@@ -126,7 +127,7 @@ describe("luakiq.config.load", function()
     assert.equal("orders_v2", w.queue_name)
     assert.equal(24, w.shards_count)
     assert.equal(10, w.batch_size)
-    assert.same({ 100, true, 10 }, { w.fetch_size, w.fetch_auto, w.fetch_start })
+    assert.same({ 300, true, 10 }, { w.fetch_size, w.fetch_auto, w.fetch_start })
     assert.equal(0, w.max_retry_count)
     assert.equal(10, w.retry_in(3))
     assert.equal("function", type(w.retries_exhausted))
