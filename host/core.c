@@ -149,12 +149,23 @@ static int core_call_leave(lua_State *L, int parked) {
     return expired;
 }
 
-/* core.call_begin(timeout_s, record, lease_until) -> started, deadline
- * (monotonic): a perform call starts on this thread (record: what failing
- * its jobs needs, should it never come back; lease_until: when its shard's
- * lease surely runs out, nil: never). */
+/* core.call_begin(timeout_s, record, lease_until, key, done_delta, done_reset)
+ * -> started, deadline (monotonic): a perform call starts on this thread
+ * (record: what failing its jobs needs, should it never come back;
+ * lease_until: when its shard's lease surely runs out, nil: never). With
+ * key (its shard's prefix), the record goes on with the ids done before the
+ * call in its fetch, which the thread keeps per key (runner_call_done):
+ * emptied when done_reset, then done_delta appended. */
 static int core_call_begin(lua_State *L) {
     double timeout = luaL_checknumber(L, 1);
+    const char *key = luaL_optstring(L, 4, NULL);
+    struct runner *r = runner_self();
+    if (key && r) {
+        size_t len;
+        const char *delta = luaL_optlstring(L, 5, "", &len);
+        if (runner_call_done(r, key, delta, len, lua_toboolean(L, 6)) != 0)
+            return luaL_error(L, "core.call_begin: out of memory");
+    }
     double now = runner_monotonic();
     core_call_enter(L, now, now + timeout, timeout, luaL_optnumber(L, 3, HUGE_VAL), luaL_optstring(L, 2, NULL));
     lua_pushnumber(L, now);

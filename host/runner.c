@@ -66,6 +66,9 @@ struct runner {
     double call_started;          /* monotonic */
     double lease_until;           /* running call: its shard's lease is surely held until then (monotonic) */
     char *call;                   /* the running call's record */
+    struct runner_done *dones;    /* per shard key: the ids done before its call in its fetch */
+    int ndones;
+    int call_done;                /* the running call's entry of dones, -1: none */
     struct runner_parked *parked; /* calls waiting in luakiq's I/O (runner_park) */
     int nparked, capparked;
     atomic_int in_io;
@@ -86,8 +89,31 @@ struct runner {
 struct runner_parked {
     double started, deadline, lease_until;
     int shard;
+    int done; /* its entry of the runner's dones, -1: none */
     char *worker, *prefix, *ids, *record;
 };
+
+/* The ids done before a call in its fetch (the runner's netstrings: the
+ * tail of the call's record, runner.lua call_record), one entry per shard key
+ * of the thread. A fetch's calls run one after another, so each call appends
+ * only the ids done since the one before (runner_call_done): a fetch of n
+ * calls copies O(n) bytes, where a record holding them all copied O(n^2).
+ * An entry changes only when its shard's next call begins, never while that
+ * shard's call is parked. Written by the worker thread, under mu; the main
+ * thread reads a stuck thread's at exit (runner_join_all). */
+struct runner_done {
+    char *key;
+    char *text;
+    size_t len, cap;
+};
+
+static void runner_dones_free(struct runner *r) {
+    for (int i = 0; i < r->ndones; i++) {
+        free(r->dones[i].key);
+        free(r->dones[i].text);
+    }
+    free(r->dones);
+}
 
 static void runner_parked_free(struct runner_parked *p) {
     free(p->worker);
@@ -153,6 +179,7 @@ int runner_start_all(int n, const char *const *boots, int (*body)(const char *bo
         r->on_exit = on_exit;
         r->on_exit_arg = arg;
         r->shard = -1;
+        r->call_done = -1;
         r->state = RUNNER_STARTING;
         atomic_init(&r->jobs, 0);
         atomic_init(&r->lua_bytes, 0);
@@ -188,9 +215,11 @@ int runner_exit_code(void) {
     return code;
 }
 
-/* Keeps a copy of a stuck thread's call record for runner_take_stuck
- * (parked: the call was waiting, not running, when its thread got stuck). */
-static void runner_keep_stuck(const char *record, int parked) {
+/* Keeps a copy of a stuck thread's call record, with the ids done before
+ * the call in its fetch (entry done of r's dones, -1: none) at its end, for
+ * runner_take_stuck (parked: the call was waiting, not running, when its
+ * thread got stuck). Under r->mu. */
+static void runner_keep_stuck(struct runner *r, const char *record, int done, int parked) {
     if (!record) return;
     char **grown = realloc(stuck_records, sizeof *grown * (size_t)(nstuck_records + 1));
     if (!grown) return;
@@ -198,8 +227,12 @@ static void runner_keep_stuck(const char *record, int parked) {
     int *grown_parked = realloc(stuck_parked, sizeof *grown_parked * (size_t)(nstuck_records + 1));
     if (!grown_parked) return;
     stuck_parked = grown_parked;
-    char *copy = strdup(record);
+    size_t n = strlen(record), m = done >= 0 ? r->dones[done].len : 0;
+    char *copy = malloc(n + m + 1);
     if (!copy) return;
+    memcpy(copy, record, n);
+    if (m) memcpy(copy + n, r->dones[done].text, m);
+    copy[n + m] = '\0';
     stuck_parked[nstuck_records] = parked;
     stuck_records[nstuck_records++] = copy;
 }
@@ -214,8 +247,8 @@ void runner_join_all(void) {
             /* Still running its call: leave it be (never join, never free);
              * the process is replaced or ends. Keep what failing it needs. */
             pthread_mutex_lock(&r->mu);
-            runner_keep_stuck(r->call, 0);
-            for (int j = 0; j < r->nparked; j++) runner_keep_stuck(r->parked[j].record, 1);
+            runner_keep_stuck(r, r->call, r->call_done, 0);
+            for (int j = 0; j < r->nparked; j++) runner_keep_stuck(r, r->parked[j].record, r->parked[j].done, 1);
             pthread_mutex_unlock(&r->mu);
             continue;
         }
@@ -225,6 +258,7 @@ void runner_join_all(void) {
         free(r->ids);
         free(r->trace);
         free(r->call);
+        runner_dones_free(r);
         free(r->held);
         for (int j = 0; j < r->nparked; j++) runner_parked_free(&r->parked[j]);
         free(r->parked);
@@ -512,7 +546,45 @@ void runner_set_call(struct runner *r, double started, double deadline, double l
     r->call_started = started;
     free(r->call);
     r->call = copy;
+    if (!record) r->call_done = -1;
     pthread_mutex_unlock(&r->mu);
+}
+
+int runner_call_done(struct runner *r, const char *key, const char *delta, size_t len, int reset) {
+    pthread_mutex_lock(&r->mu);
+    int i = 0;
+    while (i < r->ndones && strcmp(r->dones[i].key, key) != 0) i++;
+    if (i == r->ndones) {
+        struct runner_done *grown = realloc(r->dones, sizeof *grown * (size_t)(r->ndones + 1));
+        char *k = strdup(key);
+        if (!grown || !k) {
+            if (grown) r->dones = grown;
+            free(k);
+            pthread_mutex_unlock(&r->mu);
+            return -1;
+        }
+        r->dones = grown;
+        r->dones[i] = (struct runner_done){ .key = k };
+        r->ndones++;
+    }
+    struct runner_done *d = &r->dones[i];
+    if (reset) d->len = 0;
+    if (d->len + len > d->cap) {
+        size_t cap = d->cap ? d->cap : 256;
+        while (cap < d->len + len) cap *= 2;
+        char *grown = realloc(d->text, cap);
+        if (!grown) {
+            pthread_mutex_unlock(&r->mu);
+            return -1;
+        }
+        d->text = grown;
+        d->cap = cap;
+    }
+    if (len) memcpy(d->text + d->len, delta, len);
+    d->len += len;
+    r->call_done = i;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
 }
 
 /* Worker thread: the running call parks (waits in luakiq's I/O); its record
@@ -539,8 +611,10 @@ int runner_park(struct runner *r) {
     p->prefix = strdup(r->prefix);
     p->ids = r->ids; /* moved */
     p->record = r->call;
+    p->done = r->call_done;
     r->ids = NULL;
     r->call = NULL;
+    r->call_done = -1;
     r->deadline = 0;
     r->signalled = 0;
     r->state = RUNNER_WAITING;
@@ -571,6 +645,7 @@ int runner_unpark(struct runner *r, double started, double *deadline, double *le
     r->ids = p.ids;
     free(r->call);
     r->call = p.record;
+    r->call_done = p.done;
     r->call_started = p.started;
     r->deadline = p.deadline;
     r->lease_until = p.lease_until;

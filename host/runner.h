@@ -109,6 +109,11 @@ int runner_timeouts(int k, char *worker, size_t len, long long *n);
  * jobs if the call cannot be stopped). in_io: the call now waits in luakiq's
  * own I/O, which ends itself at the deadline (no signal needed). */
 void runner_set_call(struct runner *r, double started, double deadline, double lease_until, const char *record);
+/* The call about to begin (before runner_set_call) is of the shard named key:
+ * the ids done before it in its fetch, which a stuck call's record ends with,
+ * are key's after this: emptied when reset (a new fetch), then delta (len
+ * bytes, no byte 0) appended. Worker thread. -1 when out of memory. */
+int runner_call_done(struct runner *r, const char *key, const char *delta, size_t len, int reset);
 void runner_set_in_io(struct runner *r, int in_io);
 /* The calling thread is ending a child process past its call's deadline
  * (TERM, up to `seconds` of grace, KILL): no timeout signal, and the thread

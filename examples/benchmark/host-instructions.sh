@@ -3,19 +3,21 @@
 # (deterministic, where CPU time on a shared machine is not): N blank jobs
 # are enqueued into the benchmark's app (Lowkiq's shape: 5 shards, batch 1)
 # on a private redis-server, then `luakiq run` drains them with one worker
-# thread under callgrind, fetching 100 at a time (adaptive fetches follow
-# the wall time, which valgrind stretches; the drain fetches ~100 a call,
-# calls/job 0.010), and is stopped with TERM. Start-up, the stop and
-# the idle polls are in the count: run two sizes and take the difference
-# over the jobs between them (the script does, for SMALL and BIG).
+# thread under callgrind, fetching 100 at a time (a fixed fetch_size:
+# adaptive fetches follow the wall time, which valgrind stretches), and is
+# stopped with TERM. Start-up, the stop and the idle polls are in the
+# count: run two sizes and take the difference over the jobs between them
+# (the script does, for SMALL and BIG).
 # Usage: examples/benchmark/host-instructions.sh [SMALL] [BIG]
 # (default 2000 and 22000). LUAKIQ_SCRIPTS=TREE/scripts counts another
-# tree's host modules with the same binary. Needs valgrind.
+# tree's host modules with the same binary; BENCH_FETCH, BENCH_BATCH and
+# BENCH_SHARDS change the fetch size (100), batch_size (1) and shards (5).
+# Needs valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . examples/benchmark/callgrind-session.sh
 APP=examples/benchmark/app
-export BENCH_SHARDS=5 BENCH_BATCH=1 BENCH_FETCH=100 BENCH_SCHEDULER=lag BENCH_THREADS=1 BENCH_THROTTLE=
+export BENCH_SHARDS=${BENCH_SHARDS:-5} BENCH_BATCH=${BENCH_BATCH:-1} BENCH_FETCH=${BENCH_FETCH:-100} BENCH_SCHEDULER=lag BENCH_THREADS=1 BENCH_THROTTLE=
 # count N: the instructions `luakiq run` made to drain N jobs
 count() {
   local n=$1 out="$PRIVATE_TMP/cg.$1.out" pid

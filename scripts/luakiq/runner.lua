@@ -307,6 +307,12 @@ end
 -- bytes 0 and 1 are written 1 1 and 1 2 (the length counts them so).
 -- (JSON through lua-cjson cost ~1.9 us a call, this ~0.2 us.)
 -- token: the thread's lease token (elastic threads each have their own).
+-- Returns the record up to the jobs, and the ids done since h's last call
+-- (delta) and whether the done ids start over (reset: another fetch's
+-- list): C keeps the done ids per shard and ends the record with them
+-- (core.call_begin), so a fetch of n calls encodes and copies each done id
+-- once. (The whole record each call made a fetch of 300 blank jobs at
+-- batch 1 cost the host ~4.7k instructions a job more: docs/benchmarks.md.)
 local ESC = { ["\0"] = "\1\1", ["\1"] = "\1\2" }
 local UNESC = { ["\1\1"] = "\0", ["\1\2"] = "\1" }
 local function netstring(v)
@@ -331,28 +337,23 @@ local function call_record(h, jobs, done, token)
     head = netstring(h.worker) .. netstring(h.shard) .. netstring(h.batch or "") .. netstring(token or "")
     h.rec_head, h.rec_batch, h.rec_token = head, h.batch, token
   end
-  -- done grows by each call of the fetch (up to fetch_size ids): its
-  -- netstrings are kept on it and only the new ids encoded, so a fetch of n
-  -- calls costs O(n) encodings, not O(n^2)
-  local text = ""
-  local nd = done and #done or 0
-  if nd > 0 then
-    local k
-    text, k = done.ns_text or "", done.ns_n or 0
-    if k + 1 == nd then
-      text = text .. netstring(done[nd])
-      done.ns_text, done.ns_n = text, nd
-    elseif k < nd then
-      local more = {}
-      for i = k + 1, nd do more[i - k] = netstring(done[i]) end
-      text = text .. table.concat(more)
-      done.ns_text, done.ns_n = text, nd
-    end
+  -- done grows by each call of the fetch (up to fetch_size ids): C has
+  -- h.rec_sent of them when h.rec_done is done (no done: none)
+  local delta, reset = "", done == nil or h.rec_done ~= done
+  if reset then h.rec_done, h.rec_sent = done, 0 end
+  local nd, k = done and #done or 0, h.rec_sent
+  if k + 1 == nd then
+    delta = netstring(done[nd])
+  elseif k < nd then
+    local more = {}
+    for i = k + 1, nd do more[i - k] = netstring(done[i]) end
+    delta = table.concat(more)
   end
+  h.rec_sent = nd
   local njobs = #jobs
   if njobs == 1 then -- (batch 1: no table)
     local job = jobs[1]
-    return head .. "1:1" .. netstring(job.id) .. rc_netstring(job.retry_count) .. text
+    return head .. "1:1" .. netstring(job.id) .. rc_netstring(job.retry_count), delta, reset
   end
   local parts = { head, netstring(njobs) }
   for i = 1, njobs do
@@ -360,8 +361,7 @@ local function call_record(h, jobs, done, token)
     parts[2 * i + 1] = netstring(job.id)
     parts[2 * i + 2] = rc_netstring(job.retry_count)
   end
-  parts[2 * njobs + 3] = text
-  return table.concat(parts)
+  return table.concat(parts), delta, reset
 end
 
 -- call_record's fields, as strings in order. Raises on a malformed record.
@@ -416,10 +416,10 @@ end
 -- A wait in luakiq's I/O parks h's task (the thread loop answers it) or, with
 -- no task, waits in place. Returns ok, err, traceback, fenced (the call was
 -- stopped because its lease may have run out: h.lease_until, core.fence).
-local function run_call(h, w, batch, record, njobs, call)
+local function run_call(h, w, batch, njobs, call, record, delta, reset)
   local co = coroutine.create(h.perform)
   local m0 = core.mono()
-  local started, deadline = core.call_begin(w.timeout, record, h.lease_until)
+  local started, deadline = core.call_begin(w.timeout, record, h.lease_until, h.prefix, delta, reset)
   wait.current = co
   local ok, a, req = coroutine.resume(co, w, batch, call)
   while ok and coroutine.status(co) == "suspended" do
@@ -553,7 +553,7 @@ local function perform(t, h, jobs, done)
     njobs == 1 and loaded[1].id or table.concat(queue.ids(loaded), ","), h.prefix)
   local started = core.now()
   local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
-  local ok, err, tb, fenced = run_call(h, w, batch, call_record(h, loaded, done, t.el and t.token or nil), njobs, call)
+  local ok, err, tb, fenced = run_call(h, w, batch, njobs, call, call_record(h, loaded, done, t.el and t.token or nil))
   flow.done(t, h)
   if fenced then
     -- nothing is recorded: the fetch stays in flight for the shard's holder

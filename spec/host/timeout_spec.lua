@@ -153,6 +153,42 @@ describe("a perform call past its timeout", function()
     assert.are.same({ aa = 1, [id] = 1, next = 1 }, starts)
     assert.truthy(proc:log():find("replacing the process", 1, true), proc:log())
   end)
+  -- A call parked in luakiq's I/O on the thread that gets stuck goes back
+  -- to the queue from its record (not failed: it was waiting), and the job
+  -- performed before it in its fetch stays acked: the thread keeps the done
+  -- ids per shard apart from the records (runner.c, runner_call_done).
+  it("puts a parked call of the replaced thread back, the job done before it in its fetch acked", function()
+    assert.is_true(proc:signal("TERM"))
+    assert.are.equal(0, proc:wait(10), proc:log())
+    dir = host.scriptdir {
+      ["config.lua"] = ("return { threads_per_node = 1, poll_interval = 0.2, timeout = %d, lease_ttl = 30 }"):format(TIMEOUT),
+      ["workers/Stuck.lua"] = STUCK,
+      ["workers/Waiter.lua"] = [[local luakiq = require "luakiq"
+        return { shards_count = 1, timeout = 60, perform = function(batch)
+          for id in pairs(batch) do
+            luakiq.redis.call("RPUSH", "t:start", id .. "@" .. luakiq.now())
+            if id == "w2" and luakiq.redis.call("INCR", "t:w2") == 1 then luakiq.sleep(30) end
+          end
+        end }]],
+    }
+    proc = host.spawn("run " .. q(dir), env())
+    enqueue(dir, "Waiter", { "w1", "w2" })
+    host.eventually(function() return time_of("t:start", "w2") end, 10, "w2 parked")
+    enqueue(dir, "Stuck", { "jit" })
+    host.eventually(function() return morgue(dir, "Stuck").jit end, TIMEOUT + 8, "the stuck job failed")
+    host.eventually(function()
+      local n = 0
+      for _, e in ipairs(srv.conn:call("LRANGE", "t:start", 0, -1)) do n = n + (e:match("^w2@") and 1 or 0) end
+      return n == 2
+    end, 10, "w2 again")
+    local starts = {}
+    for _, e in ipairs(srv.conn:call("LRANGE", "t:start", 0, -1)) do
+      local i = e:match("^(.-)@")
+      starts[i] = (starts[i] or 0) + 1
+    end
+    assert.are.same({ w1 = 1, w2 = 2, jit = 1 }, starts)
+    assert.truthy(proc:log():find("replacing the process", 1, true), proc:log())
+  end)
   it("fails in a loop that calls functions (compiled too: replaced)", function()
     expect_timeout("calls", true)
   end)

@@ -26,7 +26,7 @@ end
 return {
   shards_count = tonumber(env("BENCH_SHARDS") or "5"),
   batch_size = tonumber(env("BENCH_BATCH") or "1"),
-  fetch_size = tonumber(env("BENCH_FETCH") or ""), -- nil: the default, max(batch_size, 10)
+  fetch_size = tonumber(env("BENCH_FETCH") or ""), -- nil: the default (adapting: docs/configuration.md)
   -- BENCH_THROTTLE=1: a throttle that lets every job run (its cost alone)
   throttle = env("BENCH_THROTTLE") == "1" and function() return true end or nil,
   perform = perform,
