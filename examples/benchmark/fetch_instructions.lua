@@ -6,7 +6,10 @@
 -- (a producer whose clock lags): every job after the first call goes to
 -- P later instead of P ready. With FETCH_IDS=random the ids start with 8
 -- random hex digits (as random UUIDs: no range read, each id looked up
--- alone).
+-- alone). With FETCH_IDS=spread the ids are the numbers 24, 48, 72, ...
+-- (one shard's of 1, 2, 3, ... over 24 shards, as in run.sh's 24-shard
+-- shape): those under 10,000 sort among longer ones (each looked up
+-- alone), and a fetch across 9,984 and 10,008 reads two runs.
 -- Usage: luakiq lua fetch_instructions.lua PORT N MODE LIMIT
 local core = require "luakiq.core"
 local port, N, MODE, LIMIT = arg[1], tonumber(arg[2]), arg[3], arg[4]
@@ -16,6 +19,7 @@ local now = core.now()
 local now_s = string.format("%.17g", now)
 local later = os.getenv("FETCH_LATER") == "1"
 local random_ids = os.getenv("FETCH_IDS") == "random"
+local spread_ids = os.getenv("FETCH_IDS") == "spread"
 local seq, left, call = 0, N, 0
 while left > 0 do
   local k = math.min(1000, left)
@@ -24,7 +28,8 @@ while left > 0 do
   call = call + 1
   for _ = 1, k do
     seq = seq + 1
-    local id = random_ids and string.format("%08x-%d", math.random(0, 0x7fffffff), seq) or string.format("job%09d", seq)
+    local id = random_ids and string.format("%08x-%d", math.random(0, 0x7fffffff), seq)
+      or spread_ids and tostring(24 * seq) or string.format("job%09d", seq)
     for _, v in ipairs({ id, pin_s, "-1", pin_s, '""' }) do cmd[#cmd + 1] = v end
   end
   local r = conn:pipeline({ cmd })[1]

@@ -246,8 +246,14 @@ end
 -- P jobs in one range when few others lie between them (ids pushed in
 -- runs, as sequential ones are; read_jobs): the ids, and the members as a
 -- list (member k id k's unless run_member says not) or nil (then
--- K.known, or nil: each id looked up alone). The caller sets K.known = nil
--- after the entries.
+-- K.known, or nil: each id looked up alone). Ids that do not ascend as a
+-- whole, and whose lowest and highest span too many others for K.known,
+-- may still ascend in long runs (a fetch across a push of "9992" then
+-- "10016", which sort apart): then each run of SEG_MIN or more gets its
+-- members in one range if it can, and the third value marks where each
+-- such run starts (run[k] nil: looked up alone). The caller sets K.known =
+-- nil after the entries.
+local SEG_MIN = 8
 local function read_ready(pos, count)
   local ids = redis.call("LRANGE", K.ready, pos == 0 and "0" or tostring(pos), tostring(pos + count - 1))
   local nids = #ids
@@ -258,16 +264,19 @@ local function read_ready(pos, count)
   -- id, whose range needs the ids' true lowest and highest: one comparison
   -- an id, a strcoll each, when they ascend)
   local c -- (the range's count, when read_jobs gave no list)
-  if ids[1] < ids[nids] and not table.concat(ids):find("\0", 1, true) then
+  local plain = not table.concat(ids):find("\0", 1, true)
+  if plain and ids[1] < ids[nids] then
     local list
     list, c = read_jobs(K, nil, nids, ids[1], ids[nids], true)
     if list then return ids, list end
   end
-  local up = true
+  -- (one pass: whether they ascend, and where each ascending run starts)
+  local up, starts, ns = true, { 1 }, 1
   for k = 2, nids do
     if not (ids[k - 1] < ids[k]) then
       up = false
-      break
+      ns = ns + 1
+      starts[ns] = k
     end
   end
   -- (ascending ids span the range counted above: over the bound, as ids
@@ -276,7 +285,28 @@ local function read_ready(pos, count)
   if up and c and c > nids + 64 then return ids end
   local set = {}
   for k = 1, nids do set[ids[k]] = true end
-  if up then read_jobs(K, set, nids, ids[1], ids[nids]) else read_jobs(K, set) end
+  if up then
+    read_jobs(K, set, nids, ids[1], ids[nids])
+    return ids
+  end
+  read_jobs(K, set)
+  -- (their lowest and highest span too many others: the runs, alone)
+  if not K.known and plain then
+    local run, firsts
+    starts[ns + 1] = nids + 1
+    for i = 1, ns do
+      local a, b = starts[i], starts[i + 1] - 1
+      if b - a + 1 >= SEG_MIN then
+        local list = read_jobs(K, nil, b - a + 1, ids[a], ids[b], true)
+        if list then
+          run, firsts = run or {}, firsts or {}
+          firsts[a] = true
+          for j = a, b do run[j] = list[j - a + 1] end
+        end
+      end
+    end
+    if run then return ids, run, firsts end
+  end
   return ids
 end
 
@@ -478,16 +508,30 @@ local function take_quiet(max, now_s, retried)
   local pos, rh = 0, nil -- rh: the perform_in of the first live entry not taken (at pos)
   local step = max + 1
   local spans = {} -- ranges of P jobs taken whole: first id, last member, ...
+  -- The members run[from..span] of a run read in one range, all taken:
+  -- the run is all the range from ids[from] holds, in order, so they are
+  -- all it holds up to the last of them, member and all: one
+  -- ZREMRANGEBYLEX takes them out of P jobs, one walk of its skiplist for
+  -- them all instead of one a member.
+  local function take_span(ids, run, from, span)
+    if span == from then
+      nr = nr + 1
+      rem[nr] = run[from]
+    elseif span > from then
+      spans[#spans + 1], spans[#spans + 2] = ids[from], run[span]
+    end
+  end
   while not rh do
-    local ids, run = read_ready(pos, step)
+    local ids, run, firsts = read_ready(pos, step)
     local nids = #ids
-    -- (span: how many of the run's first members were taken, every one;
-    -- the run is all the range from ids[1] holds, in order, so they are all
-    -- it holds up to the last of them, member and all: one ZREMRANGEBYLEX
-    -- takes them out of P jobs, one walk of its skiplist for them all
-    -- instead of one a member)
-    local span = 0
+    -- (span: the last of the run's first members taken, every one, from
+    -- sfrom: 1, or where read_ready's next run read in one range starts)
+    local span, sfrom = 0, 1
     for k = 1, nids do
+      if firsts and firsts[k] and k > 1 then
+        take_span(ids, run, sfrom, span)
+        span, sfrom = k - 1, k
+      end
       local id = ids[k]
       local rm, m, place, pin, nxt = run and run[k], nil, nil, nil, nil
       if rm then
@@ -536,12 +580,7 @@ local function take_quiet(max, now_s, retried)
       pos = pos + 1
     end
     K.known = nil
-    if span == 1 then
-      nr = nr + 1
-      rem[nr] = run[1]
-    elseif span > 1 then
-      spans[#spans + 1], spans[#spans + 2] = ids[1], run[span]
-    end
+    if run then take_span(ids, run, sfrom, span) end
     if nids < step then break end
   end
   -- later's due jobs after ready's

@@ -462,6 +462,52 @@ describe("scripts", function()
       end
     end)
 
+    it("reads each long ascending run of ready in one range where the whole does not ascend", function()
+      -- ready: c10..c29, then b10..b29, then a10..a29 (three pushes), so
+      -- the entries do not ascend as a whole (as a fetch across "9992" and
+      -- "10016"), and their lowest and highest span 71 more members (b000
+      -- .. b069 and a150, queued in later, not due). The runs of c and b
+      -- hold only their ids: each is read in one range, and each taken
+      -- whole leaves P jobs by a range of its own; a's range also holds
+      -- a150: its ids are looked up alone. Both paths must give the same
+      -- replies and keys at every limit; and a fetch of them all makes two
+      -- range reads and 20 lookups, not 60 lookups.
+      local p = "luakiq:{OnePassRuns:0}:"
+      local T = now()
+      for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do env.conn:call("DEL", k) end
+      for _, pre in ipairs({ "c", "b", "a" }) do
+        local args = { script = "push", p, "", T }
+        for i = 10, 29 do
+          for _, v in ipairs({ pre .. i, T - 10, -1, T - 10, '"' .. pre .. i .. '"' }) do args[#args + 1] = v end
+        end
+        assert.is_nil(env.conn:pipeline({ args })[1].err)
+      end
+      local later = { script = "push", p, "", T, "a150", T + 1000, -1, T, '"x"' }
+      for i = 0, 69 do
+        for _, v in ipairs({ ("b%03d"):format(i), T + 1000, -1, T, '"x"' }) do later[#later + 1] = v end
+      end
+      assert.is_nil(env.conn:pipeline({ later })[1].err)
+      local dumps = {}
+      for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do dumps[k] = env.conn:call("DUMP", k) end
+      for _, limit in ipairs({ 1, 7, 8, 9, 20, 21, 25, 40, 41, 59, 60, 100 }) do
+        local r1, s1, f1 = drain_shard(p, dumps, T, limit, false)
+        local r2, s2, f2 = drain_shard(p, dumps, T, limit, true)
+        assert.are.same(r2, r1, "limit " .. limit)
+        assert.are.same(f2, f1, "limit " .. limit)
+        assert.are.same(s2, s1, "limit " .. limit)
+        local n = 0
+        for _, r in ipairs(r1) do n = n + tonumber(r[6]) end
+        assert.are.equal(60, n, "limit " .. limit)
+        assert.are.equal(71, #s1[p .. "jobs"] / 2, "limit " .. limit) -- the later jobs' members are left
+      end
+      env.conn:call("CONFIG", "RESETSTAT")
+      drain_shard(p, dumps, T, 100, false)
+      local calls = tonumber(env.conn:call("INFO", "commandstats"):match("cmdstat_zrange:calls=(%d+)"))
+      -- (two range reads, 20 lookups, and 4 more the drain makes either
+      -- way: the entries' ids each looked up alone made 64)
+      assert.are.equal(26, calls)
+    end)
+
     it("gives what the general path gives on random shards (60 seeds)", function()
       -- Random pushes (merges, ids that interleave in lex order, a byte 0,
       -- retry counts, jobs due and not), failures that put jobs back into
