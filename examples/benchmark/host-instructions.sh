@@ -41,4 +41,4 @@ SMALL=${1:-2000}
 BIG=${2:-22000}
 a=$(count "$SMALL")
 b=$(count "$BIG")
-echo "luakiq run (1 thread, batch 1), draining $SMALL and $BIG jobs: $(( (b - a) / (BIG - SMALL) )) host instructions a job"
+echo "luakiq run (1 thread, $BENCH_SHARDS shards, batch $BENCH_BATCH, fetches of $BENCH_FETCH), draining $SMALL and $BIG jobs: $(( (b - a) / (BIG - SMALL) )) host instructions a job"
