@@ -270,13 +270,11 @@ local function read_ready(pos, count)
     list, c = read_jobs(K, nil, nids, ids[1], ids[nids], true)
     if list then return ids, list end
   end
-  -- (one pass: whether they ascend, and where each ascending run starts)
-  local up, starts, ns = true, { 1 }, 1
+  local up = true
   for k = 2, nids do
     if not (ids[k - 1] < ids[k]) then
       up = false
-      ns = ns + 1
-      starts[ns] = k
+      break
     end
   end
   -- (ascending ids span the range counted above: over the bound, as ids
@@ -292,7 +290,13 @@ local function read_ready(pos, count)
   read_jobs(K, set)
   -- (their lowest and highest span too many others: the runs, alone)
   if not K.known and plain then
-    local run, firsts
+    local run, firsts, starts, ns = nil, nil, { 1 }, 1 -- (where each ascending run starts)
+    for k = 2, nids do
+      if not (ids[k - 1] < ids[k]) then
+        ns = ns + 1
+        starts[ns] = k
+      end
+    end
     starts[ns + 1] = nids + 1
     for i = 1, ns do
       local a, b = starts[i], starts[i + 1] - 1
