@@ -149,28 +149,32 @@ static int core_call_leave(lua_State *L, int parked) {
     return expired;
 }
 
-/* core.call_begin(timeout_s, record, lease_until, key, done_delta, done_reset)
- * -> started, deadline (monotonic): a perform call starts on this thread
- * (record: what failing its jobs needs, should it never come back;
- * lease_until: when its shard's lease surely runs out, nil: never). With
- * key (its shard's prefix), the record goes on with the ids done before the
- * call in its fetch, which the thread keeps per key (runner_call_done):
- * emptied when done_reset, then done_delta appended. */
+/* core.call_begin(timeout_s, record, lease_until, key, done_delta,
+ * done_reset, slot) -> started, deadline (monotonic), slot: a perform call
+ * starts on this thread (record: what failing its jobs needs, should it
+ * never come back; lease_until: when its shard's lease surely runs out,
+ * nil: never). With key (its shard's prefix), the record goes on with the
+ * ids done before the call in its fetch, which the thread keeps per key
+ * (runner_call_done): emptied when done_reset, then done_delta appended;
+ * slot is where (pass it back with the key's next call; nil: none). */
 static int core_call_begin(lua_State *L) {
     double timeout = luaL_checknumber(L, 1);
     const char *key = luaL_optstring(L, 4, NULL);
     struct runner *r = runner_self();
+    int slot = -1;
     if (key && r) {
         size_t len;
         const char *delta = luaL_optlstring(L, 5, "", &len);
-        if (runner_call_done(r, key, delta, len, lua_toboolean(L, 6)) != 0)
-            return luaL_error(L, "core.call_begin: out of memory");
+        slot = runner_call_done(r, key, (int)luaL_optinteger(L, 7, -1), delta, len, lua_toboolean(L, 6));
+        if (slot < 0) return luaL_error(L, "core.call_begin: out of memory");
     }
     double now = runner_monotonic();
     core_call_enter(L, now, now + timeout, timeout, luaL_optnumber(L, 3, HUGE_VAL), luaL_optstring(L, 2, NULL));
     lua_pushnumber(L, now);
     lua_pushnumber(L, now + timeout);
-    return 2;
+    if (slot < 0) lua_pushnil(L);
+    else lua_pushinteger(L, slot);
+    return 3;
 }
 
 /* core.call_pause(): the running call waits (yielded, in luakiq's I/O); the

@@ -550,10 +550,11 @@ void runner_set_call(struct runner *r, double started, double deadline, double l
     pthread_mutex_unlock(&r->mu);
 }
 
-int runner_call_done(struct runner *r, const char *key, const char *delta, size_t len, int reset) {
+int runner_call_done(struct runner *r, const char *key, int hint, const char *delta, size_t len, int reset) {
     pthread_mutex_lock(&r->mu);
-    int i = 0;
-    while (i < r->ndones && strcmp(r->dones[i].key, key) != 0) i++;
+    int i = hint;
+    if (hint < 0 || hint >= r->ndones || strcmp(r->dones[hint].key, key) != 0)
+        for (i = 0; i < r->ndones && strcmp(r->dones[i].key, key) != 0; i++) {}
     if (i == r->ndones) {
         struct runner_done *grown = realloc(r->dones, sizeof *grown * (size_t)(r->ndones + 1));
         char *k = strdup(key);
@@ -584,7 +585,7 @@ int runner_call_done(struct runner *r, const char *key, const char *delta, size_
     d->len += len;
     r->call_done = i;
     pthread_mutex_unlock(&r->mu);
-    return 0;
+    return i;
 }
 
 /* Worker thread: the running call parks (waits in luakiq's I/O); its record

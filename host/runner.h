@@ -112,8 +112,11 @@ void runner_set_call(struct runner *r, double started, double deadline, double l
 /* The call about to begin (before runner_set_call) is of the shard named key:
  * the ids done before it in its fetch, which a stuck call's record ends with,
  * are key's after this: emptied when reset (a new fetch), then delta (len
- * bytes, no byte 0) appended. Worker thread. -1 when out of memory. */
-int runner_call_done(struct runner *r, const char *key, const char *delta, size_t len, int reset);
+ * bytes, no byte 0) appended. Returns key's slot, which the caller passes as
+ * hint next time (one comparison instead of a search over the thread's
+ * shards; any other hint, -1 included, searches). Worker thread. -1 when out
+ * of memory. */
+int runner_call_done(struct runner *r, const char *key, int hint, const char *delta, size_t len, int reset);
 void runner_set_in_io(struct runner *r, int in_io);
 /* The calling thread is ending a child process past its call's deadline
  * (TERM, up to `seconds` of grace, KILL): no timeout signal, and the thread

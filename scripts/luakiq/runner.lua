@@ -419,7 +419,8 @@ end
 local function run_call(h, w, batch, njobs, call, record, delta, reset)
   local co = coroutine.create(h.perform)
   local m0 = core.mono()
-  local started, deadline = core.call_begin(w.timeout, record, h.lease_until, h.prefix, delta, reset)
+  local started, deadline, slot = core.call_begin(w.timeout, record, h.lease_until, h.prefix, delta, reset, h.done_slot)
+  h.done_slot = slot
   wait.current = co
   local ok, a, req = coroutine.resume(co, w, batch, call)
   while ok and coroutine.status(co) == "suspended" do
