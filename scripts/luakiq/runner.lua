@@ -590,16 +590,17 @@ local function fetch_limit(h)
   return math.max(w.batch_size, math.min(h.fetch_n or w.fetch_start, w.fetch_size))
 end
 
+-- The moving average an adapting fetch is sized by: so one slow call does
+-- not shrink the fetch at once, nor one fast call grow it.
+local function moving(avg, x) return avg and (0.7 * avg + 0.3 * x) or x end
+
 -- After a fetch of an adapting worker: n jobs performed in `took` seconds
 -- (wall time, parked waits included) set the size of h's next fetch, also
 -- bounded by the bytes its jobs' records weigh (h.job_bytes, fetched_bytes).
--- Moving averages, so one slow call does not shrink the fetch at once, nor
--- one fast call grow it.
 local function fetch_adapt(h, n, took)
   local w = h.def
   if not w.fetch_auto or n <= 0 then return end
-  local per = math.max(took, 0) / n
-  h.per_job = h.per_job and (0.7 * h.per_job + 0.3 * per) or per
+  h.per_job = moving(h.per_job, math.max(took, 0) / n)
   local want = h.per_job > 0 and math.floor(w.fetch_time / h.per_job) or w.fetch_size
   local jb = h.job_bytes
   if jb and jb > 0 then want = math.min(want, math.floor(w.fetch_bytes / jb)) end
@@ -612,8 +613,7 @@ end
 -- is held whole in the thread's memory, and in Redis's reply).
 local function fetched_bytes(h, n, bytes)
   if not h.def.fetch_auto or n <= 0 then return end
-  local per = bytes / n
-  h.job_bytes = h.job_bytes and (0.7 * h.job_bytes + 0.3 * per) or per
+  h.job_bytes = moving(h.job_bytes, bytes / n)
 end
 
 -- One fetch of shard h: up to fetch_size due jobs, performed batch_size ids
