@@ -158,6 +158,10 @@ describe("a perform call past its timeout", function()
   -- performed before it in its fetch stays acked: the thread keeps the done
   -- ids per shard apart from the records (runner.c, runner_call_done).
   it("puts a parked call of the replaced thread back, the job done before it in its fetch acked", function()
+    -- (the fixture's host, stopped once it runs: a TERM before its signal
+    -- handling is set up ends it by the signal, 143)
+    host.eventually(function() return select(2, proc:log():gsub("thread started", "")) == 2 end, 10,
+      "the fixture's host started")
     assert.is_true(proc:signal("TERM"))
     assert.are.equal(0, proc:wait(10), proc:log())
     dir = host.scriptdir {
