@@ -4,9 +4,11 @@
 -- the next shard; process() runs one batch of it:
 --   fetch.lua (acks the previous batch in the same call) -> load payloads ->
 --   server middlewares around perform -> on error, fail.lua (one atomic step).
--- A successful batch is acked by the next Redis call this thread makes (the
--- next fetch, or the flush before it waits), so the steady state costs one
--- round trip per batch. Leases (docs/guarantees.md) fence every shard.
+-- A successful batch is acked by its shard's next fetch when that comes
+-- within poll_interval / 10, else by the next Redis call this thread makes
+-- (another shard's fetch, or the flush before it waits), so the steady state
+-- costs one round trip and one script call per batch. Leases
+-- (docs/guarantees.md) fence every shard.
 --
 -- Calls in flight: each fetch-and-perform of a shard runs as a *task* (a
 -- coroutine). A perform call that waits in luakiq's I/O (luakiq.wait) parks
@@ -62,7 +64,7 @@ local function setup(boot)
     host = (boot.token or ""):match("^(.*):[^:]*$") or boot.token, -- HOST:PID (throttle's running list)
     lease_ms = math.floor(cfg.lease_ttl * 1000),
     handlers = {}, by_prefix = {},
-    pending = {},    -- handlers whose last batch succeeded and awaits its ack (a set)
+    pending = {},    -- handlers whose last batch succeeded and awaits its ack -> when it is due (pending_acks)
     waiting = {},    -- handler -> {req = wait request, deadline = mono} of its parked task
     ntasks = 0,      -- tasks in flight (parked)
     in_call = {},    -- worker name -> its shards in a call now (concurrent_shards)
@@ -103,8 +105,22 @@ local function setup(boot)
   return t
 end
 
+-- How long a finished batch's ack may wait for its shard's next fetch to
+-- carry it (a fraction of poll_interval): a thread that serves several
+-- shards goes round them, and an ack sent on its own is one more script
+-- call (fetch.lua, limit 0) for Redis, ~220k instructions, where riding
+-- with the fetch costs nothing. A fetch that took longer than that is acked
+-- by the thread's next call, as always; a shorter one's finished work waits
+-- until poll_interval / ACK_WAIT_PART after it was fetched at most
+-- (docs/guarantees.md).
+local ACK_WAIT_PART = 10
+
 -- The ack calls of the pending handlers but `except` (one fetch.lua call
--- each, limit 0), and the handlers they are for.
+-- each, limit 0) whose ack is due (t.pending[h], a core.mono time: a batch
+-- fetched more than poll_interval / ACK_WAIT_PART ago; force: all), and
+-- the handlers they are for. The others stay pending: their shard's next
+-- fetch acks them in the same call, or this thread's next call after they
+-- are due, or flush before it sleeps.
 -- Pending unit releases (concurrency) ride after the acks, one
 -- units_release.lua call per queue: their replies come after the acks'.
 -- The thread's timing observations (luakiq.timing) ride last, at most once a
@@ -112,8 +128,9 @@ end
 -- the first of them (nil: none).
 local function pending_acks(t, except, force)
   local cmds, hs = {}, {}
-  for h in pairs(t.pending) do
-    if h ~= except then
+  local now = not force and next(t.pending) and core.mono()
+  for h, due in pairs(t.pending) do
+    if h ~= except and (force or due <= now) then
       hs[#hs + 1] = h
       cmds[#cmds + 1] = queue.fetch_cmd(h, t, 0, true)
     end
@@ -619,9 +636,10 @@ end
 -- One fetch of shard h: up to fetch_size due jobs, performed batch_size ids
 -- per perform call, in perform_in order. Returns ok (jobs ran and all
 -- succeeded), head (the shard's earliest perform_in left, or nil).
--- The fetched jobs are one batch in flight in Redis. All done: acked by this
--- thread's next Redis call. A perform call fails: one fail.lua call fails its
--- ids, acks the ones done before and puts the rest back unchanged. Stopping,
+-- The fetched jobs are one batch in flight in Redis. All done: acked by the
+-- shard's next fetch, or this thread's next Redis call (pending_acks). A
+-- perform call fails: one fail.lua call fails its ids, acks the ones done
+-- before and puts the rest back unchanged. Stopping,
 -- or poll_interval after the fetch with jobs still to perform: the same call
 -- without failures (queue.settle), so a stop never waits for more than the
 -- perform in progress, and at most ~poll_interval of finished work is ever
@@ -740,7 +758,10 @@ local function process(t, h)
     return false, nil
   end
   fetch_adapt(h, #jobs, core.mono() - started)
-  t.pending[h] = true
+  -- (from the fetch, not from its end: so what a thread ran but has not
+  -- acked is what it ran since poll_interval / ACK_WAIT_PART before its
+  -- current fetch, plus that fetch's own, docs/guarantees.md)
+  t.pending[h] = started + t.cfg.poll_interval / ACK_WAIT_PART
   return true, res.head
 end
 

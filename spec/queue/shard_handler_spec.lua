@@ -9,6 +9,7 @@ local S = require "queue.support"
 local runner = require "luakiq.runner"
 local queue = require "luakiq.queue"
 local luakiq = require "luakiq"
+local core = require "luakiq.core"
 
 local function first_line(s) return (tostring(s):match("^[^\n]*")) end
 
@@ -117,6 +118,44 @@ describe("shard handler", function()
     assert.are.equal(3, env:stats("Batch").processed)
     runner.flush(t)
     assert.are.equal(5, env:stats("Batch").processed)
+  end)
+
+  it("acks a shard's batch with its next fetch within poll_interval / 10, else with the thread's next call", function()
+    -- (Other: two shards, one thread serving both; the specs' poll_interval is 0.1 s)
+    local t = env:thread({ { worker = "Other", shard = 0 }, { worker = "Other", shard = 1 } })
+    local a, b = t.handlers[1], t.handlers[2]
+    local function push_both()
+      local jobs, shards = {}, {}
+      for i = 1, 8 do jobs[i] = { id = tostring(i) } end -- (fewer than a first fetch's 10)
+      env:push("Other", jobs)
+      for _, sh in ipairs({ 0, 1 }) do shards[sh + 1] = env.conn:call("ZCARD", env:prefix("Other", sh) .. "jobs") end
+      assert.is_true(shards[1] > 0 and shards[2] > 0)
+      return shards
+    end
+    local function counts()
+      local s = env:stats("Other")
+      return { s.processed, s.busy }
+    end
+    local n = push_both()
+    t.cfg.poll_interval = 10 -- (a's ack waits for 1 s: a slow machine's fetch of b comes sooner)
+    assert.is_true((runner.process(t, a)))
+    assert.is_true((runner.process(t, b)))
+    -- b's fetch came at once: a's batch is still in flight (nothing was
+    -- sent alone for it), and b's fetch did not carry it
+    assert.are.same({ 0, n[1] + n[2] }, counts())
+    -- a's next fetch acks it in the same call
+    assert.are.same({ false, nil }, { runner.process(t, a) })
+    assert.are.same({ n[1], n[2] }, counts())
+    runner.flush(t) -- (before sleeping: every pending ack)
+    assert.are.same({ n[1] + n[2], 0 }, counts())
+    -- a batch fetched more than poll_interval / 10 ago is acked by the
+    -- thread's next call, whatever shard that fetches
+    local m = push_both()
+    t.cfg.poll_interval = 0.1
+    assert.is_true((runner.process(t, a)))
+    core.sleep(0.011)
+    assert.is_true((runner.process(t, b)))
+    assert.are.same({ n[1] + n[2] + m[1], m[2] }, counts())
   end)
 
   -- Ahead (batch_size 2, fetch_size 5): jobs a..e, due in that order, a first
