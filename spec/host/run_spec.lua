@@ -287,29 +287,35 @@ describe("luakiq run", function()
   end)
 
   -- ... and to about 1 MiB of records: fast jobs of 64 KiB payloads (a
-  -- load_payload that only measures them, so time does not bound the
-  -- fetch) are fetched 10 first, then at most 16 at a time, where small
-  -- ones of the same speed go up to 300.
+  -- load_payload that only measures them; calls of 8 jobs that each make
+  -- two Redis calls, so time does not bound the fetch even on a slow,
+  -- loaded machine) are fetched 10 first, then at most 16 at a time, where
+  -- small ones of the same speed go up to 300.
   it("bounds an adapting fetch by its jobs' bytes: 64 KiB payloads 16 at a time", function()
     local dir = host.scriptdir {
       ["config.lua"] = "return { poll_interval = 1, load_payload = function(s) return #s end }",
       ["workers/Big.lua"] = [[local luakiq = require "luakiq"
         local B = "luakiq:{Big:0}:busy"
-        return { shards_count = 1, perform = function()
+        return { shards_count = 1, batch_size = 8, perform = function(batch)
+          local n = 0
+          for _ in pairs(batch) do n = n + 1 end
+          -- the fetch's size: its jobs in P busy (less the filler, keys.lua)
           luakiq.redis.call("RPUSH", "t:big", luakiq.redis.call("HLEN", B) - luakiq.redis.call("HEXISTS", B, ""))
+          luakiq.redis.call("INCRBY", "t:done", n)
         end }]],
     }
     local big, pad = {}, string.rep("x", 65536 - 200)
     for i = 1, 100 do big[i] = ('{"id":"b%03d","payload":"%s"}'):format(i, pad) end
     enqueue(dir, "Big", big)
     local p = host.spawn("run " .. q(dir), env())
-    host.eventually(function() return srv.conn:call("LLEN", "t:big") == 100 end, 30, "drained",
+    host.eventually(function() return tonumber(srv.conn:call("GET", "t:done")) == 100 end, 30, "drained",
       function() return p:log() end)
     local seen = srv.conn:call("LRANGE", "t:big", 0, -1)
-    -- the first fetch: 10 (fetch_start); the next ones: 1 MiB / ~64 KiB
-    assert.are.equal("10", seen[1])
+    -- the first fetch: 10 (fetch_start; two calls, of 8 and 2); the next
+    -- ones: 1 MiB / ~64 KiB
+    assert.are.same({ "10", "10" }, { seen[1], seen[2] })
     local most = 0
-    for i = 11, #seen do most = math.max(most, tonumber(seen[i])) end
+    for i = 3, #seen do most = math.max(most, tonumber(seen[i])) end
     assert.are.equal(16, most, table.concat(seen, " "))
     assert.is_true(p:signal("TERM"))
     assert.are.equal(0, p:wait(10), p:log())
