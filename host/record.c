@@ -4,8 +4,8 @@
  * (cmsgpack: perform_in, retry_count, priority, windows, then payloads and
  * their scores; docs/redis.md "Records"), or a fresh job's member of P jobs
  * (its queued record after the id and place: perform_in, then payloads and
- * their scores), so Redis copies the payload bytes
- * instead of decoding and re-encoding them. The host decodes them here, with
+ * their scores), so Redis copies the payload bytes instead of decoding and
+ * re-encoding them. The host decodes them here, with
  * msgpack-c (Debian's libmsgpack-dev), once per fetched job: the pure-Lua
  * decoder it replaced made a closure per short string and cost the host
  * ~0.8 us per record (docs/benchmarks.md).
@@ -37,7 +37,8 @@ static int record_zone_gc(lua_State *L) {
 
 /* core.unpack(s, t[, from]) -> n | nil: stores the values MessagePack-encoded
  * one after another in s from its byte `from` on (default 1) into t[1..n] (t
- * may be reused: entries past n are left as they were) and returns n. Records hold only scalars and strings: an
+ * may be reused: entries past n are left as they were) and returns n.
+ * Records hold only scalars and strings: an
  * array, a map, an extension, bin or bytes that do not decode give nil
  * (junk another program wrote; the caller drops the record). Each value is
  * decoded and the zone cleared before anything is pushed, so a Lua error

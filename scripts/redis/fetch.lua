@@ -38,12 +38,12 @@
 -- element: a fresh job taken from P ready is its member of P jobs as it is
 -- (esc(id), "\0\0", its queued record: no string made for the reply), any
 -- other esc(id) .. "\0\0b" .. its busy record; the sections as in
--- "records" (one element a job less: ~1k Redis instructions, docs/benchmarks.md).
--- A fetched job's payload encodings are copied from its queued record into
--- the busy record without being decoded in Redis (docs/benchmarks.md: ~1.5
--- us of Redis CPU per job). A record whose payloads do not decode reaches the host, which
--- drops it (the decoded form drops it here); either way it leaves with the
--- batch's ack.
+-- "records" (one element a job less: ~1k Redis instructions a job,
+-- docs/benchmarks.md). A fetched job's payload encodings are copied from
+-- its queued record into the busy record without being decoded in Redis
+-- (docs/benchmarks.md: ~1.5 us of Redis CPU per job). A record whose
+-- payloads do not decode reaches the host, which drops it (the decoded form
+-- drops it here); either way it leaves with the batch's ack.
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include tags
