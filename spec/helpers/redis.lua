@@ -17,14 +17,25 @@ local function command(port, dir, appendonly, extra)
 end
 
 -- Waits until the server on srv.url answers; sets srv.conn and srv.pid.
+-- False when it does not, or when the one that answers is not the one
+-- started in srv.dir: a free port can be taken by another spec file's
+-- server between core.free_port and the bind (ctest runs two at once), and
+-- a daemonized redis-server that cannot bind exits after its parent said
+-- yes. (Its pid file is written before it serves anyone: no pid file, or
+-- another pid in INFO, is someone else's server.)
 local function await(srv)
   for _ = 1, 250 do
     local c = core.connect(srv.url, 2, "node") -- (a cluster node: this one)
     if c and c:pcall("PING") == "PONG" then
-      srv.conn = c
       local f = io.open(srv.dir .. "/redis.pid")
-      srv.pid = f and tonumber(f:read("*l"))
+      local pid = f and tonumber(f:read("*l"))
       if f then f:close() end
+      local info = c:pcall("INFO", "server")
+      if not pid or type(info) ~= "string" or tonumber(info:match("process_id:(%d+)")) ~= pid then
+        c:close()
+        return false
+      end
+      srv.conn, srv.pid = c, pid
       return true
     end
     if c then c:close() end
