@@ -69,15 +69,4 @@ describe("core.unpack", function()
     assert.is_false(pcall(core.unpack, nil, {}))
     assert.is_false(pcall(core.unpack, "\1", nil))
   end)
-
-  it("starts at byte `from` (a member of P jobs: after its id, the \\0\\0 and the place)", function()
-    local t = {}
-    assert.are.equal(2, core.unpack("id\0\0r\161b\161c", t, 6))
-    assert.are.same({ "b", "c" }, { t[1], t[2] })
-    assert.are.equal(0, core.unpack("ab", t, 3)) -- (just past the end: nothing)
-    assert.is_nil(core.unpack("ab\161", t, 3)) -- (truncated from there)
-    for _, from in ipairs({ 0, -1, 4 }) do
-      assert.is_false(pcall(core.unpack, "ab", t, from), from)
-    end
-  end)
 end)
