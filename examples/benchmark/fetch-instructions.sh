@@ -11,7 +11,9 @@
 # call below the last one's perform_in, so the jobs wait in P later;
 # FETCH_IDS=random pushes ids that start with random hex digits (as random
 # UUIDs: each is looked up alone); FETCH_IDS=spread the numbers 24, 48, ...
-# (one shard's of run.sh's 24-shard shape). Redis runs with hz 1: its timers' work
+# (one shard's of run.sh's 24-shard shape); PUSH_COST=1 prints push.lua's
+# cost a job instead (against a server that is sent nothing), in the form
+# PUSH_FORM names: ids (default), pairs or groups. Redis runs with hz 1: its timers' work
 # grows with the wall time, which valgrind stretches, not with the work
 # counted. Needs valgrind.
 set -euo pipefail
@@ -35,6 +37,11 @@ count() {
   grep -m1 '^summary\|^totals' "$out" | awk '{print $2}'
 }
 base=$(count push 0)
+if [ "${PUSH_COST:-0}" = 1 ]; then
+  none=$(count none 0)
+  echo "push.lua (${PUSH_FORM:-ids} form), $N jobs 1000 a call: $(( (base - none) / N )) Redis instructions a job"
+  exit 0
+fi
 for limit in "$@"; do
   total=$(count fetch "$limit")
   echo "fetch.lua with acks, $N jobs $limit at a time: $(( (total - base) / N )) Redis instructions a job"

@@ -10,6 +10,9 @@
 -- (one shard's of 1, 2, 3, ... over 24 shards, as in run.sh's 24-shard
 -- shape): those under 10,000 sort among longer ones (each looked up
 -- alone), and a fetch across 9,984 and 10,008 reads two runs.
+-- MODE "none" pushes nothing (push's baseline). PUSH_FORM=groups sends
+-- push.lua groups of 5 instead of its "ids" form, PUSH_FORM=pairs its
+-- "pairs" form (docs/redis.md, push.lua).
 -- Usage: luakiq lua fetch_instructions.lua PORT N MODE LIMIT
 local core = require "luakiq.core"
 local port, N, MODE, LIMIT = arg[1], tonumber(arg[2]), arg[3], arg[4]
@@ -20,17 +23,29 @@ local now_s = string.format("%.17g", now)
 local later = os.getenv("FETCH_LATER") == "1"
 local random_ids = os.getenv("FETCH_IDS") == "random"
 local spread_ids = os.getenv("FETCH_IDS") == "spread"
-local seq, left, call = 0, N, 0
+local form = os.getenv("PUSH_FORM") or "ids"
+local seq, left, call = 0, MODE == "none" and 0 or N, 0
 while left > 0 do
   local k = math.min(1000, left)
   local cmd = { script = "push", P, "", now_s }
   local pin_s = later and string.format("%.17g", now - call * 1e-6) or now_s
   call = call + 1
+  if form == "ids" then
+    for _, v in ipairs({ "", "ids", pin_s, "-1", pin_s, '""' }) do cmd[#cmd + 1] = v end
+  elseif form == "pairs" then
+    for _, v in ipairs({ "", "pairs", pin_s, "-1", pin_s }) do cmd[#cmd + 1] = v end
+  end
   for _ = 1, k do
     seq = seq + 1
     local id = random_ids and string.format("%08x-%d", math.random(0, 0x7fffffff), seq)
       or spread_ids and tostring(24 * seq) or string.format("job%09d", seq)
-    for _, v in ipairs({ id, pin_s, "-1", pin_s, '""' }) do cmd[#cmd + 1] = v end
+    if form == "ids" then
+      cmd[#cmd + 1] = id
+    elseif form == "pairs" then
+      cmd[#cmd + 1], cmd[#cmd + 2] = id, '""'
+    else
+      for _, v in ipairs({ id, pin_s, "-1", pin_s, '""' }) do cmd[#cmd + 1] = v end
+    end
   end
   local r = conn:pipeline({ cmd })[1]
   assert(type(r) == "table" and not r.err, tostring(r and r.err))

@@ -121,6 +121,10 @@ describe("luakiq enqueue", function()
     local rc, _, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":1}\n\n{"id":2,"score":"soon"}\n', env())
     assert.are.equal(2, rc)
     assert.truthy(err:find("line 3 (id 2): score must be a finite number", 1, true), err)
+    -- (an integer id as the digits it is stored under, however large)
+    rc, _, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":1e20,"retry_count":-2}\n', env())
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("line 1 (id 100000000000000000000): retry_count must be an integer >= -1", 1, true), err)
   end)
 
   -- Peak RSS (MB) of `luakiq enqueue DIR A FILE` and its stdout, stderr

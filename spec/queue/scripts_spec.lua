@@ -93,6 +93,88 @@ describe("scripts", function()
       assert.are.equal(8, #st.later) -- d, e\0\1f, g, b0
     end)
 
+    it("reads the \"ids\" and \"pairs\" forms as the groups of 5 they stand for, sections and all", function()
+      -- Each step goes to three shards, as groups of 5 and in each short
+      -- form, which must then hold the same and reply the same. Sections
+      -- name jobs by their place among the ids.
+      local shards = { g = "luakiq:{Groups:0}:", i = "luakiq:{IdsForm:0}:", p = "luakiq:{PairsForm:0}:" }
+      local function state(p)
+        return { jobs = env.conn:call("ZRANGE", p .. "jobs", 0, -1), ready = env.conn:call("LRANGE", p .. "ready", 0, -1),
+                 later = env.conn:call("ZRANGE", p .. "later", 0, -1, "WITHSCORES"),
+                 levels = env.conn:call("ZRANGE", p .. "levels", 0, -1),
+                 retries = env.conn:call("ZRANGE", p .. "retries", 0, -1, "WITHSCORES") }
+      end
+      local function call(form, p, pin, rc, score, payload, ids, sections)
+        local args = { script = "push", p, "", now() }
+        local function add(...) for _, v in ipairs({ ... }) do args[#args + 1] = v end end
+        if form == "g" then
+          for _, id in ipairs(ids) do add(id, pin, rc, score, payload) end
+        elseif form == "i" then
+          add("", "ids", pin, rc, score, payload)
+          for _, id in ipairs(ids) do add(id) end
+        else
+          add("", "pairs", pin, rc, score)
+          for _, id in ipairs(ids) do add(id, payload) end
+        end
+        for _, v in ipairs(sections or {}) do add(v) end
+        return env.conn:pipeline({ args })[1]
+      end
+      local t = now()
+      local steps = {
+        { t, -1, t, '""', { "a", "c", "b" } },                                 -- due, new: ready
+        { t + 30, -1, t, '"x"', { "d", "a" }, { "", "priority", "1", "7" } },   -- later; d at priority 7
+        { t - 5, 2, t - 5, '"y"', { "e", "f", "e" }, { "", "tags", "2", "t1" } }, -- retried; f tagged; e twice
+        { t, -1, t, '"z"', { "g" }, { "", "shards", "1" } },
+      }
+      for i, st in ipairs(steps) do
+        local r = {}
+        for form, p in pairs(shards) do r[form] = call(form, p, unpack(st)) end
+        assert.are.same(r.g, r.i, "step " .. i)
+        assert.are.same(r.g, r.p, "step " .. i)
+        assert.are.same(state(shards.g), state(shards.i), "step " .. i)
+        assert.are.same(state(shards.g), state(shards.p), "step " .. i)
+      end
+      assert.are.same({ "a", "b", "c", "g" }, state(shards.i).ready)
+      assert.are.same({ "f" }, env.conn:call("SMEMBERS", shards.p .. "tag:t1"))
+      -- the forms' own errors, before any write
+      local p = env:prefix("Test")
+      local err = script_error("push", p, "", now(), "", "ids", now(), -1, now())
+      assert.truthy(err:find('the "ids" form is "", "ids", perform_in, retry_count, score, payload, then ids', 1, true), err)
+      err = script_error("push", p, "", now(), "", "pairs", now(), -1, now(), "a", '"x"', "b")
+      assert.truthy(err:find("needs a payload after id 'b'", 1, true), err)
+      err = script_error("push", p, "", now(), "", "ids", "soon", -1, now(), '""', "a")
+      assert.truthy(err:find("job 1 perform_in must be a finite number, got 'soon'", 1, true), err)
+      assert.is_falsy(env.conn:call("GET", p .. "tail"))
+      assert.are.equal(0, env.conn:call("EXISTS", p .. "jobs"))
+    end)
+
+    it("gets from the client the short form its jobs allow, and the same jobs whatever the form", function()
+      -- (the client picks: "ids" when a shard's jobs share perform_in,
+      -- retry_count, score and payload; "pairs" when only the payloads
+      -- differ; else groups of 5)
+      local sent = {}
+      local conn = setmetatable({}, { __index = function(_, k)
+        local f = env.conn[k]
+        if type(f) ~= "function" then return f end
+        return function(_, cmds, ...)
+          local r = f(env.conn, cmds, ...)
+          -- (a cluster's connection takes no send: the call goes by pipeline)
+          if (k == "send" and r or k == "pipeline") and type(cmds) == "table" then
+            for _, c in ipairs(cmds) do if c.script == "push" then sent[#sent + 1] = c[4] == "" and c[5] or "groups" end end
+          end
+          return r
+        end
+      end })
+      local client = require "luakiq.client"
+      client.push(conn, env.cfg, "Test", { { id = 1 }, { id = 2 }, { id = 3 } })
+      client.push(conn, env.cfg, "Test", { { id = 4, payload = "a" }, { id = 5, payload = "b" } })
+      client.push(conn, env.cfg, "Test", { { id = 6 }, { id = 7, perform_in = now() + 60 } })
+      assert.are.same({ "ids", "pairs", "groups" }, sent)
+      assert.are.equal(7, env:stats("Test").length)
+      assert.are.same({ { "a", now() } }, env:queued("Test", 4).payloads)
+      assert.are.same({ { "b", now() } }, env:queued("Test", 5).payloads)
+    end)
+
     it("merges into a queued job alike by appending its payloads and by decoding them", function()
       -- push.lua appends a payload that sorts after a queued job's to its
       -- record without decoding them (lazy_job); a call with an expires_at
