@@ -5,7 +5,11 @@
 # already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(build-essential cmake pkg-config libluajit-5.1-dev luajit libhiredis-dev libevent-dev
+# LuaJIT: OpenResty's branch (libluajit2-5.1-dev, luajit2; they replace
+# libluajit-5.1-dev and luajit): Debian 12's libluajit-5.1 2.1.0~beta3+git20220320
+# ends pairs() loops early in compiled code (LuaJIT issue #827; docs/architecture.md,
+# "Dependencies").
+pkgs=(build-essential cmake pkg-config libluajit2-5.1-dev luajit2 libhiredis-dev libevent-dev
       zlib1g-dev libcurl4-openssl-dev libssl-dev libmsgpack-dev ca-certificates lua-busted lua-cjson redis-server)
 # The web specs (spec/web): curl for the API, headless Chromium driven by
 # playwright-core (an npm package, tools/web-test) for the dashboard. Node from
