@@ -2,7 +2,9 @@
  *
  * fetch.lua hands the host each fetched job's busy record as Redis stores it
  * (cmsgpack: perform_in, retry_count, priority, windows, then payloads and
- * their scores; docs/redis.md "Records"), so Redis copies the payload bytes
+ * their scores; docs/redis.md "Records"), or a fresh job's member of P jobs
+ * (its queued record after the id and place: perform_in, then payloads and
+ * their scores), so Redis copies the payload bytes
  * instead of decoding and re-encoding them. The host decodes them here, with
  * msgpack-c (Debian's libmsgpack-dev), once per fetched job: the pure-Lua
  * decoder it replaced made a closure per short string and cost the host
@@ -33,9 +35,9 @@ static int record_zone_gc(lua_State *L) {
     return 0;
 }
 
-/* core.unpack(s, t) -> n | nil: stores the values MessagePack-encoded one
- * after another in s into t[1..n] (t may be reused: entries past n are left
- * as they were) and returns n. Records hold only scalars and strings: an
+/* core.unpack(s, t[, from]) -> n | nil: stores the values MessagePack-encoded
+ * one after another in s from its byte `from` on (default 1) into t[1..n] (t
+ * may be reused: entries past n are left as they were) and returns n. Records hold only scalars and strings: an
  * array, a map, an extension, bin or bytes that do not decode give nil
  * (junk another program wrote; the caller drops the record). Each value is
  * decoded and the zone cleared before anything is pushed, so a Lua error
@@ -45,6 +47,9 @@ static int record_unpack(lua_State *L) {
     size_t len, off = 0;
     const char *s = luaL_checklstring(L, 1, &len);
     luaL_checktype(L, 2, LUA_TTABLE);
+    lua_Integer from = luaL_optinteger(L, 3, 1);
+    if (from < 1 || (size_t)from > len + 1) return luaL_argerror(L, 3, "out of the string");
+    off = (size_t)from - 1;
     struct record_zone *rz = lua_touserdata(L, lua_upvalueindex(1));
     int n = 0;
     while (off < len) {

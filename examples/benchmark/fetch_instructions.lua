@@ -1,7 +1,8 @@
 -- The client of fetch-instructions.sh: pushes N blank jobs into one shard
 -- (push.lua, calls of 1,000, ids in order, perform_in = now), then with
 -- MODE "fetch" fetches them LIMIT at a time, each call acking the batch
--- before (the host's "records" form), then shuts the server down.
+-- before (the host's "members" form; FETCH_FORM=records the other), then
+-- shuts the server down.
 -- With FETCH_LATER=1 each call's perform_in is 1 us below the last one's
 -- (a producer whose clock lags): every job after the first call goes to
 -- P later instead of P ready. With FETCH_IDS=random the ids start with 8
@@ -54,7 +55,7 @@ end
 if MODE == "fetch" then
   local at, got, ack = string.format("%.17g", core.now() + 1), 0, ""
   while true do
-    local r = conn:script("fetch", P, "tok", "30000", at, LIMIT, ack, "1", "0", "records")
+    local r = conn:script("fetch", P, "tok", "30000", at, LIMIT, ack, "1", "0", os.getenv("FETCH_FORM") or "members")
     assert(r[1] == "OK", tostring(r[1]))
     if tonumber(r[6]) == 0 then break end
     got, ack = got + tonumber(r[6]), r[2]

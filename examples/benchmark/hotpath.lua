@@ -88,7 +88,7 @@ local function fetch(srv, n, limit, now)
   local now_s, lim = string.format("%.17g", now + 1), tostring(limit)
   local got, ack = 0, ""
   while got < n do
-    local r = srv.conn:script("fetch", P, TOKEN, "30000", now_s, lim, ack, "1", "0", "records") -- (the host's form)
+    local r = srv.conn:script("fetch", P, TOKEN, "30000", now_s, lim, ack, "1", "0", "members") -- (the host's form)
     assert(r[1] == "OK", tostring(r[1]) .. " " .. tostring(r[2]))
     local k = tonumber(r[6])
     if k == 0 then break end

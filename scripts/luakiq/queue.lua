@@ -9,12 +9,12 @@ local M = {}
 
 -- The fetch.lua call for handler h (t: the thread state with token, lease_ms,
 -- and h.batch, the id of h's batch in flight). ack: the batch in flight
--- succeeded. limit 0 only acks/renews. The reply comes in the "records"
+-- succeeded. limit 0 only acks/renews. The reply comes in the "members"
 -- form (parse_fetch).
 function M.fetch_cmd(h, t, limit, ack)
   return { script = "fetch", h.prefix, t.token, t.lease_ms, core.now(), limit,
            ack and h.batch or "", limit > 0 and "1" or "0", h.def.delivery == "at_most_once" and "1" or "0",
-           "records" }
+           "members" }
 end
 
 -- The values of a busy record, decoded by core.unpack (host/record.c) into
@@ -31,9 +31,9 @@ local vals = {}
 -- retry counts are few and small: each string's number is kept)
 local last_pin_s, last_pin = nil, nil
 local RC_NUM = {}
-local function busy_job(id, err, rec)
+local function busy_job(id, err, rec, from)
   if type(rec) ~= "string" then return nil end
-  local n = core.unpack(rec, vals)
+  local n = core.unpack(rec, vals, from)
   if not n or n < 6 then return nil end
   local pin_s, rc_s = vals[1], vals[2]
   local pin = last_pin
@@ -58,6 +58,31 @@ local function busy_job(id, err, rec)
   return job
 end
 
+-- A job of the "members" form: e is a fresh job's member of P jobs
+-- (docs/redis.md, "Records": esc(id), "\0\0", the place "r", then perform_in
+-- as a number and payload, score or nil, ...), or esc(id) .. "\0\0b" and its
+-- busy record. Returns the job (nil when it does not decode, as busy_job)
+-- and its id (nil without one).
+local function member_job(e, err)
+  if type(e) ~= "string" then return nil end
+  local at = e:find("\0\0", 1, true)
+  if not at then return nil end
+  local id = e:sub(1, at - 1)
+  if id:find("\0", 1, true) then id = id:gsub("%z\1", "\0") end
+  local place = e:byte(at + 2)
+  if place == 98 then return busy_job(id, err, e, at + 3), id end -- "b"
+  if place ~= 114 then return nil, id end -- (not "r": junk)
+  local n = core.unpack(e, vals, at + 3)
+  if not n or n < 3 or type(vals[1]) ~= "number" then return nil, id end
+  local pls, np = new_table(math.floor(n / 2), 0), 0
+  for k = 2, n, 2 do
+    if type(vals[k]) ~= "string" then return nil, id end
+    np = np + 1
+    pls[np] = { vals[k] } -- (perform sees no scores)
+  end
+  return { id = id, perform_in = vals[1], retry_count = -1, error = err ~= "" and err or nil, payloads = pls }, id
+end
+
 -- Reads one fetch.lua reply (h: whose; read only). Returns {jobs = {...},
 -- bytes = their busy records' bytes, head = number|nil, batch = the batch
 -- id in flight or nil, best = the priority of the best due job left or nil
@@ -66,7 +91,7 @@ end
 -- {leased = true, pttl = ms left of its lease, reshard = true when a reshard
 -- froze the shard} when another holder has the shard's lease. Raises on an
 -- error reply. The caller keeps the batch id (the runner: h.batch).
-function M.parse_fetch(r, h)
+function M.parse_fetch(r, h, form)
   if type(r) ~= "table" or r.err then
     error("fetch failed on " .. h.prefix .. ": " .. tostring(r and r.err or r), 0)
   end
@@ -75,11 +100,13 @@ function M.parse_fetch(r, h)
   if restored and restored > 0 then
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
   end
-  -- the "records" form: id, busy record per job, then optional sections:
+  -- the "members" form (fetch_cmd's; form "records": id, busy record per
+  -- job): one element per job (member_job), then optional sections:
   -- "errors" (the jobs that carry one: count, then job number, error) and
   -- "best" (the priority of the best due job left, with priorities)
+  local members = form ~= "records"
   local n = tonumber(r[6])
-  local i, best, errs = 7 + 2 * n, nil, nil
+  local i, best, errs = 7 + (members and n or 2 * n), nil, nil
   while r[i] do
     if r[i] == "errors" then
       errs = {}
@@ -95,11 +122,16 @@ function M.parse_fetch(r, h)
   end
   local jobs, windows, bytes = {}, nil, 0
   for k = 1, n do
-    local id = r[5 + 2 * k]
-    -- (defaults in busy_job: a nil here would break the failure path and
-    -- loop on the batch forever)
-    local rec = r[6 + 2 * k]
-    local job = busy_job(id, errs and errs[k] or "", rec)
+    -- (defaults in busy_job and member_job: a nil here would break the
+    -- failure path and loop on the batch forever)
+    local job, id, rec
+    if members then
+      rec = r[6 + k]
+      job, id = member_job(rec, errs and errs[k] or "")
+    else
+      id, rec = r[5 + 2 * k], r[6 + 2 * k]
+      job = busy_job(id, errs and errs[k] or "", rec)
+    end
     if job then
       bytes = bytes + #rec
       jobs[#jobs + 1] = job

@@ -4,7 +4,7 @@
 -- ARGV[1] token (this holder), [2] lease_ms, [3] now, [4] limit (max jobs),
 --      [5] ack: the batch id to ack ("" = no ack), [6] fetch: "1" or "0",
 --      [7] (optional) "1": the worker's delivery is "at_most_once",
---      [8] (optional) "records": the reply form the host reads (below).
+--      [8] (optional) "records" or "members": the reply forms the host reads (below).
 -- Lease (fencing): if another token holds "lease" -> {"LEASE", pttl}, nothing
 -- done. If nobody holds it and "holder" is another token, this is a new
 -- acquisition: every in-flight job of the shard returns to the queue with its
@@ -30,14 +30,18 @@
 -- left in the queue (or ""), payloads in ascending score order. (No scores:
 -- perform does not see them, and leaving them out saves ~12% of Redis's
 -- time per job at batch 100; busy.lua lists them.)
--- With ARGV[8] = "records" (the host's form) a job is two elements: id and
--- its busy record as stored in P busy (docs/redis.md, "Records"), which the
--- host decodes; the errors of the jobs that have one come in a section
--- after them, "errors" (each element of a reply costs Redis ~1.3k
--- instructions, and few jobs in flight carry an error). A fetched job's
--- payload encodings are copied from its queued record into the busy record
--- without being decoded in Redis (docs/benchmarks.md: ~1.5 us of Redis CPU
--- per job). A record whose payloads do not decode reaches the host, which
+-- With ARGV[8] = "records" a job is two elements: id and its busy record as
+-- stored in P busy (docs/redis.md, "Records"), which the host decodes; the
+-- errors of the jobs that have one come in a section after them, "errors"
+-- (each element of a reply costs Redis ~1.3k instructions, and few jobs in
+-- flight carry an error). With "members" (the host's form) a job is one
+-- element: a fresh job taken from P ready is its member of P jobs as it is
+-- (esc(id), "\0\0", its queued record: no string made for the reply), any
+-- other esc(id) .. "\0\0b" .. its busy record; the sections as in
+-- "records" (one element a job less: ~1k Redis instructions, docs/benchmarks.md).
+-- A fetched job's payload encodings are copied from its queued record into
+-- the busy record without being decoded in Redis (docs/benchmarks.md: ~1.5
+-- us of Redis CPU per job). A record whose payloads do not decode reaches the host, which
 -- drops it (the decoded form drops it here); either way it leaves with the
 -- batch's ack.
 -- luakiq:include keys
@@ -48,7 +52,8 @@
 local P = KEYS[1]
 local K = shard_keys(P)
 local token, ack, want, at_most_once = ARGV[1], ARGV[5], ARGV[6], ARGV[7] == "1"
-local records = ARGV[8] == "records"
+local members = ARGV[8] == "members"
+local records = members or ARGV[8] == "records"
 local lease_ms = arg_lease("fetch", token, ARGV[2])
 local now, limit = arg_finite("fetch", "now", ARGV[3]), arg_count("fetch", "limit", ARGV[4])
 if ack == nil or (want ~= "0" and want ~= "1") then
@@ -153,8 +158,12 @@ local job_windows -- {job number, windows, ...} of the jobs that have their own
 -- the "errors" section.
 local job_errors -- {job number, error, ...} of the jobs that have one
 local function add_record(id, err, rec)
-  local k = 6 + 2 * n -- (n jobs in out so far, two elements each: no #)
-  out[k + 1], out[k + 2] = id, rec
+  if members then
+    out[7 + n] = esc(id) .. "\0\0b" .. rec -- (n jobs in out so far, one element each: no #)
+  else
+    local k = 6 + 2 * n -- (two elements each)
+    out[k + 1], out[k + 2] = id, rec
+  end
   if err then
     job_errors = job_errors or {}
     job_errors[#job_errors + 1] = tostring(n + 1)
@@ -505,7 +514,11 @@ local function take_quiet(max, now_s, retried)
     nt = nt + 1
     fields[nf + 1], fields[nf + 2] = lid, rec
     nf = nf + 2
-    out[5 + 2 * nt], out[6 + 2 * nt] = lid, rec
+    if members then
+      out[6 + nt] = esc(lid) .. "\0\0b" .. rec
+    else
+      out[5 + 2 * nt], out[6 + 2 * nt] = lid, rec
+    end
     Tid[nt], Tps[nt], Th[nt], Tlater[nt] = lid, lps, #h, true
   end
   local lp = nL > 0 and tonumber(L[2]) -- (the perform_in of later's next)
@@ -576,7 +589,11 @@ local function take_quiet(max, now_s, retried)
         end
         fields[nf + 1], fields[nf + 2] = id, rec
         nf = nf + 2
-        out[5 + 2 * nt], out[6 + 2 * nt] = id, rec
+        if members then
+          out[6 + nt] = m -- (its member: the host reads a fresh job from it)
+        else
+          out[5 + 2 * nt], out[6 + 2 * nt] = id, rec
+        end
         if retried then Tid[nt], Tps[nt], Th[nt] = id, pin_str(pin), #h end
       elseif m and not place then
         drop_junk(m, id) -- (as in take_default)
@@ -609,7 +626,8 @@ local function take_quiet(max, now_s, retried)
           local k = off + j
           -- (its fresh record's payload encodings follow the head, Th[k] bytes)
           local rec = busy_record_of(Tps[k], r[j], nil, nil, fields[2 + 2 * k], Th[k])
-          fields[2 + 2 * k], out[6 + 2 * k] = rec, rec
+          fields[2 + 2 * k] = rec
+          if members then out[6 + k] = esc(Tid[k]) .. "\0\0b" .. rec else out[6 + 2 * k] = rec end
           gone[#gone + 1] = Tid[k]
         end
       end

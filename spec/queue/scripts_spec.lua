@@ -336,7 +336,7 @@ describe("scripts", function()
       local q = require "luakiq.queue"
       local args = { "fetch", p, S.TOKEN, 30000, at, 20, "", "1", "0", "records" }
       local raw = env.conn:script(unpack(args))
-      local res = q.parse_fetch(raw, { prefix = p, worker = "Test", shard = 0 })
+      local res = q.parse_fetch(raw, { prefix = p, worker = "Test", shard = 0 }, "records")
       assert.are.equal(7, #decoded) -- d (priority 50) first, then b, f, a, c, e, g\0z; not j
       assert.are.same(decoded, res.jobs)
       assert.are.equal("d", res.jobs[1].id)
@@ -352,7 +352,7 @@ describe("scripts", function()
       assert.are.equal(8, env.conn:call("HLEN", p .. "busy"))
       -- a lost reply: the batch comes again, the same jobs (in perform_in
       -- order: d's priority no longer counts)
-      local again = q.parse_fetch(env.conn:script(unpack(args)), { prefix = p, worker = "Test", shard = 0 })
+      local again = q.parse_fetch(env.conn:script(unpack(args)), { prefix = p, worker = "Test", shard = 0 }, "records")
       local function by_id(list)
         table.sort(list, function(x, y) return x.id < y.id end)
         return list
@@ -392,8 +392,9 @@ describe("scripts", function()
     -- form); general: with an unrelated P windows field, which sends every
     -- fetch down the general path (take_default) instead of the one pass.
     -- Returns the replies, and the keys (shard_state, less the windows
-    -- field) with the first batch in flight and at the end.
-    local function drain_shard(p, dumps, at, limit, general)
+    -- field) with the first batch in flight and at the end. form: the
+    -- reply's, "records" by default.
+    local function drain_shard(p, dumps, at, limit, general, form)
       for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do env.conn:call("DEL", k) end
       for k, v in pairs(dumps) do env.conn:call("RESTORE", k, 0, v) end
       if general then env.conn:call("HSET", p .. "windows", "nobody", "UTC|00:00-24:00") end
@@ -404,13 +405,24 @@ describe("scripts", function()
       end
       local replies, ack, first = {}, "", nil
       for step = 1, 200 do
-        local r = env.conn:script("fetch", p, S.TOKEN, 30000, at, limit, ack, "1", "0", "records")
+        local r = env.conn:script("fetch", p, S.TOKEN, 30000, at, limit, ack, "1", "0", form or "records")
         replies[step] = r
         if step == 1 then first = state() end
         if r[2] == "" then break end
         ack = r[2]
       end
       return replies, state(), first
+    end
+
+    -- The jobs the host reads from each reply of a drain of shard p, in
+    -- form ("records" or "members").
+    local function decoded(p, replies, form)
+      local q, out = require "luakiq.queue", {}
+      for i, r in ipairs(replies) do
+        local res = q.parse_fetch(r, { prefix = p, worker = "Test", shard = 0 }, form)
+        out[i] = { res.jobs, res.head, res.batch, res.bytes > 0 }
+      end
+      return out
     end
 
     it("takes a plain shard's ready jobs in one pass as the general path does, whatever the limit", function()
@@ -468,7 +480,7 @@ describe("scripts", function()
         local q = require "luakiq.queue"
         for _, r in ipairs(replies) do
           if r[2] ~= "" then
-            for _, job in ipairs(q.parse_fetch(r, { prefix = p, worker = "Test", shard = 0 }).jobs) do
+            for _, job in ipairs(q.parse_fetch(r, { prefix = p, worker = "Test", shard = 0 }, "records").jobs) do
               if job.id == "r05" then return job.retry_count end
             end
           end
@@ -485,6 +497,15 @@ describe("scripts", function()
             assert.are.same(r2, r1, what)
             assert.are.same(f2, f1, what)
             assert.are.same(s2, s1, what)
+            -- the host's form ("members": a fresh ready job is its member
+            -- as it is, any other esc(id) "\0\0b" and its busy record), by
+            -- both paths: the same jobs read, the same keys left
+            for _, general in ipairs({ false, true }) do
+              local r3, s3, f3 = drain_shard(p, dumps, at, limit, general, "members")
+              assert.are.same(decoded(p, r1, "records"), decoded(p, r3, "members"), what)
+              assert.are.same(f1, f3, what)
+              assert.are.same(s1, s3, what)
+            end
             -- every due job but r20's and the junk head's, in order; then the head
             local ids = {}
             for _, r in ipairs(r1) do
@@ -598,7 +619,8 @@ describe("scripts", function()
       -- later with an error, deletes that leave stale entries; then the
       -- shard drained at a random limit and time as it is (the one pass
       -- wherever it applies) and with an unrelated P windows field (the
-      -- general path throughout). Replies and keys must agree.
+      -- general path throughout). Replies and keys must agree, and the jobs
+      -- read from the host's form ("members") with them.
       local p = "luakiq:{OnePassRandom:0}:"
       local T = now()
       local function clear()
@@ -660,6 +682,13 @@ describe("scripts", function()
         assert.are.same(r2, r1, "seed " .. seed)
         assert.are.same(f2, f1, "seed " .. seed)
         assert.are.same(s2, s1, "seed " .. seed)
+        -- the host's form, by both paths: the same jobs, the same keys
+        for _, general in ipairs({ false, true }) do
+          local r3, s3, f3 = drain_shard(p, dumps, at, limit, general, "members")
+          assert.are.same(decoded(p, r1, "records"), decoded(p, r3, "members"), "seed " .. seed)
+          assert.are.same(f1, f3, "seed " .. seed)
+          assert.are.same(s1, s3, "seed " .. seed)
+        end
       end
       -- (most seeds start on the one pass, some of them with due jobs in
       -- later to merge: the draws above lean that way)
