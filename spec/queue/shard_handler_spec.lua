@@ -42,6 +42,25 @@ describe("shard handler", function()
     assert.are.same({}, calls.retry_in)
   end)
 
+  it("runs a thread's perform calls in one coroutine, never again in one whose call raised", function()
+    -- (runner.lua's spare coroutine: made once, resumed with each call)
+    env:push("Test", { { id = 1 }, { id = 2 }, { id = 3 }, { id = 4 } })
+    local t, h, w = thread()
+    local seen = {}
+    w.perform = function(batch)
+      local id = next(batch)
+      seen[#seen + 1] = coroutine.running()
+      if id == "2" then error("boom", 0) end
+    end
+    for _ = 1, 4 do runner.process(t, h) end
+    assert.are.equal(4, #seen)
+    assert.are.equal(seen[1], seen[2]) -- the first call's, reused
+    assert.are_not.equal(seen[2], seen[3]) -- it raised: dead, a new one
+    assert.are.equal(seen[3], seen[4])
+    assert.are.equal("dead", coroutine.status(seen[2]))
+    for _, co in ipairs(seen) do assert.are_not.equal(coroutine.running(), co) end
+  end)
+
   it("retries a failed job: retry_count 0, perform_in now + retry_in(0), its error, every payload", function()
     env:push("Test", { { id = 1, payload = "v1", score = 0 }, { id = 1, payload = "v2", score = 1 } })
     local t, h, w = thread()
