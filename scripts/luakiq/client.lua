@@ -267,6 +267,8 @@ local function dispatch(conn, st)
   return st
 end
 
+local function by_id(a, b) return a[1] < b[1] end
+
 -- Sends prepared jobs of one worker (prepare's tables), grouped by shard
 -- under the worker's shards_count, one push.lua call per shard and chunk.
 -- Each call is written out as soon as it is built (dispatch), so Redis
@@ -317,17 +319,24 @@ local function send(conn, cfg, worker, prepared, now, extras, defer)
         cmd[7] = rc == -1 and "-1" or rc
         cmd[8] = score == now and now_s or score
         k = 9
+        -- (sorted by id when no job has a section, which names jobs by
+        -- their place: jobs of one perform_in, retry_count and score come
+        -- out the same in any order, and push.lua writes ascending ids its
+        -- shortest way; byte order, which is Redis's unless its
+        -- LC_COLLATE says otherwise: then it takes its general way)
         if payload then
           cmd[9] = payload
-          k = 10
-          for j = from, to do
-            cmd[k] = list[j][1]
-            k = k + 1
-          end
+          local ids = {}
+          for j = from, to do ids[j - from + 1] = list[j][1] end
+          if not extras then table.sort(ids) end
+          for j = 1, #ids do cmd[9 + j] = ids[j] end
+          k = 10 + #ids
         else
-          for j = from, to do
-            local p = list[j]
-            cmd[k], cmd[k + 1] = p[1], p[5]
+          local rows = {}
+          for j = from, to do rows[j - from + 1] = list[j] end
+          if not extras then table.sort(rows, by_id) end
+          for j = 1, #rows do
+            cmd[k], cmd[k + 1] = rows[j][1], rows[j][5]
             k = k + 2
           end
         end

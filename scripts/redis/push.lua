@@ -30,8 +30,9 @@
 --   "", "ids", perform_in, retry_count, score, payload, then ids: every job
 --     has that payload;
 --   "", "pairs", perform_in, retry_count, score, then id, payload pairs.
--- (each argument costs Redis ~1k instructions to read: a blank job's push
--- is ~1.5k of ~21k less in the "ids" form, docs/benchmarks.md)
+-- Ascending new ids in them take the short way below (a blank job's push
+-- ~11k Redis instructions instead of ~17k as groups of 5, docs/benchmarks.md).
+-- (the client sorts a shard's chunk by id when no job has a section)
 -- Returns {added, head}: added = ids newly queued (integer), head = the
 -- shard's lowest perform_in after the push (Redis score string) or false.
 -- Publishes the prefix on the channel when the head got earlier (an empty
@@ -42,30 +43,6 @@
 -- luakiq:include tags
 -- luakiq:include shard
 local ARGV = ARGV -- (a local: a global is a table lookup each time, ~10 a job)
-if ARGV[3] == "" and (ARGV[4] == "ids" or ARGV[4] == "pairs") then
-  -- (the short forms, as groups of 5)
-  local form, pin, rc, score, payload = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-  local pairs_form = form == "pairs"
-  local step, i, n = pairs_form and 2 or 1, pairs_form and 8 or 9, #ARGV
-  if i - 1 > n then
-    error("luakiq push: the \"" .. form .. "\" form is \"\", \"" .. form .. "\", perform_in, retry_count, score" ..
-      (pairs_form and ", then id, payload pairs" or ", payload, then ids"), 0)
-  end
-  local A, k = { ARGV[1], ARGV[2] }, 2
-  while i <= n and ARGV[i] ~= "" do
-    if pairs_form then
-      payload = ARGV[i + 1]
-      if payload == nil then error("luakiq push: the \"pairs\" form needs a payload after id '" .. ARGV[i] .. "'", 0) end
-    end
-    A[k + 1], A[k + 2], A[k + 3], A[k + 4], A[k + 5] = ARGV[i], pin, rc, score, payload
-    k, i = k + 5, i + step
-  end
-  for j = i, n do
-    k = k + 1
-    A[k] = ARGV[j]
-  end
-  ARGV = A
-end
 local P = KEYS[1]
 local K = shard_keys(P)
 local channel = ARGV[1]
@@ -88,6 +65,151 @@ local function finite(v, what, n)
   s = string.format("%.17g", x)
   memo[v], nums[v] = s, x
   return s
+end
+-- A call in a short form as the groups of 5 it stands for (the way of
+-- every call the short way below does not take).
+local function expand()
+  local form, pin, rc, score, payload = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+  local pairs_form = form == "pairs"
+  local step, i, n = pairs_form and 2 or 1, pairs_form and 8 or 9, #ARGV
+  if i - 1 > n then
+    error("luakiq push: the \"" .. form .. "\" form is \"\", \"" .. form .. "\", perform_in, retry_count, score" ..
+      (pairs_form and ", then id, payload pairs" or ", payload, then ids"), 0)
+  end
+  local A, k = { ARGV[1], ARGV[2] }, 2
+  while i <= n and ARGV[i] ~= "" do
+    if pairs_form then
+      payload = ARGV[i + 1]
+      if payload == nil then error("luakiq push: the \"pairs\" form needs a payload after id '" .. ARGV[i] .. "'", 0) end
+    end
+    A[k + 1], A[k + 2], A[k + 3], A[k + 4], A[k + 5] = ARGV[i], pin, rc, score, payload
+    k, i = k + 5, i + step
+  end
+  for j = i, n do
+    k = k + 1
+    A[k] = ARGV[j]
+  end
+  ARGV = A
+end
+-- Variadic writes, at most step arguments a call.
+local function chunks(cmd, key, list, step)
+  for from = 1, #list, step do redis.call(cmd, key, unpack(list, from, math.min(from + step - 1, #list))) end
+end
+-- Writes the usual call's jobs (below: new, distinct, one perform_in pin,
+-- priority 100, a shard without tags, priorities or expiring payloads):
+-- add, their members of P jobs for ZADD ("0", member, ...); ready, their
+-- ids when they go to P ready (sorted), else later (pin_s, id, ...) for P
+-- later; before, the head before the call. Returns push.lua's reply.
+local function write_usual(add, ready, later, pin, pin_s, before, added)
+  chunks("ZADD", K.jobs, add, 2000)
+  chunks("ZADD", K.later, later, 2000)
+  if #ready > 0 then
+    chunks("RPUSH", K.ready, ready, 1000)
+    redis.call("SET", K.tail, pin_s)
+  end
+  local head = before and tonumber(before)
+  if not head or pin < head then
+    if channel ~= "" then wake(channel, P) end
+    head = pin
+  end
+  return { added, score_str(head) }
+end
+-- The short way: a call in a short form ("ids", "pairs") whose ids ascend
+-- (so are distinct: a producer that sorts them, as luakiq's client does for
+-- a chunk of a shard) with retry_count < 0, no section but "shards", into
+-- a shard without tags, priorities or expiring payloads, none of its ids
+-- queued: its jobs are written from ARGV as they are, without the groups of
+-- 5 (docs/benchmarks.md, "Push's short forms"). Anything else, errors included,
+-- gives nil before any write: the call goes the general way.
+local function short_way()
+  local pairs_form = ARGV[4] == "pairs"
+  local step, i0, n = pairs_form and 2 or 1, pairs_form and 8 or 9, #ARGV
+  local pin_a, rc_a, score_a = ARGV[5], ARGV[6], ARGV[7]
+  for _, v in ipairs({ pin_a, rc_a, score_a, ARGV[2] }) do
+    local x = tonumber(v)
+    if not x or x ~= x or x == math.huge or x == -math.huge then return nil end
+  end
+  -- the ids, ascending; where they end
+  local i, prev = i0, nil
+  while i <= n do
+    local id = ARGV[i]
+    if id == "" then break end
+    if (prev and not (prev < id)) or (pairs_form and ARGV[i + 1] == nil) then return nil end
+    prev, i = id, i + step
+  end
+  local count = (i - i0) / step
+  if count == 0 then return nil end
+  local last_i = i - step
+  if i <= n then
+    -- (only "", "shards", COUNT after them)
+    if not (n == i + 2 and ARGV[i + 1] == "shards" and ARGV[i + 2]:match("^%d+$")) then return nil end
+    local have = shards_of(redis.call("GET", K.shards))
+    if have and have ~= ARGV[i + 2] then return nil end
+  end
+  local pin_s = finite(pin_a, "perform_in") -- (finite, as checked above: no error)
+  finite(rc_a, "retry_count")
+  finite(score_a, "score")
+  finite(ARGV[2], "now")
+  if nums[rc_a] >= 0 then return nil end
+  if has_levels(K) or has_tags(K) or redis.call("EXISTS", K.expiring) == 1 then return nil end
+  -- none of its ids queued (the members read in one range: read_jobs)
+  read_jobs(K, nil, count, ARGV[i0], prev)
+  if not K.known then return nil end
+  for E in pairs(K.known) do
+    -- (a binary search among the call's ascending ids)
+    local id, lo, hi = unesc(E), 0, count - 1
+    while lo <= hi do
+      local mid = math.floor((lo + hi) / 2)
+      local v = ARGV[i0 + mid * step]
+      if v == id then return nil end
+      if v < id then lo = mid + 1 else hi = mid - 1 end
+    end
+  end
+  K.known = nil
+  local before = queue_head(P, K)
+  local pin, now, score_n = nums[pin_a], nums[ARGV[2]], nums[score_a]
+  local place = "l"
+  if pin <= now and pin >= ready_tail(K) then place = "r" end
+  local head = place .. cmsgpack.pack(pin) -- (the record's place and perform_in)
+  local add, later, ready, na = {}, {}, {}, 0
+  local tail_s = score_n ~= pin and cmsgpack.pack(score_n) or cmsgpack.pack(nil)
+  -- (ids without a byte 0, as most are, need no escaping: one search for
+  -- all of an "ids" call)
+  local plain = not pairs_form and not table.concat(ARGV, "", i0, last_i):find("\0", 1, true)
+  local recs = {} -- payload -> "\0\0" .. record
+  local rec = not pairs_form and "\0\0" .. head .. cmsgpack.pack(ARGV[8]) .. tail_s
+  for k = i0, last_i, step do
+    local id = ARGV[k]
+    local r = rec
+    if pairs_form then
+      local pl = ARGV[k + 1]
+      r = recs[pl]
+      if not r then
+        r = "\0\0" .. head .. cmsgpack.pack(pl) .. tail_s
+        recs[pl] = r
+      end
+    end
+    add[na + 1], add[na + 2] = "0", ((plain or not id:find("\0", 1, true)) and id or esc(id)) .. r
+    na = na + 2
+  end
+  if place == "r" then
+    if step == 1 then
+      for from = i0, last_i, 1000 do
+        redis.call("RPUSH", K.ready, unpack(ARGV, from, math.min(from + 999, last_i)))
+      end
+      redis.call("SET", K.tail, pin_s)
+    else
+      for k = i0, last_i, step do ready[#ready + 1] = ARGV[k] end
+    end
+  else
+    for k = i0, last_i, step do later[#later + 1], later[#later + 2] = pin_s, ARGV[k] end
+  end
+  return write_usual(add, ready, later, pin, pin_s, before, count)
+end
+if ARGV[3] == "" and (ARGV[4] == "ids" or ARGV[4] == "pairs") then
+  local r = short_way()
+  if r then return r end
+  expand()
 end
 -- The sections: they start where a group would have id "" and a section
 -- name as perform_in.
@@ -237,10 +359,6 @@ end
 local levels = prio or has_levels(K)
 -- (the call's members read in one range when they are few: read_jobs)
 if in_order then read_jobs(K, ids, distinct, ARGV[3], ARGV[last - 4]) else read_jobs(K, ids) end
--- Variadic writes, at most step arguments a call.
-local function chunks(cmd, key, list, step)
-  for from = 1, #list, step do redis.call(cmd, key, unpack(list, from, math.min(from + step - 1, #list))) end
-end
 -- The usual call takes a shorter way, with the same result as the general
 -- one below: no section but "shards", no retry_count >= 0, a shard without
 -- tags, priorities or expiring payloads, every id new (read in one range,
@@ -287,21 +405,10 @@ if one_pin and distinct == (last - 2) / 5 and K.known and not (tagsec or expiry 
         nl = nl + 2
       end
     end
-    chunks("ZADD", K.jobs, add, 2000)
-    chunks("ZADD", K.later, later, 2000)
-    if #ids > 0 then
-      -- (a producer that sends a call's distinct ids in order spares the
-      -- sort ~10 string comparisons a job, each a strcoll here)
-      if not in_order then table.sort(ids) end
-      chunks("RPUSH", K.ready, ids, 1000)
-      redis.call("SET", K.tail, pin_s)
-    end
-    local head = before and tonumber(before)
-    if not head or pin < head then
-      if channel ~= "" then wake(channel, P) end
-      head = pin
-    end
-    return { distinct, score_str(head) }
+    -- (a producer that sends a call's distinct ids in order spares the
+    -- sort ~10 string comparisons a job, each a strcoll here)
+    if not in_order then table.sort(ids) end
+    return write_usual(add, ids, later, pin, pin_s, before, distinct)
   end
 end
 local byid, order = {}, {} -- id -> job; ids in first-occurrence order

@@ -148,6 +148,72 @@ describe("scripts", function()
       assert.are.equal(0, env.conn:call("EXISTS", p .. "jobs"))
     end)
 
+    it("writes ascending new ids of a short form its shortest way, as the groups of 5 would", function()
+      -- (push.lua's short_way: ascending ids, retry_count < 0, no section
+      -- but "shards", no tags, priorities or expiring payloads, none of its
+      -- ids queued; the scenarios below also reach each of its way-outs)
+      local t = now()
+      local function state(p)
+        return { jobs = env.conn:call("ZRANGE", p .. "jobs", 0, -1), ready = env.conn:call("LRANGE", p .. "ready", 0, -1),
+                 later = env.conn:call("ZRANGE", p .. "later", 0, -1, "WITHSCORES"), tail = env.conn:call("GET", p .. "tail"),
+                 retries = env.conn:call("ZRANGE", p .. "retries", 0, -1, "WITHSCORES") }
+      end
+      -- payload: one for all, or a table id -> payload ("pairs" only)
+      local function call(form, p, pin, rc, score, payload, ids, tail)
+        local args = { script = "push", p, "", now() }
+        local function add(...) for _, v in ipairs({ ... }) do args[#args + 1] = v end end
+        local function pl(id) return type(payload) == "table" and payload[id] or payload end
+        if form == "g" then
+          for _, id in ipairs(ids) do add(id, pin, rc, score, pl(id)) end
+        elseif form == "i" then
+          add("", "ids", pin, rc, score, payload)
+          for _, id in ipairs(ids) do add(id) end
+        else
+          add("", "pairs", pin, rc, score)
+          for _, id in ipairs(ids) do add(id, pl(id)) end
+        end
+        for _, v in ipairs(tail or {}) do add(v) end
+        return env.conn:pipeline({ args })[1]
+      end
+      local scenarios = {
+        { "due", { { t, -1, t, '""', { "a", "b", "c" } } } },
+        { "byte 0", { { t, -1, t, '"x"', { "x\0a", "x\0b", "y" } } } },
+        { "score", { { t, -1, t - 3, '"x"', { "a", "b" } } } },
+        { "future", { { t + 30, -1, t + 30, '"x"', { "a", "b" } } } },
+        { "below the tail", { { t, -1, t, '"x"', { "a" } }, { t - 5, -1, t - 5, '"x"', { "b", "c" } } } },
+        { "a queued id", { { t, -1, t, '"x"', { "m" } }, { t, -1, t, '"y"', { "l", "m", "n" } } } },
+        { "ids between", { { t, -1, t, '"x"', { "b", "d" } }, { t, -1, t, '"y"', { "a", "c", "e" } } } },
+        { "retried", { { t, 3, t, '"x"', { "a", "b" } } } },
+        { "not ascending", { { t, -1, t, '"x"', { "b", "a" } } } },
+        { "shards", { { t, -1, t, '"x"', { "a", "b" }, { "", "shards", "1" } } } },
+        { "priority", { { t, -1, t, '"x"', { "a", "b" }, { "", "priority", "2", "5" } } } },
+      }
+      for k, sc in ipairs(scenarios) do
+        local shards = { g = "luakiq:{G" .. k .. ":0}:", i = "luakiq:{I" .. k .. ":0}:", p = "luakiq:{R" .. k .. ":0}:" }
+        for j, st in ipairs(sc[2]) do
+          local r = {}
+          for form, p in pairs(shards) do
+            local payload = st[4]
+            if form ~= "i" and j == 1 and sc[1] == "due" then payload = { a = '"1"', b = '"2"', c = '"1"' } end
+            if form == "i" and type(payload) == "table" then payload = '"1"' end
+            r[form] = call(form, p, st[1], st[2], st[3], payload, st[5], st[6])
+          end
+          assert.are.same(r.g, r.p, sc[1] .. " " .. j)
+          assert.are.same(state(shards.g), state(shards.p), sc[1] .. " " .. j)
+          if sc[1] ~= "due" then
+            assert.are.same(r.g, r.i, sc[1] .. " " .. j)
+            assert.are.same(state(shards.g), state(shards.i), sc[1] .. " " .. j)
+          end
+        end
+      end
+      -- (a shard with tags, or priorities, takes the general way too)
+      env.conn:call("HSET", "luakiq:{Tagged:0}:tags", "z", "t")
+      env.conn:call("SADD", "luakiq:{Tagged:0}:tag:t", "z")
+      local r = call("i", "luakiq:{Tagged:0}:", t, -1, t, '"x"', { "a", "b" })
+      assert.are.same({ 2, tostring(t) }, r)
+      assert.are.same({ "a", "b" }, env.conn:call("LRANGE", "luakiq:{Tagged:0}:ready", 0, -1))
+    end)
+
     it("gets from the client the short form its jobs allow, and the same jobs whatever the form", function()
       -- (the client picks: "ids" when a shard's jobs share perform_in,
       -- retry_count, score and payload; "pairs" when only the payloads
