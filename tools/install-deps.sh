@@ -27,6 +27,9 @@ fi
 # self-signed certificate.
 if [ $tests = 1 ]; then
   pkgs+=(curl chromium python3 openssl)
+  # spec/faults/redis_spec.lua makes a language's locale (localedef) for a
+  # redis-server that compares strings by it: the locale sources
+  pkgs+=(locales)
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi

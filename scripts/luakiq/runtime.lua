@@ -147,8 +147,19 @@ end
 -- thread starts, every CLI command that reads or writes queues). A new
 -- namespace is marked layout 2 by the check. Returns nil (go), or the
 -- one-line reason to refuse (docs/redis.md, "Migration from layout 1").
+-- A Redis whose strings compare by a language (its LC_COLLATE) is refused
+-- by every queue script (scripts/redis/lib/keys.lua): said here in one line
+-- with the server's address instead of as a script's error.
 function M.layout_refusal(conn, cfg)
-  return layout_refusal(cfg, conn:script("layout", keys.registry(cfg.namespace), "check"))
+  local ok, v = pcall(conn.script, conn, "layout", keys.registry(cfg.namespace), "check")
+  if not ok then
+    if tostring(v):find("luakiq needs byte order", 1, true) then
+      return string.format("Redis at %s orders strings by a language (its LC_COLLATE), and luakiq's scripts need " ..
+        "byte order: start redis-server with LC_ALL=C (docs/redis.md, 'Byte order')", tostring(cfg.redis))
+    end
+    error(v, 0)
+  end
+  return layout_refusal(cfg, v)
 end
 
 -- Records each worker's shards_count in the queue registry; refuses a worker

@@ -228,6 +228,42 @@ describe("Redis unreachable at start-up", function()
   end)
 end)
 
+describe("Redis that orders strings by a language (LC_COLLATE)", function()
+  -- (en_US.UTF-8 made by localedef into a directory of the spec's own,
+  -- from Debian's locales package: the server's LOCPATH)
+  local loc, lsrv
+  setup(function()
+    loc = host.tmpdir()
+    assert(host.sh("localedef -i en_US -f UTF-8 " .. host.quote(loc .. "/en_US.UTF-8") .. " >/dev/null 2>&1"),
+      "localedef en_US.UTF-8 (package locales) failed")
+    lsrv = redis.start { env = "LOCPATH=" .. host.quote(loc) .. " LC_ALL=en_US.UTF-8" }
+  end)
+  teardown(function()
+    if lsrv then lsrv:stop() end
+    host.sh("rm -rf " .. host.quote(loc))
+  end)
+
+  it("is refused by every command and by its scripts, with one line, before anything is written", function()
+    -- the server does compare by language, as Redis's Lua < is strcoll
+    assert.are.equal(0, lsrv.conn:call("EVAL", "return ('B' < 'a') and 1 or 0", 0))
+    local dir = S.dir("")
+    local env = "REDIS_URL=" .. lsrv.url
+    for _, cmd in ipairs { "enqueue " .. host.quote(dir) .. " Rec", "stats " .. host.quote(dir), "run " .. host.quote(dir) } do
+      local rc, _, err = host.exec(cmd, '{"id":"a"}\n{"id":"B"}\n', env)
+      assert.are.equal(1, rc, cmd .. ": " .. err)
+      assert.is_true(one_line(err), err)
+      assert.truthy(err:find("orders strings by a language (its LC_COLLATE), and luakiq's scripts need byte order: " ..
+        "start redis-server with LC_ALL=C", 1, true), err)
+    end
+    -- a producer that calls push.lua itself is refused by the script
+    local P = keys.prefix("luakiq", "Rec", 0)
+    local ok, err = pcall(lsrv.conn.script, lsrv.conn, "push", P, "", 1, "a", 1, -1, 1, '""')
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("luakiq needs byte order", 1, true), tostring(err))
+    assert.are.equal(0, lsrv.conn:call("DBSIZE"))
+  end)
+end)
+
 describe("Redis out of memory during an enqueue", function()
   -- Each push.lua call is atomic under OOM (refused at its first write), so
   -- the error can say exactly how many jobs are stored: Redis must agree.

@@ -9,9 +9,9 @@ local function sh(cmd)
   return ok == 0 or ok == true
 end
 
-local function command(port, dir, appendonly, extra)
+local function command(port, dir, appendonly, extra, env)
   return string.format(
-    "redis-server --port %d --bind 127.0.0.1 --dir %s --daemonize yes --pidfile %s/redis.pid " ..
+    (env and env .. " " or "") .. "redis-server --port %d --bind 127.0.0.1 --dir %s --daemonize yes --pidfile %s/redis.pid " ..
     "--logfile %s/redis.log --save '' --appendonly %s%s >/dev/null 2>&1",
     port, dir, dir, dir, appendonly and "yes" or "no", extra or "")
 end
@@ -57,6 +57,7 @@ end
 
 -- Starts a server; returns {url=, port=, dir=, pid=, conn=}.
 -- opts.appendonly: keep data across :restart() (AOF, fsync on clean shutdown).
+-- opts.env: variables for the server's environment ("LC_ALL=... LOCPATH=...").
 -- With LUAKIQ_TEST_CLUSTER=1 in the environment (ctest's `cluster` label)
 -- a plain start (no opts) makes a 3-master cluster with a replica each
 -- instead, which looks like one server to the spec (M.cluster_server).
@@ -70,9 +71,9 @@ function M.start(opts)
     local port = core.free_port()
     -- a cluster node's bus port is port + 10000 unless told: a free one
     local extra = opts.extra and (opts.extra .. (opts.cluster_port and (" --cluster-port " .. core.free_port()) or ""))
-    if sh(command(port, dir, opts.appendonly, extra)) then
+    if sh(command(port, dir, opts.appendonly, extra, opts.env)) then
       local srv = setmetatable({ port = port, dir = dir, url = "redis://127.0.0.1:" .. port .. "/0",
-                                 appendonly = opts.appendonly, extra = extra }, { __index = M })
+                                 appendonly = opts.appendonly, extra = extra, env = opts.env }, { __index = M })
       if await(srv) then
         M.started[#M.started + 1] = srv
         return srv
@@ -332,7 +333,7 @@ end
 -- only with appendonly).
 function M:up()
   for _ = 1, 50 do
-    if sh(command(self.port, self.dir, self.appendonly, self.extra)) and await(self) then return end
+    if sh(command(self.port, self.dir, self.appendonly, self.extra, self.env)) and await(self) then return end
     core.sleep(0.1)
   end
   error("cannot restart redis-server on port " .. self.port)

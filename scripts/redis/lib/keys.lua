@@ -6,6 +6,18 @@
 -- NS:queues (KEYS[1] of register.lua) and the wake channel NS:wake. A key
 -- renamed here changes the wire protocol: change docs/redis.md with it.
 
+-- Byte order, or nothing. Redis's Lua compares strings with strcoll, which
+-- is byte order only under LC_COLLATE C or POSIX (or C.UTF-8); a
+-- redis-server started with a language's (LANG=en_US.UTF-8 in a shell)
+-- orders "a" before "B". The scripts order ids with < and read P jobs by
+-- byte ranges, so under such a Redis a push could miss an id's queued job
+-- and queue it twice. Every script that includes this refuses it before any read or
+-- write (docs/redis.md, "Byte order").
+if not ("B" < "a" and "a-c" < "ab") then
+  error("luakiq: this Redis orders strings by a language (its LC_COLLATE); luakiq needs byte order: " ..
+    "start redis-server with LC_ALL=C", 0)
+end
+
 -- Wakes the hosts serving shard P. channel: "" none; "!" SPUBLISH on the
 -- shard's own channel P .. "wake" (a Redis Cluster of Redis >= 7: sharded
 -- Pub/Sub keeps the message in the shard's slot instead of broadcasting it
