@@ -157,9 +157,14 @@ local function short_way()
   if nums[rc_a] >= 0 then return nil end
   if has_levels(K) or has_tags(K) or redis.call("EXISTS", K.expiring) == 1 then return nil end
   -- none of its ids queued (the members read in one range: read_jobs)
+  -- (K.known goes at once: a partial view of P jobs, through which the
+  -- general way's reads, queue_head's among them, would take a queued job
+  -- outside the range for none and drop its ready entry)
   read_jobs(K, nil, count, ARGV[i0], prev)
-  if not K.known then return nil end
-  for E in pairs(K.known) do
+  local known = K.known
+  K.known = nil
+  if not known then return nil end
+  for E in pairs(known) do
     -- (a binary search among the call's ascending ids)
     local id, lo, hi = unesc(E), 0, count - 1
     while lo <= hi do
@@ -169,7 +174,6 @@ local function short_way()
       if v < id then lo = mid + 1 else hi = mid - 1 end
     end
   end
-  K.known = nil
   local before = queue_head(P, K)
   local pin, now, score_n = nums[pin_a], nums[ARGV[2]], nums[score_a]
   local place = "l"

@@ -182,6 +182,10 @@ describe("scripts", function()
         { "future", { { t + 30, -1, t + 30, '"x"', { "a", "b" } } } },
         { "below the tail", { { t, -1, t, '"x"', { "a" } }, { t - 5, -1, t - 5, '"x"', { "b", "c" } } } },
         { "a queued id", { { t, -1, t, '"x"', { "m" } }, { t, -1, t, '"y"', { "l", "m", "n" } } } },
+        -- (ready's head outside the call's range: the general way must not
+        -- read it through the short way's partial view of P jobs)
+        { "a queued id behind another", { { t, -1, t, '"x"', { "a" } }, { t, -1, t, '"x"', { "m" } },
+                                          { t, -1, t, '"y"', { "l", "m", "n" } } } },
         { "ids between", { { t, -1, t, '"x"', { "b", "d" } }, { t, -1, t, '"y"', { "a", "c", "e" } } } },
         { "retried", { { t, 3, t, '"x"', { "a", "b" } } } },
         { "not ascending", { { t, -1, t, '"x"', { "b", "a" } } } },
