@@ -25,10 +25,19 @@ end
 -- next page of a listing by id starts there, whatever the id's record). A
 -- member without the "\0\0" (junk written by someone else) is its own id.
 function M.member_id(m)
+  local id, E = M.member_split(m)
+  if not E then return m, "(" .. m end
+  return id, "[" .. E .. "\0\1"
+end
+
+-- The id of member m, its escaped form and the offset of its record (the
+-- place byte, after the "\0\0"); nil when m has no "\0\0".
+function M.member_split(m)
   local e = m:find("\0\0", 1, true)
-  if not e then return m, "(" .. m end
+  if not e then return nil end
   local E = m:sub(1, e - 1)
-  return (E:gsub("%z\1", "\0")), "[" .. E .. "\0\1"
+  local id = E:find("\0", 1, true) and (E:gsub("%z\1", "\0")) or E
+  return id, E, e + 2
 end
 
 function M.registry(ns) return ns .. ":queues" end

@@ -4,6 +4,7 @@
 -- so a call re-sent after a lost reply can never ack or fail another batch.
 local core = require "luakiq.core"
 local log = require "luakiq.log"
+local keys = require "luakiq.keys"
 local new_table = require "table.new" -- (LuaJIT's: a table sized at once)
 local M = {}
 
@@ -65,14 +66,12 @@ end
 -- and its id (nil without one).
 local function member_job(e, err)
   if type(e) ~= "string" then return nil end
-  local at = e:find("\0\0", 1, true)
-  if not at then return nil end
-  local id = e:sub(1, at - 1)
-  if id:find("\0", 1, true) then id = id:gsub("%z\1", "\0") end
-  local place = e:byte(at + 2)
-  if place == 98 then return busy_job(id, err, e, at + 3), id end -- "b"
+  local id, _, at = keys.member_split(e)
+  if not id then return nil end
+  local place = e:byte(at)
+  if place == 98 then return busy_job(id, err, e, at + 1), id end -- "b"
   if place ~= 114 then return nil, id end -- (not "r": junk)
-  local n = core.unpack(e, vals, at + 3)
+  local n = core.unpack(e, vals, at + 1)
   if not n or n < 3 or type(vals[1]) ~= "number" then return nil, id end
   local pls, np = new_table(math.floor(n / 2), 0), 0
   for k = 2, n, 2 do

@@ -157,13 +157,17 @@ local job_windows -- {job number, windows, ...} of the jobs that have their own
 -- A job of the "records" form: id, busy record; its error, if any, to
 -- the "errors" section.
 local job_errors -- {job number, error, ...} of the jobs that have one
-local function add_record(id, err, rec)
+-- Puts job k of the reply as id and busy record rec: one element in the
+-- "members" form, two in "records" (out's first 6 are the header: no #).
+local function put_record(k, id, rec)
   if members then
-    out[7 + n] = esc(id) .. "\0\0b" .. rec -- (n jobs in out so far, one element each: no #)
+    out[6 + k] = esc(id) .. "\0\0b" .. rec
   else
-    local k = 6 + 2 * n -- (two elements each)
-    out[k + 1], out[k + 2] = id, rec
+    out[5 + 2 * k], out[6 + 2 * k] = id, rec
   end
+end
+local function add_record(id, err, rec)
+  put_record(n + 1, id, rec) -- (n jobs in out so far)
   if err then
     job_errors = job_errors or {}
     job_errors[#job_errors + 1] = tostring(n + 1)
@@ -514,11 +518,7 @@ local function take_quiet(max, now_s, retried)
     nt = nt + 1
     fields[nf + 1], fields[nf + 2] = lid, rec
     nf = nf + 2
-    if members then
-      out[6 + nt] = esc(lid) .. "\0\0b" .. rec
-    else
-      out[5 + 2 * nt], out[6 + 2 * nt] = lid, rec
-    end
+    put_record(nt, lid, rec)
     Tid[nt], Tps[nt], Th[nt], Tlater[nt] = lid, lps, #h, true
   end
   local lp = nL > 0 and tonumber(L[2]) -- (the perform_in of later's next)
@@ -592,7 +592,7 @@ local function take_quiet(max, now_s, retried)
         if members then
           out[6 + nt] = m -- (its member: the host reads a fresh job from it)
         else
-          out[5 + 2 * nt], out[6 + 2 * nt] = id, rec
+          put_record(nt, id, rec)
         end
         if retried then Tid[nt], Tps[nt], Th[nt] = id, pin_str(pin), #h end
       elseif m and not place then
@@ -627,7 +627,7 @@ local function take_quiet(max, now_s, retried)
           -- (its fresh record's payload encodings follow the head, Th[k] bytes)
           local rec = busy_record_of(Tps[k], r[j], nil, nil, fields[2 + 2 * k], Th[k])
           fields[2 + 2 * k] = rec
-          if members then out[6 + k] = esc(Tid[k]) .. "\0\0b" .. rec else out[6 + 2 * k] = rec end
+          put_record(k, Tid[k], rec)
           gone[#gone + 1] = Tid[k]
         end
       end

@@ -122,10 +122,6 @@ end
 -- 5 (docs/benchmarks.md, "Push's short forms"). Anything else, errors included,
 -- gives nil before any write: the call goes the general way.
 local function short_way()
-  -- (its range read bounds the ids by bytes: Lua's < must be byte order,
-  -- which a Redis started with another LC_COLLATE breaks; "B" < "a" in
-  -- byte order, not in any language's)
-  if not ("B" < "a") then return nil end
   local pairs_form = ARGV[4] == "pairs"
   local step, i0, n = pairs_form and 2 or 1, pairs_form and 8 or 9, #ARGV
   local pin_a, rc_a, score_a = ARGV[5], ARGV[6], ARGV[7]
