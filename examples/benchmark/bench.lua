@@ -23,6 +23,9 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
                       Sidekiq runs N/10 of them); needs python3 and curl
   --sidekiq auto|no   run Sidekiq too when ruby + ruby-sidekiq are installed (default auto)
   --install-sidekiq   apt-get install ruby ruby-sidekiq ruby-hiredis first (root)
+  --rounds N          measure the targets that compare with Sidekiq N times (default 3): each round after the
+                      first runs lag1, seq1 and b100 (those of --shapes), Sidekiq and the CLI enqueue back to
+                      back; a target is judged on the median of its rounds, all of them printed
   --markdown          print the tables as Markdown
   --redis-server PATH redis-server binary (default: from PATH)
   --unix              every client talks to Redis over a Unix socket (default: TCP on 127.0.0.1)
@@ -65,12 +68,14 @@ local SHAPES = {
   one100 = { name = "lag, 1 shard, batch 100", shards = 1, batch = 100, scheduler = "lag" },
 }
 local SHAPE_ORDER = { "lag1", "seq1", "lag1x", "b10", "b100", "thr1" }
+-- the shapes of a target that --rounds measures again in each later round
+local ROUND_SHAPES = { "lag1", "seq1", "b100" }
 local THREADS = 5
 local ENQUEUE_CALL = 10000 -- jobs per perform_async call (Lowkiq's benchmark: 10 x 10,000)
 local POLL = 0.01
 
 -- --- options ------------------------------------------------------------------
-local opt = { jobs = 100000, shapes = SHAPE_ORDER, latency = 1000, io = 5000, sidekiq = "auto",
+local opt = { jobs = 100000, shapes = SHAPE_ORDER, latency = 1000, io = 5000, sidekiq = "auto", rounds = 3,
               cluster_shapes = { "lag1", "b100" }, masters = 3, trickle = 3000, replicas = 0, sample = 100000 }
 do
   local given = {}
@@ -90,6 +95,11 @@ do
     elseif a == "--io" then opt.io = assert(tonumber(val()), "--io: a number")
     elseif a == "--sidekiq" then opt.sidekiq = val()
     elseif a == "--install-sidekiq" then opt.install = true
+    elseif a == "--rounds" then
+      opt.rounds = tonumber(val())
+      if not opt.rounds or opt.rounds < 1 or opt.rounds % 1 ~= 0 then
+        io.stderr:write("--rounds: a positive integer\n", USAGE, "\n") os.exit(2)
+      end
     elseif a == "--markdown" then opt.markdown = true
     elseif a == "--redis-server" then opt.redis_server = val()
     elseif a == "--unix" then opt.unix = true
@@ -652,6 +662,32 @@ local main_ok, main_err = xpcall(function()
   elseif opt.sidekiq ~= "no" and not SIDEKIQ_VERSION then
     io.stderr:write("  Sidekiq: not installed (ruby, ruby-sidekiq, ruby-hiredis; --install-sidekiq), skipped\n")
   end
+  -- (right after Sidekiq's push_bulk, which it is compared with)
+  local cli_rate, cli_cpu
+  if #results > 0 then
+    io.stderr:write("  luakiq enqueue FILE ...\n")
+    cli_rate, cli_cpu = cli_enqueue(opt.jobs)
+  end
+  -- Round 1 is the above; each further round measures the target shapes,
+  -- Sidekiq and the CLI again, back to back (ROUND_SHAPES), so that a slow
+  -- minute of this shared machine meets both sides of a ratio
+  local rounds = { { by_key = by_key, sk = sk, cli_rate = cli_rate, all = true } }
+  for r = 2, #results > 0 and opt.rounds or 1 do
+    local rd = { by_key = {} }
+    for _, key in ipairs(ROUND_SHAPES) do
+      if by_key[key] then
+        io.stderr:write("  round " .. r .. ": luakiq " .. SHAPES[key].name .. " ...\n")
+        rd.by_key[key] = run_luakiq(key)
+      end
+    end
+    if sk then
+      io.stderr:write("  round " .. r .. ": Sidekiq ...\n")
+      rd.sk = run_sidekiq()
+    end
+    io.stderr:write("  round " .. r .. ": luakiq enqueue FILE ...\n")
+    rd.cli_rate = cli_enqueue(opt.jobs)
+    rounds[r] = rd
+  end
   local lat
   if opt.latency > 0 then
     io.stderr:write("  latency, " .. opt.latency .. " jobs one at a time ...\n")
@@ -691,10 +727,8 @@ local main_ok, main_err = xpcall(function()
     if opt.merge then merge_rows = large.merge(large.B, opt.merge) end
     if opt.big then big_res = large.big(large.B, opt.big, opt.sample, opt.big_ids == "padded") end
   end
-  local rtt, floor_w, floor_l, cli_rate, cli_cpu
+  local rtt, floor_w, floor_l
   if #results > 0 then
-    io.stderr:write("  luakiq enqueue FILE ...\n")
-    cli_rate, cli_cpu = cli_enqueue(opt.jobs)
     io.stderr:write("  redis-benchmark ...\n")
     rtt = evalsha_rate()
     io.stderr:write("  enqueue floor ...\n")
@@ -769,33 +803,61 @@ local main_ok, main_err = xpcall(function()
   local function target(name, value, goal, met)
     trows[#trows + 1] = { name, value, goal, met == nil and "n/a" or (met and "met" or "MISSED") }
   end
-  local function ratio(r, field) return sk and r[field] / sk[field] end
   -- (the storage issue's goals, docs/benchmarks.md "The targets": drain
   -- >= 12x Sidekiq in Lowkiq's shape and >= 20x with 24 shards of batch
-  -- 100, Redis CPU <= 4 us a job in Lowkiq's shape; before it, 3x and 10x)
-  for _, key in ipairs { "lag1", "seq1" } do
-    local r = by_key[key]
-    if r and sk then target("drain, " .. SHAPES[key].name, string.format("%.2fx Sidekiq", ratio(r, "drain")), ">= 12x", ratio(r, "drain") >= 12) end
-  end
-  if by_key.lag1 then
-    local us = by_key.lag1.rcpu * 1e6
-    target("Redis CPU per job drained, " .. SHAPES.lag1.name, string.format("%.1f us", us), "<= 4 us", us <= 4.05)
-  end
-  if by_key.lag1x and sk then -- not a target: shows what fetch_size buys
-    target("drain, " .. SHAPES.lag1x.name, string.format("%.2fx Sidekiq", ratio(by_key.lag1x, "drain")), "(info)", nil)
-  end
-  if by_key.b100 and sk then
-    local x = ratio(by_key.b100, "drain")
-    target("drain, " .. SHAPES.b100.name, string.format("%.2fx Sidekiq", x), ">= 20x", x >= 20)
-  end
-  if sk then
-    local worst = math.huge
-    for _, r in ipairs(results) do worst = math.min(worst, r.enqueue / sk.enqueue) end
-    target("enqueue (worst shape)", string.format("%.2fx push_bulk", worst), ">= 2x", worst >= 2)
-    if cli_rate then
-      target("enqueue by `luakiq enqueue FILE`", string.format("%.2fx push_bulk", cli_rate / sk.enqueue), ">= 2x",
-        cli_rate / sk.enqueue >= 2)
+  -- 100, Redis CPU <= 4 us a job in Lowkiq's shape, enqueue >= 2x push_bulk
+  -- in-process and by the CLI; before it, 3x and 10x.) Each is a figure of
+  -- one round (rd: its shapes by key, its Sidekiq, its CLI rate), judged
+  -- on the median of the rounds that have it.
+  local function drain_x(key)
+    return function(rd)
+      local r = rd.by_key[key]
+      return r and rd.sk and r.drain / rd.sk.drain
     end
+  end
+  local function per_round(name, fmt, goal, met, figure)
+    local xs = {}
+    for _, rd in ipairs(rounds) do xs[#xs + 1] = figure(rd) end
+    if #xs == 0 then return end
+    table.sort(xs)
+    local m = #xs % 2 == 1 and xs[(#xs + 1) / 2] or (xs[#xs / 2] + xs[#xs / 2 + 1]) / 2
+    local shown = string.format(fmt, m)
+    if #xs > 1 then shown = shown .. " (median of " .. #xs .. ")" end
+    target(name, shown, goal, met(m))
+  end
+  local function at_least(v) return function(x) return x >= v end end
+  for _, key in ipairs { "lag1", "seq1" } do
+    per_round("drain, " .. SHAPES[key].name, "%.2fx Sidekiq", ">= 12x", at_least(12), drain_x(key))
+  end
+  local function rcpu_lag1(rd) return rd.by_key.lag1 and rd.by_key.lag1.rcpu * 1e6 end
+  per_round("Redis CPU per job drained, " .. SHAPES.lag1.name, "%.1f us", "<= 4 us", function(x) return x <= 4.05 end, rcpu_lag1)
+  if by_key.lag1x and sk then -- not a target: shows what fetch_size buys
+    target("drain, " .. SHAPES.lag1x.name, string.format("%.2fx Sidekiq", by_key.lag1x.drain / sk.drain), "(info)", nil)
+  end
+  per_round("drain, " .. SHAPES.b100.name, "%.2fx Sidekiq", ">= 20x", at_least(20), drain_x("b100"))
+  -- (round 1 has every shape of --shapes, a later round its ROUND_SHAPES)
+  local function enqueue_worst(rd)
+    if not rd.sk then return nil end
+    local worst
+    for _, r in pairs(rd.by_key) do worst = math.min(worst or math.huge, r.enqueue / rd.sk.enqueue) end
+    return worst
+  end
+  local function cli_x(rd) return rd.sk and rd.cli_rate and rd.cli_rate / rd.sk.enqueue end
+  per_round("enqueue (worst shape)", "%.2fx push_bulk", ">= 2x", at_least(2), enqueue_worst)
+  per_round("enqueue by `luakiq enqueue FILE`", "%.2fx push_bulk", ">= 2x", at_least(2), cli_x)
+  if #rounds > 1 then
+    -- every round's figures, so a median hides nothing
+    local rows = {}
+    for i, rd in ipairs(rounds) do
+      local function cell(fmt, v) return v and string.format(fmt, v) or "-" end
+      rows[i] = { tostring(i), rd.sk and fmt_int(rd.sk.drain) or "-", rd.sk and fmt_int(rd.sk.enqueue) or "-",
+        cell("%.2fx", drain_x("lag1")(rd)), cell("%.2fx", drain_x("seq1")(rd)), cell("%.1f us", rcpu_lag1(rd)),
+        cell("%.2fx", drain_x("b100")(rd)), cell("%.2fx", enqueue_worst(rd)), cell("%.2fx", cli_x(rd)),
+        cell("%s", rd.cli_rate and fmt_int(rd.cli_rate)) }
+    end
+    print_table({ "round", "Sidekiq drain/s", "push_bulk/s", "drain lag1", "drain seq1", "Redis CPU lag1",
+                  "drain b100", "enqueue (worst)", "enqueue CLI", "CLI jobs/s" }, rows)
+    print()
   end
   -- (a throttle adds one round trip per perform call by design, its
   -- registration: docs/benchmarks.md, "A throttled worker's cost"; its
