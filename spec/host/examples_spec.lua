@@ -333,3 +333,91 @@ describe("examples/webhook", function()
     assert.truthy(out:find('"error":"webhook: HTTP 401: bad signature","id":"forged-1"', 1, true), out)
   end)
 end)
+
+-- docs/redis.md's Python producer, taken from the page as it is (the block
+-- after "A Python producer (redis-py)") and run with redis-py (Debian's
+-- python3-redis) into database 1: what it queues must list as what
+-- `luakiq enqueue` of the same jobs queues in database 0 (ids, shards,
+-- payload bytes, scores, merges), and a host must run it.
+describe("docs/redis.md, enqueue from another language", function()
+  -- the python3 that has redis-py (a pyenv's may shadow Debian's)
+  local function python()
+    for _, py in ipairs { "python3", "/usr/bin/python3" } do
+      if host.sh(py .. " -c 'import redis' 2>/dev/null") then return py end
+    end
+    error("no python3 with redis-py: apt-get install python3-redis (tools/install-deps.sh --test)", 0)
+  end
+
+  local function example()
+    local page = assert(host.read("docs/redis.md"))
+    local at = assert(page:find("A Python producer (redis-py)", 1, true), "the example's heading moved")
+    local code = page:match("```python\n(.-)```", at)
+    return assert(code, "no python block after the heading")
+  end
+
+  it("queues what luakiq enqueue queues, and the host runs it", function()
+    local dir = host.scriptdir {
+      ["workers/A.lua"] = [[return { shards_count = 4,
+        perform = function(batch) for id in pairs(batch) do assert(id ~= "boom") end end }]],
+    }
+    finally(function() host.sh("rm -rf " .. q(dir)) end)
+    local now = os.time()
+    -- two calls: the second merges into the first's jobs
+    local calls = {
+      { { id = 1, payload = { b = 1, a = { 1, 2.5, -0.1 } }, perform_in = now - 5, score = now - 5 },
+        { id = "x y:{z}", payload = "p", perform_in = now + 3600, score = now },
+        { id = "ü-2", payload = { s = "é\n\"\1", t = true, n = 12345678901 }, perform_in = now - 5, score = now - 4 },
+        { id = 7, payload = 1, perform_in = now - 5, score = 5 } },
+      { { id = 1, payload = "second", perform_in = now - 9, score = now - 3 },
+        { id = 1, payload = { a = { 1, 2.5, -0.1 }, b = 1 }, perform_in = now - 5, score = now - 1 },
+        { id = 7, payload = 1, perform_in = now - 5, score = 4 }, -- the same payload: one, lowest score
+        { id = 9, perform_in = now - 5, score = now - 2 } },       -- no payload: ""
+    }
+    local url1 = srv.url:gsub("/%d+$", "") .. "/1"
+    -- "start luakiq once": a host registers the queue in database 1
+    local first = run(dir, "REDIS_URL=" .. url1)
+    host.eventually(function()
+      local c = assert(require("luakiq.core").connect(url1, 5))
+      local n = c:call("HGET", "luakiq:queues", "A")
+      c:close()
+      return n == "4"
+    end, 15, "the host to register A")
+    stop(first)
+    local py = { example(), "import json, sys\n" }
+    for _, c in ipairs(calls) do
+      py[#py + 1] = "perform_async('A', json.loads(" .. string.format("%q", json.encode(c)):gsub("\\\n", "\\n") .. "))\n"
+      local lines = {}
+      for i, j in ipairs(c) do lines[i] = json.encode(j) end
+      ok("enqueue " .. q(dir) .. " A", table.concat(lines, "\n"))
+    end
+    host.write(dir .. "/producer.py", table.concat(py))
+    local rc, out, err = host.sh_out("REDIS_URL=" .. q(url1) .. " " .. python() .. " " .. q(dir .. "/producer.py"))
+    assert.are.equal(0, rc, out .. err)
+    local mine = json_lines(ok("jobs " .. q(dir) .. " A queue"))
+    local theirs = json_lines(ok("jobs " .. q(dir) .. " A queue", nil, "REDIS_URL=" .. url1))
+    assert.are.equal(5, #mine)
+    assert.are.same(mine, theirs)
+    local by_id = {}
+    for _, r in ipairs(theirs) do by_id[r.id] = r end
+    -- (the same table twice is one payload, at its lowest score)
+    assert.are.same({ { a = { 1, 2.5, -0.1 }, b = 1 }, now - 5 }, by_id["1"].payloads[1])
+    assert.are.same({ "second", now - 3 }, by_id["1"].payloads[2])
+    assert.are.equal(2, #by_id["1"].payloads)
+    assert.are.same({ 1, 4 }, by_id["7"].payloads[1])
+    assert.are.equal(1, #by_id["7"].payloads)
+    -- byte for byte: every shard's job records (payloads in canonical JSON)
+    local c1 = assert(require("luakiq.core").connect(url1, 5))
+    for shard = 0, 3 do
+      local key = keys.prefix("luakiq", "A", shard) .. "jobs"
+      assert.are.same(srv.conn:call("ZRANGE", key, 0, -1), c1:call("ZRANGE", key, 0, -1))
+    end
+    c1:close()
+    -- a host on database 1 runs the four due jobs; the future one waits
+    local p = run(dir, "REDIS_URL=" .. url1)
+    host.eventually(function()
+      local s = json.decode(ok("stats " .. q(dir), nil, "REDIS_URL=" .. url1)).by_worker.A
+      return s.length == 1 and s.morgue_length == 0
+    end, 15, "the due jobs to run")
+    stop(p)
+  end)
+end)
