@@ -38,29 +38,30 @@ end
 -- their JSON answers, which refuse more than 1000 levels (luakiq.json).
 M.MAX_PAYLOAD_DEPTH = 256
 
--- Raises unless every surface can show the payload v: strings (values and
--- keys) valid UTF-8, nesting at most MAX_PAYLOAD_DEPTH. Returns nothing.
-local function showable(v, where, id, depth)
-  local t = type(v)
-  if t == "string" then
-    if not utf8_valid(v) then errors.input(where .. " (id " .. esc(id) .. "): payload: a string is not valid UTF-8") end
-  elseif t == "table" then
-    if depth >= M.MAX_PAYLOAD_DEPTH then
-      errors.input(("%s (id %s): payload nests deeper than %d levels"):format(where, esc(id), M.MAX_PAYLOAD_DEPTH))
-    end
-    for k, x in pairs(v) do
-      if type(k) == "string" then showable(k, where, id, depth) end
-      showable(x, where, id, depth + 1)
-    end
-  end
-end
-
 -- Where a job is, for an error: `at` is its number in the pushed array
 -- ("job 3") or a name the caller gave ("line 12"). Built only for an error:
 -- a string per job would cost every push an allocation.
 -- word: what a number counts ("job", the default; "line" for luakiq.feed).
 local function label(at, word)
   return type(at) == "string" and at or (word or "job") .. " " .. at
+end
+
+-- Raises unless every surface can show the payload v: strings (values and
+-- keys) valid UTF-8, nesting at most MAX_PAYLOAD_DEPTH. Returns nothing.
+-- at, word: where the job is (label's; the text is made only for an error).
+local function showable(v, at, word, id, depth)
+  local t = type(v)
+  if t == "string" then
+    if not utf8_valid(v) then errors.input(label(at, word) .. " (id " .. esc(id) .. "): payload: a string is not valid UTF-8") end
+  elseif t == "table" then
+    if depth >= M.MAX_PAYLOAD_DEPTH then
+      errors.input(("%s (id %s): payload nests deeper than %d levels"):format(label(at, word), esc(id), M.MAX_PAYLOAD_DEPTH))
+    end
+    for k, x in pairs(v) do
+      if type(k) == "string" then showable(k, at, word, id, depth) end
+      showable(x, at, word, id, depth + 1)
+    end
+  end
 end
 
 -- Returns the id as a string, or raises an input error. where, word: as
@@ -178,11 +179,9 @@ local function prepare(cfg, worker, job, at, now, due, memo)
   end
   local payload = job.payload
   if payload == nil then payload = "" end
-  -- (a blank job's "" skips the checks a trace cannot compile: a pattern
-  -- find, and a pcall that a stitched trace cannot return through)
-  if payload ~= "" and (type(payload) ~= "string" or payload:find("[\128-\255]")) then
-    showable(payload, label(at, word), id, 0)
-  end
+  -- (a blank job's "" skips the checks, and the pcall below, which a
+  -- stitched trace cannot return through)
+  if payload ~= "" then showable(payload, at, word, id, 0) end
   local ok, bytes = true, '""'
   if payload ~= "" or cfg.dump_payload ~= json_encode then ok, bytes = pcall(cfg.dump_payload, payload) end
   if not ok then errors.input(label(at, word) .. " (id " .. esc(id) .. "): cannot dump payload: " .. esc(tostring(bytes):match("^[^\n]*"))) end

@@ -77,6 +77,23 @@ describe("luakiq.json.encode", function()
     end
   end)
 
+  it("finds a byte to escape anywhere in a long string, compiled or not", function()
+    -- (encode_string and utf8_valid loop over the bytes: hot, their loops
+    -- are traces; each position is asked many times)
+    local base = string.rep("a", 300)
+    for round = 1, 3 do
+      for pos = 1, 300, 13 do -- (1, 14, ..., 300: the first and last bytes too)
+        for c, esc in pairs { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\0"] = "\\u0000", ["\31"] = "\\u001f" } do
+          local s = base:sub(1, pos - 1) .. c .. base:sub(pos + 1)
+          assert.are.equal('"' .. base:sub(1, pos - 1) .. esc .. base:sub(pos + 1) .. '"', json.encode(s), round)
+        end
+        assert.is_false(json.utf8_valid(base:sub(1, pos - 1) .. "\xff" .. base:sub(pos + 1)))
+        assert.is_true(json.utf8_valid(base:sub(1, pos - 1) .. "\u{e9}" .. base:sub(pos + 1)))
+        assert.are.equal('"' .. base .. '"', json.encode(base))
+      end
+    end
+  end)
+
   it("refuses mixed, sparse and non-string keys", function()
     assert.matches("both string and number keys", err_of(json.encode, { 1, a = 2 }), nil, true)
     assert.matches("sparse array", err_of(json.encode, { [1] = 1, [3] = 3 }), nil, true)
