@@ -662,7 +662,7 @@ local main_ok, main_err = xpcall(function()
   elseif opt.sidekiq ~= "no" and not SIDEKIQ_VERSION then
     io.stderr:write("  Sidekiq: not installed (ruby, ruby-sidekiq, ruby-hiredis; --install-sidekiq), skipped\n")
   end
-  -- (right after Sidekiq's push_bulk, which it is compared with)
+  -- (right after Sidekiq, whose push_bulk it is compared with)
   local cli_rate, cli_cpu
   if #results > 0 then
     io.stderr:write("  luakiq enqueue FILE ...\n")
@@ -671,7 +671,7 @@ local main_ok, main_err = xpcall(function()
   -- Round 1 is the above; each further round measures the target shapes,
   -- Sidekiq and the CLI again, back to back (ROUND_SHAPES), so that a slow
   -- minute of this shared machine meets both sides of a ratio
-  local rounds = { { by_key = by_key, sk = sk, cli_rate = cli_rate, all = true } }
+  local rounds = { { by_key = by_key, sk = sk, cli_rate = cli_rate } }
   for r = 2, #results > 0 and opt.rounds or 1 do
     local rd = { by_key = {} }
     for _, key in ipairs(ROUND_SHAPES) do

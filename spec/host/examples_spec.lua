@@ -386,15 +386,17 @@ describe("docs/redis.md, enqueue from another language", function()
       return n == "4"
     end, 15, "the host to register A")
     stop(first)
-    local py = { example(), "import json, sys\n" }
     for _, c in ipairs(calls) do
-      py[#py + 1] = "perform_async('A', json.loads(" .. string.format("%q", json.encode(c)):gsub("\\\n", "\\n") .. "))\n"
       local lines = {}
       for i, j in ipairs(c) do lines[i] = json.encode(j) end
       ok("enqueue " .. q(dir) .. " A", table.concat(lines, "\n"), url0)
     end
-    host.write(dir .. "/producer.py", table.concat(py))
-    local rc, out, err = host.sh_out("REDIS_URL=" .. q(url1) .. " " .. python() .. " " .. q(dir .. "/producer.py"))
+    -- the page's code, then one perform_async per call of calls.json
+    host.write(dir .. "/calls.json", json.encode(calls))
+    host.write(dir .. "/producer.py", example() ..
+      "\nimport sys\nfor call in json.load(open(sys.argv[1])):\n    perform_async('A', call)\n")
+    local rc, out, err = host.sh_out("REDIS_URL=" .. q(url1) .. " " .. python() .. " " .. q(dir .. "/producer.py")
+      .. " " .. q(dir .. "/calls.json"))
     assert.are.equal(0, rc, out .. err)
     local mine = json_lines(ok("jobs " .. q(dir) .. " A queue", nil, url0))
     local theirs = json_lines(ok("jobs " .. q(dir) .. " A queue", nil, "REDIS_URL=" .. url1))
