@@ -3,9 +3,15 @@
 # set), enqueues sample order snapshots and runs the host on examples/orders for
 # a few seconds so you can watch jobs being processed. Usage:
 #   tools/run-example.sh [DIR] [SECONDS]     (defaults: examples/orders, 6)
+# LUAKIQ_BIN=PATH runs that binary instead of building build/luakiq (the
+# specs run this script so, spec/host/examples_spec.lua).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/build.sh
+bin=${LUAKIQ_BIN:-}
+if [ -z "$bin" ]; then
+  tools/build.sh
+  bin=build/luakiq
+fi
 dir=${1:-examples/orders}
 secs=${2:-6}
 . tools/private-services.sh
@@ -23,10 +29,12 @@ fi
     done
   done
   echo '{"id":"order-99","score":1,"payload":{"version":1,"status":"broken"}}'
-} | build/luakiq enqueue "$dir" Orders
-echo "before:"; build/luakiq stats "$dir"
-build/luakiq run "$dir" & host_pid=$!
+} | "$bin" enqueue "$dir" Orders
+echo "before:"; "$bin" stats "$dir"
+"$bin" run "$dir" & host_pid=$!
 sleep "$secs"
 kill -TERM "$host_pid"; wait "$host_pid" || true; host_pid=
-echo "after:"; build/luakiq stats "$dir"
-echo "retrying (the broken order):"; build/luakiq jobs "$dir" Orders queue
+echo "after:"; "$bin" stats "$dir"
+echo "retrying: the broken order and the orders that shared its perform call (batch_size = 10: an error"
+echo "fails every id of its call, and they retry together; docs/configuration.md, batch_size):"
+"$bin" jobs "$dir" Orders queue

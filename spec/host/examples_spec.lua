@@ -55,6 +55,45 @@ local function snapshot(id, version, status)
   return json.encode { id = id, score = version, payload = { version = version, status = status } }
 end
 
+-- The README's first command, with the binary under test (LUAKIQ_BIN: no
+-- build) and a private redis-server of its own, as on a fresh machine.
+describe("tools/run-example.sh", function()
+  it("enqueues the sample orders, runs them and shows the broken one retrying", function()
+    local rc, out, err = host.sh_out("env -u REDIS_URL LUAKIQ_BIN=" .. q(host.bin) .. " tools/run-example.sh examples/orders 5")
+    assert.are.equal(0, rc, out .. err)
+    local all = out .. err
+    assert.truthy(out:find("enqueued 101 jobs", 1, true), all)
+    assert.truthy(out:find('before:\n{"by_worker":{"Orders":{"expired":0,"lag":[%d.e-]+,"length":21,'), all)
+    local after = assert(out:match('after:\n({[^\n]*})'), all)
+    local retrying = out:match("retrying:.-\n.-\n(.*)$") or ""
+    local listed = {}
+    for line in retrying:gmatch("[^\n]+") do
+      local job = json.decode(line)
+      listed[job.id] = job
+      -- (what fails is order-99's call: its own error, on every id of it)
+      assert.truthy(job.error:find("order order-99: cannot apply a broken snapshot", 1, true), line)
+      -- (failed together, so retried together: one count; 1 within 5 s unless the start was slow)
+      assert.is_true(job.retry_count >= 0, line)
+      listed.rc = listed.rc or job.retry_count
+      assert.are.equal(listed.rc, job.retry_count, line)
+    end
+    listed.rc = nil
+    assert.truthy(listed["order-99"], all)
+    assert.are.equal(json.decode(after).by_worker.Orders.length, (function()
+      local n = 0
+      for _ in pairs(listed) do n = n + 1 end
+      return n
+    end)())
+    -- every other order ran once, its five snapshots merged, the newest applied
+    for i = 1, 20 do
+      local id = "order-" .. i
+      if not listed[id] then
+        assert.truthy(all:find("order " .. id .. " -> version 5 (v5), 5 snapshot(s) merged", 1, true), id .. ":\n" .. all)
+      end
+    end
+  end)
+end)
+
 describe("examples/orders", function()
   local DIR = "examples/orders"
 
