@@ -54,17 +54,20 @@ local channel = ARGV[1]
 -- of a 17-digit string is two strtod calls in Redis's Lua: 8 % of a push's
 -- Redis CPU before it was kept).
 local memo, nums = {}, {}
-local function finite(v, what, n)
-  local s = memo[v]
-  if s then return s end
+-- v's %.17g string (memoized with its number), or nil when v is no finite
+-- number.
+local function number_str(v)
   local x = tonumber(v)
-  if not x or x ~= x or x == math.huge or x == -math.huge then
-    error("luakiq push: " .. (n and "job " .. n .. " " or "") .. what .. " must be a finite number, got '" ..
-      tostring(v) .. "'", 0)
-  end
-  s = string.format("%.17g", x)
+  if not x or x ~= x or x == math.huge or x == -math.huge then return nil end
+  local s = string.format("%.17g", x)
   memo[v], nums[v] = s, x
   return s
+end
+local function finite(v, what, n)
+  local s = memo[v] or number_str(v)
+  if s then return s end
+  error("luakiq push: " .. (n and "job " .. n .. " " or "") .. what .. " must be a finite number, got '" ..
+    tostring(v) .. "'", 0)
 end
 -- A call in a short form as the groups of 5 it stands for (the way of
 -- every call the short way below does not take).
@@ -91,20 +94,24 @@ local function expand()
   end
   ARGV = A
 end
--- Variadic writes, at most step arguments a call.
-local function chunks(cmd, key, list, step)
-  for from = 1, #list, step do redis.call(cmd, key, unpack(list, from, math.min(from + step - 1, #list))) end
+-- Variadic writes of list[first..last] (default: all of it), at most step
+-- arguments a call.
+local function chunks(cmd, key, list, step, first, last)
+  last = last or #list
+  for from = first or 1, last, step do redis.call(cmd, key, unpack(list, from, math.min(from + step - 1, last))) end
 end
 -- Writes the usual call's jobs (below: new, distinct, one perform_in pin,
 -- priority 100, a shard without tags, priorities or expiring payloads):
--- add, their members of P jobs for ZADD ("0", member, ...); ready, their
--- ids when they go to P ready (sorted), else later (pin_s, id, ...) for P
--- later; before, the head before the call. Returns push.lua's reply.
-local function write_usual(add, ready, later, pin, pin_s, before, added)
+-- add, their members of P jobs for ZADD ("0", member, ...); ready[rfirst..
+-- rlast] (default: all), their ids when they go to P ready (sorted), else
+-- later (pin_s, id, ...) for P later; before, the head before the call.
+-- Returns push.lua's reply.
+local function write_usual(add, ready, later, pin, pin_s, before, added, rfirst, rlast)
   chunks("ZADD", K.jobs, add, 2000)
   chunks("ZADD", K.later, later, 2000)
-  if #ready > 0 then
-    chunks("RPUSH", K.ready, ready, 1000)
+  rfirst, rlast = rfirst or 1, rlast or #ready
+  if rlast >= rfirst then
+    chunks("RPUSH", K.ready, ready, 1000, rfirst, rlast)
     redis.call("SET", K.tail, pin_s)
   end
   local head = before and tonumber(before)
@@ -125,10 +132,8 @@ local function short_way()
   local pairs_form = ARGV[4] == "pairs"
   local step, i0, n = pairs_form and 2 or 1, pairs_form and 8 or 9, #ARGV
   local pin_a, rc_a, score_a = ARGV[5], ARGV[6], ARGV[7]
-  for _, v in ipairs({ pin_a, rc_a, score_a, ARGV[2] }) do
-    local x = tonumber(v)
-    if not x or x ~= x or x == math.huge or x == -math.huge then return nil end
-  end
+  local pin_s = number_str(pin_a)
+  if not (pin_s and number_str(rc_a) and number_str(score_a) and number_str(ARGV[2])) then return nil end
   -- the ids, ascending; where they end
   local i, prev = i0, nil
   while i <= n do
@@ -146,10 +151,6 @@ local function short_way()
     local have = shards_of(redis.call("GET", K.shards))
     if have and have ~= ARGV[i + 2] then return nil end
   end
-  local pin_s = finite(pin_a, "perform_in") -- (finite, as checked above: no error)
-  finite(rc_a, "retry_count")
-  finite(score_a, "score")
-  finite(ARGV[2], "now")
   if nums[rc_a] >= 0 then return nil end
   if has_levels(K) or has_tags(K) or redis.call("EXISTS", K.expiring) == 1 then return nil end
   -- none of its ids queued (the members read in one range: read_jobs)
@@ -196,15 +197,11 @@ local function short_way()
     add[na + 1], add[na + 2] = "0", ((plain or not id:find("\0", 1, true)) and id or esc(id)) .. r
     na = na + 2
   end
-  if place == "r" then
-    if step == 1 then
-      for from = i0, last_i, 1000 do
-        redis.call("RPUSH", K.ready, unpack(ARGV, from, math.min(from + 999, last_i)))
-      end
-      redis.call("SET", K.tail, pin_s)
-    else
-      for k = i0, last_i, step do ready[#ready + 1] = ARGV[k] end
-    end
+  if place == "r" and step == 1 then
+    -- (the "ids" form's ids are ARGV's own run: RPUSHed from it)
+    return write_usual(add, ARGV, later, pin, pin_s, before, count, i0, last_i)
+  elseif place == "r" then
+    for k = i0, last_i, step do ready[#ready + 1] = ARGV[k] end
   else
     for k = i0, last_i, step do later[#later + 1], later[#later + 2] = pin_s, ARGV[k] end
   end
