@@ -4,11 +4,11 @@
 --   workers/x.lua          -> module "luakiq.workers.x" (the ready-made workers), the same way
 --   scripts/redis/x.lua    -> Redis script "x", source text (for SCRIPT LOAD), with
 --                             "-- luakiq:include NAME" lines replaced by scripts/redis/lib/NAME.lua
---                             (scripts/luakiq/include.lua, also used by LUAKIQ_SCRIPTS)
+--                             (scripts/luakiq/lib/include.lua, also used by LUAKIQ_SCRIPTS)
 -- usage: luajit embed.lua SOURCE_ROOT OUT.c FILE...
 local root, out = arg[1], arg[2]
 -- the one include expander, shared with development mode and the scripts test
-local include = dofile(root .. "/scripts/luakiq/include.lua")
+local include = dofile(root .. "/scripts/luakiq/lib/include.lua")
 local entries = {}
 for i = 3, #arg do
   local path = arg[i]

@@ -16,7 +16,7 @@
 if jit then jit.off() jit.flush() end
 local json = require "luakiq.json"
 local client = require "luakiq.client"
-local errors = require "luakiq.errors"
+local errors = require "luakiq.lib.errors"
 
 local MAX = 4096
 local cfg = {

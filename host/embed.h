@@ -8,7 +8,7 @@ enum { EMBED_HOST_MODULE = 0, EMBED_REDIS_SCRIPT = 1 };
 
 struct embed_file {
     const char *name;           /* "luakiq.runner" or, for Redis scripts, "fetch" */
-    const char *path;           /* path in the source tree, "scripts/luakiq/runner.lua" */
+    const char *path;           /* path in the source tree, "scripts/luakiq/runner/init.lua" */
     int kind;                   /* EMBED_HOST_MODULE or EMBED_REDIS_SCRIPT */
     const unsigned char *bytes; /* bytecode or source; NUL-terminated */
     size_t len;                 /* without the terminating NUL */

@@ -1,7 +1,7 @@
 /* entry.c - where the process and each worker thread enter Lua.
  *
  * entry_main (main thread) makes the main VM and hands argv to
- * luakiq.cli.main; everything user-facing is Lua from there on. `luakiq run`
+ * luakiq.ops.cli.main; everything user-facing is Lua from there on. `luakiq run`
  * comes back into C through core.host_run (hostlua.c), which starts one worker
  * thread per group; each runs entry_thread, which makes that thread's own VM
  * and runs luakiq.runner.open(boot) then luakiq.runner.run(); the web thread
@@ -74,8 +74,8 @@ int entry_main(int argc, char **argv) {
     if (!L) { fprintf(stderr, "luakiq: cannot create a Lua state\n"); return 1; }
     struct entry_argv a = {argc, argv};
     int code;
-    if (vm_call_module(L, "luakiq.cli", "main", entry_push_argv, &a) != 0) {
-        /* Only a host bug gets here: luakiq.cli handles user errors itself. */
+    if (vm_call_module(L, "luakiq.ops.cli", "main", entry_push_argv, &a) != 0) {
+        /* Only a host bug gets here: luakiq.ops.cli handles user errors itself. */
         const char *msg = lua_tostring(L, -1);
         fprintf(stderr, "luakiq: %s\n", msg ? msg : "(error object is not a string)");
         code = 1;
@@ -182,7 +182,7 @@ static int entry_thread(const char *boot) {
 }
 
 /* Main thread, on SIGHUP (core.load_check, hostlua.c): loads DIR in a VM of
- * its own as a worker thread would (luakiq.reload.check(arg)), so that
+ * its own as a worker thread would (luakiq.lib.reload.check(arg)), so that
  * nothing of the new code enters the main VM, and closes it. Returns the
  * check's result (a malloc'd string), or NULL with the error's first line in
  * err (a host bug: the check reports DIR's own errors in its result). */
@@ -190,7 +190,7 @@ static char *entry_check(const char *arg, char *err, size_t len) {
     lua_State *L = vm_new(entry_open_core);
     if (!L) { snprintf(err, len, "cannot create a Lua state"); return NULL; }
     char *out = NULL;
-    if (vm_call_module(L, "luakiq.reload", "check", entry_push_string, (void *)arg) != 0) {
+    if (vm_call_module(L, "luakiq.lib.reload", "check", entry_push_string, (void *)arg) != 0) {
         entry_error(L, err, len);
     } else if (lua_type(L, -1) != LUA_TSTRING) {
         snprintf(err, len, "luakiq.reload.check returned no string");

@@ -5,7 +5,7 @@
 struct lua_State;
 
 /* The process entry (main thread): makes the main VM and runs
- * luakiq.cli.main(argv). Returns the exit code. */
+ * luakiq.ops.cli.main(argv). Returns the exit code. */
 int entry_main(int argc, char **argv);
 
 /* The `luakiq.core` module loader: the table of every C function the Lua

@@ -78,7 +78,7 @@ static void host_on_wake(const char *msg, size_t len, void *arg) {
     struct host_route key = {buf, 0};
     struct host_route *r = bsearch(&key, host.routes, (size_t)host.nroutes, sizeof key, host_route_cmp);
     /* A prefix not routed: on an elastic host (per-thread tokens) it may be
-     * a shard a reshard created since the start (scripts/luakiq/reshard.lua),
+     * a shard a reshard created since the start (scripts/luakiq/ops/reshard.lua),
      * which the threads serve now: every thread gets it, as below. */
     if (!r && !host.plan->thread_tokens) return;
     if (r && r->thread >= 0) { runner_wake(r->thread, buf); return; }
@@ -88,7 +88,7 @@ static void host_on_wake(const char *msg, size_t len, void *arg) {
 }
 
 /* The concurrency key of the queue of a shard prefix "NS:{QUEUE:SHARD}:":
- * "NS:{QUEUE}:running" (scripts/luakiq/keys.lua running()). 0 on success. */
+ * "NS:{QUEUE}:running" (scripts/luakiq/lib/keys.lua running()). 0 on success. */
 static int host_running_key(const char *prefix, char *out, size_t len) {
     const char *open = strchr(prefix, '{'), *close = open ? strchr(open, '}') : NULL;
     if (!close) return -1;

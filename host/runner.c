@@ -431,7 +431,7 @@ void runner_set_lua_bytes(struct runner *r, long long bytes) {
     atomic_store_explicit(&r->lua_bytes, bytes, memory_order_relaxed);
 }
 
-/* Worker thread (elastic hosts, scripts/luakiq/runner.lua): what it holds
+/* Worker thread (elastic hosts, scripts/luakiq/runner/init.lua): what it holds
  * now, a string of its own making; the main thread reads a copy for the
  * hosts heartbeat (runner_held). A failed copy keeps the old text. */
 void runner_set_held(struct runner *r, const char *text) {

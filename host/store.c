@@ -576,7 +576,7 @@ static struct { char name[64]; char sha[41]; char *src; size_t len; int owned; }
 static int store_nscripts;
 
 /* Finds or creates the table entry of a script (caller holds store_mu). In
- * development mode (LUAKIQ_SCRIPTS set) the table holds what luakiq.include
+ * development mode (LUAKIQ_SCRIPTS set) the table holds what luakiq.lib.include
  * defined from the tree at start (store_script_define) and nothing else: a
  * script missing there is unknown, never the embedded copy. */
 static int store_script_slot(const char *name) {

@@ -93,8 +93,8 @@ const store_reply *store_reply_elem(const store_reply *r, size_t i);
 const char *store_script_source(const char *name, size_t *len);
 
 /* Development mode: sets the source of the Redis script name (a copy is
- * kept), replacing the embedded one; luakiq.cli defines the tree's scripts,
- * expanded by luakiq.include, before any worker thread starts. 0 on success,
+ * kept), replacing the embedded one; luakiq.ops.cli defines the tree's scripts,
+ * expanded by luakiq.lib.include, before any worker thread starts. 0 on success,
  * -1 when the table is full or the name too long. */
 int store_script_define(const char *name, const char *src, size_t len);
 

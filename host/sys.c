@@ -194,7 +194,7 @@ static int sys_exit_now(lua_State *L) {
  * and an empty mask (a worker thread blocks everything), runs it in a process
  * group of its own, and inside a perform call waits no longer than the call's
  * deadline: then the group gets TERM, KILL 2 s later, and the timeout error
- * is raised. Worker VMs get it as os.execute (luakiq.runtime). */
+ * is raised. Worker VMs get it as os.execute (luakiq.lib.runtime). */
 static int sys_execute(lua_State *L) {
     const char *cmd = luaL_optstring(L, 1, NULL);
     if (!cmd) { lua_pushinteger(L, 1); return 1; }

@@ -25,7 +25,7 @@
 -- then every queued and in-flight job can run at once), tags.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local keys = require "luakiq.keys"
+local keys = require "luakiq.lib.keys"
 
 local M = {}
 

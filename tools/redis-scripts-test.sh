@@ -32,7 +32,7 @@ declare -A SHA
 for f in scripts/redis/*.lua; do
   name=$(basename "$f" .lua)
   # "-- luakiq:include NAME" lines expanded by the build's own expander
-  src=$(luajit scripts/luakiq/include.lua "$f") || { echo "cannot expand $f"; exit 1; }
+  src=$(luajit scripts/luakiq/lib/include.lua "$f") || { echo "cannot expand $f"; exit 1; }
   SHA[$name]=$(r SCRIPT LOAD "$src")
   if ! [[ ${SHA[$name]} =~ ^[0-9a-f]{40}$ ]]; then echo "SCRIPT LOAD $f failed: ${SHA[$name]}"; exit 1; fi
 done

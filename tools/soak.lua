@@ -55,8 +55,8 @@ package.path = root .. "/spec/?.lua;" .. package.path
 
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local keys = require "luakiq.keys"
-local runtime = require "luakiq.runtime"
+local keys = require "luakiq.lib.keys"
+local runtime = require "luakiq.lib.runtime"
 local client = require "luakiq.client"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
@@ -273,7 +273,7 @@ end
 -- after a join, each an even share: within one of shards / hosts).
 local el
 if opt.elastic then
-  local hosts_mod = require "luakiq.hosts"
+  local hosts_mod = require "luakiq.ops.hosts"
   el = { live = {}, results = {}, order = {}, failed = {}, checked = 0 }
   -- pid -> {set = shard -> true, n =} of the live hosts, from the hosts list
   -- (a killed host stays listed for a while with what it held: left out)

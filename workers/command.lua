@@ -17,9 +17,9 @@
 -- group gets TERM, KILL 2 s later, and the call fails with the timeout error.
 -- While the program runs the call is parked: the thread runs other shards'
 -- calls meanwhile.
-local config = require "luakiq.config"
-local deliver = require "luakiq.deliver"
-local failure = require "luakiq.failure"
+local config = require "luakiq.lib.config"
+local deliver = require "luakiq.lib.deliver"
+local failure = require "luakiq.lib.failure"
 local process = require "luakiq.process"
 
 local WHAT = "luakiq.workers.command"

@@ -23,9 +23,9 @@
 -- While it is in flight the call is parked: the thread runs other shards'
 -- calls meanwhile.
 local core = require "luakiq.core"
-local config = require "luakiq.config"
-local deliver = require "luakiq.deliver"
-local failure = require "luakiq.failure"
+local config = require "luakiq.lib.config"
+local deliver = require "luakiq.lib.deliver"
+local failure = require "luakiq.lib.failure"
 local http = require "luakiq.http"
 
 local WHAT = "luakiq.workers.webhook"

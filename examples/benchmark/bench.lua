@@ -9,9 +9,9 @@
 -- (io_shape.lua: one 100 ms HTTP request per job, against Sidekiq too).
 -- Prints the tables.
 local core = require "luakiq.core"
-local runtime = require "luakiq.runtime"
+local runtime = require "luakiq.lib.runtime"
 local client = require "luakiq.client"
-local keys = require "luakiq.keys"
+local keys = require "luakiq.lib.keys"
 
 local USAGE = [[
 usage: luakiq lua examples/benchmark/bench.lua [options]

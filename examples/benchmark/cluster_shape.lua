@@ -19,8 +19,8 @@
 -- helpers returns rows, idle, pub, tr; print(B, rows, idle, masters, pub, tr)
 -- prints them.
 local core = require "luakiq.core"
-local keys = require "luakiq.keys"
-local runtime = require "luakiq.runtime"
+local keys = require "luakiq.lib.keys"
+local runtime = require "luakiq.lib.runtime"
 local client = require "luakiq.client"
 
 local M = {}

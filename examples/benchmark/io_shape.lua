@@ -14,8 +14,8 @@
 -- run(B, n) with B the driver's helpers; returns the result rows.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local keys = require "luakiq.keys"
-local runtime = require "luakiq.runtime"
+local keys = require "luakiq.lib.keys"
+local runtime = require "luakiq.lib.runtime"
 local client = require "luakiq.client"
 
 local SHARDS, DELAY_MS = 200, 100

@@ -27,7 +27,7 @@
 -- window; host CPU is the worker process's, start-up included, per job it
 -- took. B is the driver's helpers (bench.lua).
 local core = require "luakiq.core"
-local runtime = require "luakiq.runtime"
+local runtime = require "luakiq.lib.runtime"
 local client = require "luakiq.client"
 
 local M = {}

@@ -1,7 +1,7 @@
 -- examples/throttle/report.lua: how many calls ran at once, per region and in
 -- all, from the "region start end" records of Regions (REDIS_URL).
 --   luakiq lua examples/throttle/report.lua
-local runtime = require "luakiq.runtime"
+local runtime = require "luakiq.lib.runtime"
 local conn = assert(runtime.connect({ redis = os.getenv("REDIS_URL") }, 5))
 local ev, count = {}, {}
 for _, rec in ipairs(conn:call("LRANGE", "example:throttle:calls", 0, -1)) do

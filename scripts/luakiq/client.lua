@@ -4,11 +4,11 @@
 -- and sent as one push.lua call per shard (in chunks), each written out as
 -- soon as it is built, the replies read at the end.
 local core = require "luakiq.core"
-local keys = require "luakiq.keys"
-local runtime = require "luakiq.runtime"
-local errors = require "luakiq.errors"
-local middleware = require "luakiq.middleware"
-local windows = require "luakiq.windows"
+local keys = require "luakiq.lib.keys"
+local runtime = require "luakiq.lib.runtime"
+local errors = require "luakiq.lib.errors"
+local middleware = require "luakiq.lib.middleware"
+local windows = require "luakiq.lib.windows"
 local json = require "luakiq.json"
 local utf8_valid, json_encode = json.utf8_valid, json.encode
 
@@ -41,7 +41,7 @@ M.MAX_PAYLOAD_DEPTH = 256
 -- Where a job is, for an error: `at` is its number in the pushed array
 -- ("job 3") or a name the caller gave ("line 12"). Built only for an error:
 -- a string per job would cost every push an allocation.
--- word: what a number counts ("job", the default; "line" for luakiq.feed).
+-- word: what a number counts ("job", the default; "line" for luakiq.ops.feed).
 local function label(at, word)
   return type(at) == "string" and at or (word or "job") .. " " .. at
 end
@@ -209,7 +209,7 @@ end
 -- error push would raise for it (fields, payload dump and size), naming it
 -- by `where` ("line 12", or a number n: word .. " " .. n, made only for an
 -- error), and sends nothing. The streamed enqueue's first pass
--- (luakiq.feed). Client middlewares do not run.
+-- (luakiq.ops.feed). Client middlewares do not run.
 function M.checker(cfg, worker_name, word)
   local worker = cfg.by_name[worker_name]
   if not worker then errors.notfound("unknown worker '" .. esc(worker_name) .. "'") end
@@ -272,7 +272,7 @@ local function by_id(a, b) return a[1] < b[1] end
 -- under the worker's shards_count, one push.lua call per shard and chunk.
 -- Each call is written out as soon as it is built (dispatch), so Redis
 -- runs the first ones while the next are built; defer: none is, start
--- dispatches them later (luakiq.feed builds ahead). Returns {cmds, parts =
+-- dispatches them later (luakiq.ops.feed builds ahead). Returns {cmds, parts =
 -- {jobs, from, to} per cmd, sent = how many cmds went by conn:send, their
 -- replies unread, held = the rest wait for collect's pipeline}.
 local function send(conn, cfg, worker, prepared, now, extras, defer)
@@ -437,7 +437,7 @@ local function validate(worker, cfg, jobs)
 end
 
 -- Builds the push.lua calls of validated jobs (validate's table) without
--- sending them, so that start only writes them out: luakiq.feed builds a
+-- sending them, so that start only writes them out: luakiq.ops.feed builds a
 -- chunk's while Redis stores the chunk before. (conn: only to know whether
 -- it is a cluster, asked once.)
 local function build(conn, cfg, v)
@@ -515,7 +515,7 @@ function M.push(conn, cfg, worker_name, jobs)
 end
 
 -- A push in parts, so that a caller checks its next jobs while Redis
--- stores these (luakiq.feed): validate_push (no I/O; raises input errors),
+-- stores these (luakiq.ops.feed): validate_push (no I/O; raises input errors),
 -- build_push (optional: the calls made ready to send, no I/O but a
 -- cluster's first check), start_push (sends; conn is then busy until
 -- finish_push), finish_push

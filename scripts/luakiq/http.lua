@@ -10,12 +10,12 @@
 --   system's CA store), redirects (0: not followed; n: at most n), max_body
 --   (bytes, default 16 MiB).
 --
--- Inside a perform call the request parks the call (luakiq.wait): the thread
+-- Inside a perform call the request parks the call (luakiq.lib.wait): the thread
 -- runs other shards' calls until the response is in. Elsewhere it waits in
 -- place. Keep-alive connections are per thread (one libcurl engine each).
 local core = require "luakiq.core"
-local runtime = require "luakiq.runtime"
-local wait = require "luakiq.wait"
+local runtime = require "luakiq.lib.runtime"
+local wait = require "luakiq.lib.wait"
 
 local M = {}
 

@@ -2,11 +2,11 @@
 -- It is bound to the VM it is required in: `redis` is this thread's own
 -- connection, `perform_async` enqueues through it (docs/lua-api.md).
 local core = require "luakiq.core"
-local runtime = require "luakiq.runtime"
+local runtime = require "luakiq.lib.runtime"
 
 local M = {
   json = require "luakiq.json",
-  log = require "luakiq.log",
+  log = require "luakiq.lib.log",
   splitters = require "luakiq.splitters",
   schedulers = require "luakiq.schedulers",
   now = core.now,
@@ -41,18 +41,18 @@ M.redis = {
 
 -- sleep(s): waits s seconds; inside a perform call, never past its timeout
 -- (then it raises the timeout error), and the thread runs other shards'
--- calls meanwhile (luakiq.wait). deadline(): seconds left for the running
+-- calls meanwhile (luakiq.lib.wait). deadline(): seconds left for the running
 -- perform call, nil outside one.
-M.sleep = require("luakiq.wait").sleep
+M.sleep = require("luakiq.lib.wait").sleep
 M.http = { request = require("luakiq.http").request }
 M.process = { run = require("luakiq.process").run }
 M.deadline = core.deadline
 
--- Error values for the failure path (luakiq.failure): error(luakiq.permanent(msg))
+-- Error values for the failure path (luakiq.lib.failure): error(luakiq.permanent(msg))
 -- sends the call's jobs to the morgue at once; error(luakiq.retry_after(s, msg))
 -- retries them in s seconds.
-M.permanent = require("luakiq.failure").permanent
-M.retry_after = require("luakiq.failure").retry_after
+M.permanent = require("luakiq.lib.failure").permanent
+M.retry_after = require("luakiq.lib.failure").retry_after
 
 -- Stops the whole process: the current batch stays in flight (it comes back
 -- on the next start), last_words(msg) runs on the main thread, exit code 1.

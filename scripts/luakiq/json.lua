@@ -256,7 +256,7 @@ function M.encode(v)
 end
 
 -- try_decode(s) -> true, value | false, "json: reason" (one pcall: for a
--- caller that decodes many strings, luakiq.feed; decode and decode_safe
+-- caller that decodes many strings, luakiq.ops.feed; decode and decode_safe
 -- are made of it).
 function M.try_decode(s)
   if type(s) ~= "string" then return false, "json: decode expects a string, got " .. type(s) end

@@ -17,7 +17,7 @@
 -- Inside a perform call the call parks while the program runs (the thread
 -- runs other shards' calls); elsewhere it waits in place.
 local core = require "luakiq.core"
-local wait = require "luakiq.wait"
+local wait = require "luakiq.lib.wait"
 
 local M = {}
 

@@ -10,7 +10,7 @@
 -- Config:  splitter = luakiq.splitters.default
 --          splitter = luakiq.splitters.by_node(3, 1)   -- 3 nodes, this is node 1
 --          splitter = "elastic"  (or luakiq.splitters.elastic): the shards
---          move between the live hosts as they come and go (luakiq.elastic)
+--          move between the live hosts as they come and go (luakiq.runner.elastic)
 local M = {}
 
 local function is_int(x) return type(x) == "number" and x % 1 == 0 end
@@ -90,13 +90,13 @@ end
 -- elastic(handlers, threads_per_node) -> groups: the marker of elastic hosts
 -- (`splitter = "elastic"`). Called as a splitter it gives what this host would
 -- take alone: every shard, split evenly over its threads by the same hashing
--- as a running elastic host's (luakiq.elastic; the thread of a shard depends
+-- as a running elastic host's (luakiq.runner.elastic; the thread of a shard depends
 -- on the host's token, random per start, so this is an example). `luakiq
 -- run` does not use the groups, only their count (threads), and gives every
 -- thread every handler; each thread then takes its share (runner.lua).
 function M.elastic(handlers, threads_per_node)
   check_args("elastic", 'splitter = "elastic"', handlers, threads_per_node)
-  local elastic = require "luakiq.elastic"
+  local elastic = require "luakiq.runner.elastic"
   return drop_empty(elastic.share(handlers, {}, "plan", threads_per_node))
 end
 

@@ -69,7 +69,7 @@ local cur = lf[1]
 if cur and cur ~= token then
   return { "LEASE", tostring(redis.call("PTTL", K.lease)) }
 end
--- A reshard froze the shard (P reshard = its token; luakiq.reshard): no
+-- A reshard froze the shard (P reshard = its token; luakiq.ops.reshard): no
 -- holder but the reshard acquires it or fetches from it. Its holder may
 -- still ack (below), then gives the lease back so the reshard takes it.
 -- (FENCE: layout 2's fence against layout-1 hosts, not a freeze)

@@ -1,5 +1,5 @@
 -- history.lua: adds a worker thread's counts of jobs processed and failed per
--- minute to a queue's day (scripts/luakiq/timing.lua sends it with timing.lua,
+-- minute to a queue's day (scripts/luakiq/ops/timing.lua sends it with timing.lua,
 -- at most once a second, in the pipeline of a call the thread makes anyway).
 -- KEYS[1] = NS:{QUEUE}:history:DAY (HASH: p:MINUTE, f:MINUTE -> jobs, MINUTE
 -- = 0..1439 of the UTC day). ARGV[1] unix time the key expires at, then

@@ -1,5 +1,5 @@
 -- hosts_beat.lua: a running host says it is alive and what it does (its main
--- thread, every few seconds; scripts/luakiq/hosts.lua), or that it left.
+-- thread, every few seconds; scripts/luakiq/ops/hosts.lua), or that it left.
 -- KEYS[1] = NS:{hosts}:beats (ZSET token -> its last beat, ms of Redis's own
 -- clock, so hosts' clocks do not matter), KEYS[2] = NS:{hosts}:info (HASH
 -- token -> the host's JSON). ARGV[1] token, [2] its JSON ("" = the host

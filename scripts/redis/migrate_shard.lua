@@ -1,6 +1,6 @@
 -- migrate_shard.lua: converts one shard from layout 1 (docs/redis.md of
 -- layout 1) to layout 2 (docs/redis.md), a step per call: luakiq migrate
--- (luakiq.migrate) calls it for every shard of every registered queue.
+-- (luakiq.ops.migrate) calls it for every shard of every registered queue.
 -- Each call is atomic and deletes the layout-1 keys it converted, so a call
 -- repeated after a kill finds nothing of them: no job is converted twice.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = operation, then:

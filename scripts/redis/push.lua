@@ -281,7 +281,7 @@ if (last - 2) % 5 ~= 0 then
     "job/value pairs", 0)
 end
 finite(ARGV[2], "now")
--- A queue resharded (luakiq.reshard) records its count in each shard: a
+-- A queue resharded (luakiq.ops.reshard) records its count in each shard: a
 -- push routed with another count would put ids in the wrong shard.
 if shards then
   local have = shards_of(redis.call("GET", K.shards))

@@ -1,4 +1,4 @@
--- reshard_in.lua: the second step of a move (luakiq.reshard; docs/redis.md,
+-- reshard_in.lua: the second step of a move (luakiq.ops.reshard; docs/redis.md,
 -- "Reshard"): records staged by reshard_out.lua on the id's old shard join
 -- this shard, its new one. Idempotent: a reshard killed after this call and
 -- before the drop imports the same records again, to the same result.

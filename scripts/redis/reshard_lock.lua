@@ -1,5 +1,5 @@
 -- reshard_lock.lua: one reshard of a queue at a time, and what it is doing
--- (luakiq.reshard; docs/redis.md, "Reshard").
+-- (luakiq.ops.reshard; docs/redis.md, "Reshard").
 -- KEYS[1] = NS:{QUEUE}:reshard (HASH from, to, token, started: the reshard
 -- under way, kept until it is done, so that a killed one is finished by the
 -- next run), KEYS[2] = NS:{QUEUE}:reshard:lock (STRING token, PX ttl: the

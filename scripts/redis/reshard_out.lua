@@ -1,5 +1,5 @@
 -- reshard_out.lua: the first step of moving jobs to their shard under a new
--- shards_count (luakiq.reshard; docs/redis.md, "Reshard"). Each given id's
+-- shards_count (luakiq.ops.reshard; docs/redis.md, "Reshard"). Each given id's
 -- queued job, dead job, tags and expiries leave the shard's keys and are
 -- staged, as one record, in P reshard:out (same slot, one atomic step), so a
 -- reshard killed at any point loses nothing: its next run imports what is

@@ -1,5 +1,5 @@
 -- reshard_shard.lua: the per-shard steps of a reshard other than the move of
--- jobs (luakiq.reshard; docs/redis.md, "Reshard"). One shard, one slot.
+-- jobs (luakiq.ops.reshard; docs/redis.md, "Reshard"). One shard, one slot.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = operation, ARGV[2] =
 -- the reshard's token, then:
 --   "freeze", COUNT, CHANNEL: P reshard = token (fetch.lua then gives the

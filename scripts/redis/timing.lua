@@ -1,5 +1,5 @@
 -- timing.lua: adds a worker thread's wait and run time observations to a
--- queue's day (scripts/luakiq/timing.lua writes them at most once a second,
+-- queue's day (scripts/luakiq/ops/timing.lua writes them at most once a second,
 -- in the pipeline of a call it makes anyway).
 -- KEYS[1] = NS:{QUEUE}:timing:DAY (HASH: w:n w:sum w:sq r:n r:sum r:sq),
 -- KEYS[2] = NS:{QUEUE}:timing:DAY:h (HASH: KIND:UPPER_BOUND -> count).

@@ -16,7 +16,7 @@
 --   4. a layout-1 job written late (a layout-1 producer) is swept in by a
 --      rerun.
 local core = require "luakiq.core"
-local keys = require "luakiq.keys"
+local keys = require "luakiq.lib.keys"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
 local S = require "faults.support"

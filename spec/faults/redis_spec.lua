@@ -4,7 +4,7 @@
 local json = require "luakiq.json"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
-local keys = require "luakiq.keys"
+local keys = require "luakiq.lib.keys"
 local S = require "faults.support"
 
 local srv = redis.fixture { appendonly = true }
@@ -116,7 +116,7 @@ describe("Redis restarted mid-run", function()
     -- (the two ids are in different shards: both park on the one thread)
     assert.are_not.equal(keys.shard("wait", 2), keys.shard("stuck", 2))
     local p = spawn(dir)
-    local cfg = require("luakiq.runtime").load(dir)
+    local cfg = require("luakiq.lib.runtime").load(dir)
     require("luakiq.client").push(srv.conn, cfg, "Park", { { id = "wait", payload = 1 }, { id = "stuck", payload = 1 } })
     S.eventually(function() return host.read(d .. "/parked_wait") and host.read(d .. "/parked_stuck") end, 10,
       "both parked: " .. p:log())

@@ -19,7 +19,7 @@
 -- script call must touch one slot.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local keys = require "luakiq.keys"
+local keys = require "luakiq.lib.keys"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
@@ -136,7 +136,7 @@ describe("luakiq reshard", function()
 
     it("killed with -9 half-way, then run again: every job, payload, score, retry_count, error and morgue entry intact",
       function()
-        local runtime = require "luakiq.runtime"
+        local runtime = require "luakiq.lib.runtime"
         local client = require "luakiq.client"
         local cfg = runtime.load(dir)
         local conn = srv.conn

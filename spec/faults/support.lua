@@ -3,7 +3,7 @@
 -- checks (no overlap, every payload seen, order).
 local core = require "luakiq.core"
 local host = require "helpers.host"
-local runtime = require "luakiq.runtime"
+local runtime = require "luakiq.lib.runtime"
 local client = require "luakiq.client"
 local assert = require "luassert"
 

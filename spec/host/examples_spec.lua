@@ -4,7 +4,7 @@
 local redis = require "helpers.redis"
 local host = require "helpers.host"
 local json = require "luakiq.json"
-local keys = require "luakiq.keys"
+local keys = require "luakiq.lib.keys"
 local q = host.quote
 
 local srv = redis.fixture()

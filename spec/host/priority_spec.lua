@@ -2,7 +2,7 @@
 -- shards runs the jobs of the lowest priority number first, across its
 -- shards and within each, while every id keeps its own order.
 local json = require "luakiq.json"
-local keys = require "luakiq.keys"
+local keys = require "luakiq.lib.keys"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote

@@ -8,7 +8,7 @@ local json = require "luakiq.json"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
 local web = require "web.support"
-local timing = require "luakiq.timing"
+local timing = require "luakiq.ops.timing"
 local q = host.quote
 
 local srv = redis.fixture()

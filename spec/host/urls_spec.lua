@@ -1,10 +1,10 @@
 -- The one URL redactor (host/store.c store_redact_url, core.redact_url,
--- luakiq.runtime.redact): one case per URL form, then where URLs are shown,
+-- luakiq.lib.runtime.redact): one case per URL form, then where URLs are shown,
 -- tried as a new user would (the CLI's errors, the dashboard's JSON, a
 -- password with an unencoded '@'), against real redis-servers.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local runtime = require "luakiq.runtime"
+local runtime = require "luakiq.lib.runtime"
 local host = require "helpers.host"
 local redis = require "helpers.redis"
 local q = host.quote

@@ -1,10 +1,10 @@
 -- Lowkiq's spec/queue/actions_spec.rb for luakiq: the admin actions of
--- luakiq.admin (perform_now.lua, kill_failed.lua, delete_failed.lua,
+-- luakiq.ops.admin (perform_now.lua, kill_failed.lua, delete_failed.lua,
 -- morgue_requeue.lua, morgue_delete.lua), with DESIGN's rules: "perform all
 -- now" sets perform_in = now (never 0); a morgue requeue gives perform_in now
 -- and retry_count -1 and keeps the minimal score of an equal payload.
 local S = require "queue.support"
-local admin = require "luakiq.admin"
+local admin = require "luakiq.ops.admin"
 
 describe("actions", function()
   local env = S.lifecycle()

@@ -1,8 +1,8 @@
 -- Lowkiq's spec/queue/queue_metrics_spec.rb and shard_metrics_spec.rb for
--- luakiq: luakiq.admin.worker_stats / stats (sums of stats.lua over shards)
+-- luakiq: luakiq.ops.admin.worker_stats / stats (sums of stats.lua over shards)
 -- and the per-shard scripts stats.lua and heads.lua.
 local S = require "queue.support"
-local admin = require "luakiq.admin"
+local admin = require "luakiq.ops.admin"
 local runner = require "luakiq.runner"
 
 describe("metrics", function()

@@ -3,7 +3,7 @@
 -- back from failures and restores, listings, stats and the admin actions
 -- across the priority levels, and a thread's choice between shards.
 local S = require "queue.support"
-local admin = require "luakiq.admin"
+local admin = require "luakiq.ops.admin"
 local schedulers = require "luakiq.schedulers"
 
 describe("priority", function()
@@ -130,7 +130,7 @@ describe("priority", function()
   it("a thread serving several shards takes the shard whose best due job has the lowest number first", function()
     local now = env.now
     -- Multi: 5 shards. One id per shard, found by pushing and reading back.
-    local keys = require "luakiq.keys"
+    local keys = require "luakiq.lib.keys"
     local by_shard = {}
     for i = 1, 200 do
       local s = keys.shard("j" .. i, 5)

@@ -1,9 +1,9 @@
--- Lowkiq's spec/queue/queries_spec.rb for luakiq: the listings of luakiq.admin
+-- Lowkiq's spec/queue/queries_spec.rb for luakiq: the listings of luakiq.ops.admin
 -- (jobs.lua and busy.lua on every shard, merged). Each filled check runs on
 -- "Test" (1 shard) and on "Multi" (5 shards: ids 1 and 2 live in shards 3
 -- and 2), so the cross-shard merge is exercised too.
 local S = require "queue.support"
-local admin = require "luakiq.admin"
+local admin = require "luakiq.ops.admin"
 
 local BOTH = { "Test", "Multi" }
 

@@ -3,7 +3,7 @@
 -- morgue, delete and serialization, on the "Test" queue (1 shard), with the
 -- merge rules of docs/redis.md ("Merge rules") where they differ from Lowkiq's code.
 local S = require "queue.support"
-local admin = require "luakiq.admin"
+local admin = require "luakiq.ops.admin"
 
 describe("queue", function()
   local env = S.lifecycle()

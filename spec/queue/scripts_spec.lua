@@ -5,10 +5,10 @@
 -- one-slot-per-shard key layout.
 local S = require "queue.support"
 local core = require "luakiq.core"
-local keys = require "luakiq.keys"
-local runtime = require "luakiq.runtime"
+local keys = require "luakiq.lib.keys"
+local runtime = require "luakiq.lib.runtime"
 local host = require "helpers.host"
-local admin = require "luakiq.admin"
+local admin = require "luakiq.ops.admin"
 
 describe("scripts", function()
   local env = S.lifecycle()
@@ -403,7 +403,7 @@ describe("scripts", function()
         for k = 1, tonumber(r[i + 1]) do decoded[tonumber(r[i + 2 * k])].windows = r[i + 2 * k + 1] end
       end
       restore()
-      local q = require "luakiq.queue"
+      local q = require "luakiq.runner.queue"
       local args = { "fetch", p, S.TOKEN, 30000, at, 20, "", "1", "0", "records" }
       local raw = env.conn:script(unpack(args))
       local res = q.parse_fetch(raw, { prefix = p, worker = "Test", shard = 0 }, "records")
@@ -487,7 +487,7 @@ describe("scripts", function()
     -- The jobs the host reads from each reply of a drain of shard p, in
     -- form ("records" or "members").
     local function decoded(p, replies, form)
-      local q, out = require "luakiq.queue", {}
+      local q, out = require "luakiq.runner.queue", {}
       for i, r in ipairs(replies) do
         local res = q.parse_fetch(r, { prefix = p, worker = "Test", shard = 0 }, form)
         out[i] = { res.jobs, res.head, res.batch, res.bytes > 0 }
@@ -547,7 +547,7 @@ describe("scripts", function()
       end
       -- (the retry count r05 was delivered with, from the replies)
       local function rc5_of(replies)
-        local q = require "luakiq.queue"
+        local q = require "luakiq.runner.queue"
         for _, r in ipairs(replies) do
           if r[2] ~= "" then
             for _, job in ipairs(q.parse_fetch(r, { prefix = p, worker = "Test", shard = 0 }, "records").jobs) do

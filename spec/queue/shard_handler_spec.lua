@@ -7,7 +7,7 @@
 -- goes back with retry_count -1 and perform_in now.
 local S = require "queue.support"
 local runner = require "luakiq.runner"
-local queue = require "luakiq.queue"
+local queue = require "luakiq.runner.queue"
 local luakiq = require "luakiq"
 local core = require "luakiq.core"
 

@@ -2,16 +2,16 @@
 -- a private redis-server, a script directory whose config sets dump_error and
 -- load_error to string reversal (nil-safe, so the hooks must be applied
 -- symmetrically), a frozen clock, and short-hands over the real modules
--- (luakiq.client, luakiq.admin, luakiq.queue, luakiq.runner) and the real
+-- (luakiq.client, luakiq.ops.admin, luakiq.runner.queue, luakiq.runner) and the real
 -- Redis scripts (conn:script).
 local core = require "luakiq.core"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
-local runtime = require "luakiq.runtime"
+local runtime = require "luakiq.lib.runtime"
 local client = require "luakiq.client"
-local admin = require "luakiq.admin"
-local queue = require "luakiq.queue"
-local keys = require "luakiq.keys"
+local admin = require "luakiq.ops.admin"
+local queue = require "luakiq.runner.queue"
+local keys = require "luakiq.lib.keys"
 local runner = require "luakiq.runner"
 
 local S = { TOKEN = "spec-token" }
@@ -128,7 +128,7 @@ function E:fail(worker, shard, o, pairs_)
   return r
 end
 
--- Queued jobs (luakiq.admin.list), by id ascending unless told.
+-- Queued jobs (luakiq.ops.admin.list), by id ascending unless told.
 function E:list(worker, order, dir, min, max, limit, offset)
   return admin.list(self.conn, self.cfg, worker, "queue", order or "id", dir or "asc",
     min or (order and order ~= "id" and "-inf" or "-"), max or (order and order ~= "id" and "+inf" or "+"),

@@ -3,8 +3,8 @@
 -- a push of an id that is gone replaces them; admin.tagged lists a tag's
 -- jobs across workers and shards and drops the entries of ids that are gone.
 local S = require "queue.support"
-local admin = require "luakiq.admin"
-local errors = require "luakiq.errors"
+local admin = require "luakiq.ops.admin"
+local errors = require "luakiq.lib.errors"
 
 describe("tags", function()
   local env = S.lifecycle()

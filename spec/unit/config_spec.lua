@@ -1,6 +1,6 @@
-local config = require "luakiq.config"
+local config = require "luakiq.lib.config"
 local json = require "luakiq.json"
-local retry = require "luakiq.retry"
+local retry = require "luakiq.lib.retry"
 local splitters = require "luakiq.splitters"
 local schedulers = require "luakiq.schedulers"
 

@@ -1,7 +1,7 @@
--- luakiq.cron and luakiq.tz on fixed instants (no waiting): the system's
+-- luakiq.lib.cron and luakiq.lib.tz on fixed instants (no waiting): the system's
 -- tzdata for zones, Vixie cron's fields.
-local cron = require "luakiq.cron"
-local tz = require "luakiq.tz"
+local cron = require "luakiq.lib.cron"
+local tz = require "luakiq.lib.tz"
 
 local function utc(y, m, d, H, M, S) -- Unix time of a UTC wall time
   return os.time { year = y, month = m, day = d, hour = H, min = M, sec = S or 0, isdst = false } -
@@ -70,7 +70,7 @@ describe("cron", function()
 end)
 
 describe("windows", function()
-  local windows = require "luakiq.windows"
+  local windows = require "luakiq.lib.windows"
   local berlin = tz.zone("Europe/Berlin")
   it("crosses midnight on the zone's wall clock", function()
     local w = assert(windows.parse({ "22:00-02:00" }, berlin))

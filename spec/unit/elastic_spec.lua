@@ -1,13 +1,13 @@
--- luakiq.elastic: the share of each thread of each elastic host (pure
+-- luakiq.runner.elastic: the share of each thread of each elastic host (pure
 -- functions; the running hosts are spec/faults/elastic_spec.lua).
-local elastic = require "luakiq.elastic"
+local elastic = require "luakiq.runner.elastic"
 local splitters = require "luakiq.splitters"
 
 -- The handler list of workers {name, shards_count} (runtime.handlers, as a host makes it).
 local function handlers(workers)
   local cfg = { workers = {} }
   for i, w in ipairs(workers) do cfg.workers[i] = { name = w[1], shards_count = w[2] } end
-  return require("luakiq.runtime").handlers(cfg)
+  return require("luakiq.lib.runtime").handlers(cfg)
 end
 
 local function key(h) return h.worker .. h.shard end

@@ -1,4 +1,4 @@
-local middleware = require "luakiq.middleware"
+local middleware = require "luakiq.lib.middleware"
 
 describe("luakiq.middleware.chain", function()
   it("runs list[1] outermost and the inner action last", function()

@@ -1,4 +1,4 @@
-local retry = require "luakiq.retry"
+local retry = require "luakiq.lib.retry"
 
 describe("luakiq.retry.default", function()
   it("is count^4 + 15 + random(0..29) * (count + 1)", function()

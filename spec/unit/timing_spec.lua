@@ -1,7 +1,7 @@
 -- luakiq.timing's arithmetic: the buckets (qless's, the first second split),
 -- UTC days, a thread's accumulator across midnight, what it sends, and the
 -- Prometheus buckets derived from a report.
-local timing = require "luakiq.timing"
+local timing = require "luakiq.ops.timing"
 
 describe("timing buckets", function()
   it("are qless's seconds, minutes, hours and days, with the first second split in ten", function()

@@ -103,7 +103,7 @@ end
 local count = host.count
 
 local function cfg()
-  return require("luakiq.runtime").load(dir)
+  return require("luakiq.lib.runtime").load(dir)
 end
 
 -- Pushes Fast jobs and waits until each one's call has started.

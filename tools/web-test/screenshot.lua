@@ -36,7 +36,7 @@ if not started then
   error(proc, 0)
 end
 local conn = assert(core.connect(srv.url, 5))
-local cfg = require("luakiq.runtime").load(dir)
+local cfg = require("luakiq.lib.runtime").load(dir)
 local client = require "luakiq.client"
 
 -- screenshot.js runs in the background while this loop feeds the host: a

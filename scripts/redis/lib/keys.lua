@@ -1,7 +1,7 @@
 -- The Redis-side schema ("luakiq:include keys", first of a script's
 -- includes): every key name the queue scripts use, and the one reader and
 -- writer of the busy entry. docs/redis.md ("Key names", "Keys") documents
--- them. The host-side half is scripts/luakiq/keys.lua: the shard prefix
+-- them. The host-side half is scripts/luakiq/lib/keys.lua: the shard prefix
 -- P = "NS:{QUEUE:SHARD}:" (KEYS[1] of every queue script), the registry
 -- NS:queues (KEYS[1] of register.lua) and the wake channel NS:wake. A key
 -- renamed here changes the wire protocol: change docs/redis.md with it.

@@ -2,7 +2,7 @@
 -- "luakiq:include shard" (as a comment, at the start of the line, after
 -- "luakiq:include keys" and "luakiq:include levels", whose helpers these
 -- use), which is replaced by this file when the script is loaded
--- (scripts/luakiq/include.lua: at build time, with LUAKIQ_SCRIPTS and in
+-- (scripts/luakiq/lib/include.lua: at build time, with LUAKIQ_SCRIPTS and in
 -- tools/redis-scripts-test.sh). Redis scripts cannot require each other, so
 -- this is how they share code.
 

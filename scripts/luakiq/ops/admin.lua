@@ -1,0 +1,592 @@
+-- luakiq.ops.admin: the operator's side of a queue: stats, listings and admin
+-- actions. Used by the CLI and the HTTP API (same functions, same output), in
+-- whatever VM they run in. Per-queue numbers are sums over shards; every shard
+-- is asked in one pipeline.
+local core = require "luakiq.core"
+local keys = require "luakiq.lib.keys"
+local runtime = require "luakiq.lib.runtime"
+local errors = require "luakiq.lib.errors"
+local client = require "luakiq.client"
+
+local M = {}
+
+local PAGE = 1000
+
+local function worker_of(cfg, name)
+  local w = cfg.by_name[name]
+  if not w then errors.notfound("unknown worker '" .. tostring(name) .. "'") end
+  return w
+end
+M.worker_of = worker_of
+
+local function prefixes(cfg, w)
+  local list = {}
+  for s = 0, w.shards_count - 1 do list[s + 1] = keys.prefix(cfg.namespace, w.queue_name, s) end
+  return list
+end
+
+local function check(r, what)
+  if type(r) == "table" and r.err then error("redis: " .. what .. ": " .. r.err, 0) end
+  return r
+end
+M.check = check -- (a pipeline reply: raises "redis: WHAT: ..." on an error reply)
+
+-- Per-worker numbers: fresh, retries, length, morgue_length, lag, processed,
+-- failed, busy, expired, paused. One pipeline over every shard of every
+-- worker, and NS:paused.
+function M.worker_stats(conn, cfg)
+  local cmds, owners = {}, {}
+  for _, w in ipairs(cfg.workers) do
+    for _, p in ipairs(prefixes(cfg, w)) do
+      cmds[#cmds + 1] = { script = "stats", p }
+      owners[#owners + 1] = w.name
+    end
+  end
+  cmds[#cmds + 1] = { "HGETALL", keys.paused(cfg.namespace) }
+  local replies = conn:pipeline(cmds)
+  local flat = check(table.remove(replies), "paused")
+  local paused = {}
+  for i = 1, #flat, 2 do paused[flat[i]] = true end
+  local now, by = core.now(), {}
+  for _, w in ipairs(cfg.workers) do
+    by[w.name] = { fresh = 0, retries = 0, length = 0, morgue_length = 0, lag = 0,
+                   processed = 0, failed = 0, busy = 0, expired = 0, paused = paused[w.queue_name] or false }
+  end
+  for i, r in ipairs(replies) do
+    check(r, "stats")
+    local s = by[owners[i]]
+    s.fresh = s.fresh + tonumber(r[1])
+    s.retries = s.retries + tonumber(r[2])
+    s.morgue_length = s.morgue_length + tonumber(r[3])
+    local head = tonumber(r[4])
+    if head and now - head > s.lag then s.lag = now - head end
+    s.processed = s.processed + (tonumber(r[5]) or 0)
+    s.failed = s.failed + (tonumber(r[6]) or 0)
+    s.busy = s.busy + tonumber(r[7])
+    s.expired = s.expired + (tonumber(r[8]) or 0)
+  end
+  for _, s in pairs(by) do s.length = s.fresh + s.retries end
+  return by
+end
+
+-- Lowkiq's /api/v1/stats shape, plus expired (payloads that expired before
+-- they ran, since the queue began).
+function M.stats(conn, cfg)
+  local by = M.worker_stats(conn, cfg)
+  local out = { total = { length = 0, morgue_length = 0, lag = 0, expired = 0 }, by_worker = {} }
+  for name, s in pairs(by) do
+    out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag, expired = s.expired,
+                            paused = s.paused or nil } -- only when paused: "paused": true
+    out.total.length = out.total.length + s.length
+    out.total.morgue_length = out.total.morgue_length + s.morgue_length
+    out.total.expired = out.total.expired + s.expired
+    if s.lag > out.total.lag then out.total.lag = s.lag end
+  end
+  return out
+end
+
+-- Whether v nests deeper than `left` levels: such a payload is shown as its
+-- stored text, as no JSON answer could hold it.
+local function too_deep(v, left)
+  if type(v) ~= "table" then return false end
+  if left == 0 then return true end
+  for _, x in pairs(v) do
+    if too_deep(x, left - 1) then return true end
+  end
+  return false
+end
+
+-- Decodes one flat jobs.lua/busy.lua record list into tables.
+-- kind "queue": id, perform_in, retry_count, error, n, payload, score...
+-- kind "morgue": id, updated_at, error, n, payload, score...
+local function load_records(cfg, r, kind, start)
+  local out, i = {}, start
+  local n = tonumber(r[i - 1])
+  for _ = 1, n do
+    local rec = { id = r[i] }
+    if kind == "morgue" then
+      rec.updated_at = tonumber(r[i + 1])
+      i = i + 2
+    else
+      rec.perform_in, rec.retry_count = tonumber(r[i + 1]), tonumber(r[i + 2])
+      i = i + 3
+    end
+    local err = r[i]
+    if err ~= "" then
+      local ok, e = pcall(cfg.load_error, err)
+      rec.error = ok and e or err
+    end
+    local np = tonumber(r[i + 1])
+    i = i + 2
+    rec.payloads = {}
+    for k = 1, np do
+      local ok, v = pcall(cfg.load_payload, r[i])
+      if ok and too_deep(v, client.MAX_PAYLOAD_DEPTH) then ok = false end -- (written by another client)
+      rec.payloads[k] = { ok and v or r[i], tonumber(r[i + 1]) }
+      i = i + 2
+    end
+    out[#out + 1] = rec
+  end
+  return out
+end
+
+local sort_field = { id = "id", perform_in = "perform_in", retry_count = "retry_count", updated_at = "updated_at" }
+
+-- A listing's cursor: where each shard's part of it stands (how many of the
+-- shard's jobs in the range came before), plus the position in the whole
+-- listing and what it lists, so a cursor of another listing is refused.
+-- Text: "what:order:dir:pos:o1,o2,..." (one count per shard).
+local function cursor_text(what, order, dir, pos, offs)
+  return ("%s:%s:%s:%d:%s"):format(what, order, dir, pos, table.concat(offs, ","))
+end
+
+local function cursor_parse(text, what, order, dir, shards)
+  local w, o, d, pos, list = tostring(text):match("^(%a+):([%a_]+):(%a+):(%d+):([%d,]*)$")
+  if not w then errors.input("bad cursor '" .. tostring(text) .. "'") end
+  if w ~= what or o ~= order or d ~= dir then
+    errors.input("the cursor is for " .. w .. " by " .. o .. " " .. d .. ", not " .. what .. " by " .. order .. " " .. dir)
+  end
+  local offs = {}
+  for n in list:gmatch("%d+") do offs[#offs + 1] = tonumber(n) end
+  if #offs ~= shards then errors.input("the cursor is for " .. #offs .. " shards, the worker has " .. shards) end
+  return tonumber(pos), offs
+end
+
+-- The listing's order on records: (sort field, id), ascending or descending.
+local function order_less(order, dir)
+  local field = sort_field[order]
+  return function(a, b)
+    local x, y = a[field], b[field]
+    if x == y then x, y = a.id, b.id end
+    if dir == "desc" then return x > y end
+    return x < y
+  end
+end
+
+-- Every shard's next part of the listing from its offset offs[s]: per[s] =
+-- its records in the listing's order. keys: sort keys only ({id, field}, no
+-- payloads), for walking to an offset.
+local function shard_parts(conn, cfg, prefs, what, order, dir, min, max, offs, limit, keys_only)
+  local field = sort_field[order]
+  local cmds = {}
+  for s, p in ipairs(prefs) do
+    cmds[s] = { script = "jobs", p, what, order, dir, min, max, offs[s], limit, keys_only and "keys" or nil }
+  end
+  local per = {}
+  for s, r in ipairs(conn:pipeline(cmds)) do
+    -- a bad range or order is the caller's mistake (exit 2 / HTTP 400), not a failure
+    if type(r) == "table" and r.err and (r.err:match("min or max") or r.err:match("luakiq jobs:")) then
+      local why = r.err:gsub("^ERR ", ""):gsub("^luakiq jobs: ", ""):gsub(" script: %x+, on @user_script:%d+%.$", "")
+      errors.input("bad listing request: " .. why:match("^[^\n]*"))
+    end
+    check(r, "jobs")
+    local list = {}
+    if keys_only then
+      for i = 2, #r, 2 do
+        local rec = { id = r[i] }
+        if field ~= "id" then rec[field] = tonumber(r[i + 1]) end
+        list[#list + 1] = rec
+      end
+    else
+      list = load_records(cfg, r, what, 2)
+    end
+    per[s] = list
+  end
+  return per
+end
+
+-- The first records of every shard's part, merged: { {rec, shard}, ... }.
+local function merged(per, less, counts)
+  local all = {}
+  for s, list in ipairs(per) do
+    for i = 1, counts and counts[s] or #list do all[#all + 1] = { list[i], s } end
+  end
+  table.sort(all, function(a, b) return less(a[1], b[1]) end)
+  return all
+end
+
+-- Moves offs (each shard's offset) `left` records further along the
+-- listing, in steps of PAGE sort keys per shard (no script call does more).
+-- A step needs no sort: every record up to the lowest last key of the shards
+-- that filled their part (T) is certainly before anything not yet read, so
+-- each shard moves past its records <= T, until the records <= T outnumber
+-- what is left; only those are then merged. Returns how far it got.
+local function walk(conn, cfg, prefs, what, order, dir, min, max, offs, left)
+  local less, moved = order_less(order, dir), 0
+  while left > 0 do
+    local per = shard_parts(conn, cfg, prefs, what, order, dir, min, max, offs, PAGE, true)
+    local T
+    for _, list in ipairs(per) do
+      local last = list[PAGE]
+      if last and (not T or less(last, T)) then T = last end
+    end
+    local counts, total = {}, 0
+    for s, list in ipairs(per) do
+      local c = #list
+      if T then
+        c = 0
+        while c < #list and not less(T, list[c + 1]) do c = c + 1 end
+      end
+      counts[s], total = c, total + c
+    end
+    if total <= left then
+      for s = 1, #prefs do offs[s] = offs[s] + counts[s] end
+      moved, left = moved + total, left - total
+      if not T then break end -- every shard's part was read whole: the listing ends here
+    else
+      local all = merged(per, less, counts)
+      for i = 1, left do offs[all[i][2]] = offs[all[i][2]] + 1 end
+      moved, left = moved + left, 0
+    end
+  end
+  return moved
+end
+
+-- Listing across shards: what "queue"|"morgue", order, dir "asc"|"desc",
+-- min/max in Redis range syntax, limit (<= 1000), and where to start: a
+-- cursor (from an earlier page) or an offset. Each shard is asked for limit
+-- records from its own offset (O(log n + limit) per shard, jobs.lua), so a
+-- page costs O(shards x limit) whatever its depth. An offset without a cursor
+-- is walked to in steps of PAGE sort keys: every script call stays bounded
+-- (Redis never busy for long), the walk itself is linear in the offset.
+-- Returns the page and next(n): the cursor that continues after its first n
+-- records (the HTTP API asks for one more than it shows).
+function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offset, cursor)
+  local w = worker_of(cfg, worker_name)
+  limit = math.min(limit or 100, PAGE + 1) -- + 1: callers ask one more to see if there are more
+  if not sort_field[order] then errors.input("unknown order '" .. tostring(order) .. "'") end
+  local prefs = prefixes(cfg, w)
+  local pos, offs = 0, {}
+  if cursor then
+    pos, offs = cursor_parse(cursor, what, order, dir, #prefs)
+  else
+    for s = 1, #prefs do offs[s] = 0 end
+    pos = walk(conn, cfg, prefs, what, order, dir, min, max, offs, offset or 0)
+  end
+  local all = merged(shard_parts(conn, cfg, prefs, what, order, dir, min, max, offs, limit, false), order_less(order, dir))
+  local page = {}
+  for i = 1, math.min(#all, limit) do page[i] = all[i][1] end
+  local function next_cursor(n)
+    local o = { unpack(offs) }
+    for i = 1, math.min(n or #page, #page) do o[all[i][2]] = o[all[i][2]] + 1 end
+    return cursor_text(what, order, dir, pos + math.min(n or #page, #page), o)
+  end
+  return page, next_cursor, pos
+end
+-- Jobs in flight, over every shard. With now (the listings of `luakiq jobs
+-- DIR WORKER busy` and the HTTP API), each record also has fetched_at (when
+-- fetch.lua took its batch) and running (whole seconds since then, >= 0);
+-- both are absent for a batch fetched by a host that did not record it.
+function M.busy(conn, cfg, worker_name, now)
+  local w = worker_of(cfg, worker_name)
+  local cmds = {}
+  for i, p in ipairs(prefixes(cfg, w)) do cmds[i] = { script = "busy", p, now and "fetched_at" or nil } end
+  local all = {}
+  for _, r in ipairs(conn:pipeline(cmds)) do
+    check(r, "busy")
+    local fetched_at = now and tonumber(r[#r])
+    for _, rec in ipairs(load_records(cfg, r, "queue", 2)) do
+      if fetched_at then
+        rec.fetched_at, rec.running = fetched_at, math.max(0, math.floor(now - fetched_at))
+      end
+      all[#all + 1] = rec
+    end
+  end
+  return all
+end
+
+-- A P tags entry ("\n"-joined) as a list; nil for none.
+local function tags_list(text)
+  if type(text) ~= "string" or text == "" then return nil end
+  local list = {}
+  for t in text:gmatch("[^\n]+") do list[#list + 1] = t end
+  return list
+end
+
+-- One job by id (job.lua on its shard): {id, state = "queued" | "in_flight"
+-- | "dead", perform_in, retry_count, error, payloads = {{payload, score}},
+-- tags (the list, for a job that has some)};
+-- queued and in flight also priority (100 by default) and, for a job with
+-- its own windows, windows (the list) and timezone;
+-- in flight also host (the holder's HOST:PID), fetched_at, running (whole
+-- seconds since the fetch) and queued_payloads when more of the id wait
+-- behind the running batch; dead: updated_at instead of perform_in and
+-- retry_count. An id that is nowhere raises "job ID of WORKER not found"
+-- (errors.missing: exit 1, HTTP 404).
+-- The commands that read id's record (job.lua and its tags), for job_record.
+local function job_cmds(cfg, w, id, cmds)
+  local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(id, w.shards_count))
+  cmds[#cmds + 1] = { script = "job", P, id }
+  cmds[#cmds + 1] = { "HGET", P .. "tags", id }
+end
+
+-- The record of id from the replies of job_cmds (r: job.lua's, tags: the
+-- HGET's), or nil when it is nowhere.
+local function job_record(cfg, id, r, tags, now)
+  check(r, "job")
+  check(tags, "tags")
+  local state = r[1]
+  if state == "" then return nil end
+  local function err_of(e)
+    if e == "" then return nil end
+    local ok, v = pcall(cfg.load_error, e)
+    return ok and v or e
+  end
+  local function payloads(i)
+    local list, n = {}, tonumber(r[i])
+    for k = 1, n do
+      local raw = r[i + 2 * k - 1]
+      local ok, v = pcall(cfg.load_payload, raw)
+      list[k] = { ok and v or raw, tonumber(r[i + 2 * k]) }
+    end
+    return list, i + 2 * n + 1
+  end
+  local rec = { id = id, state = state, tags = tags_list(tags) }
+  local i
+  if state == "dead" then
+    rec.updated_at, rec.error = tonumber(r[2]), err_of(r[3])
+    rec.payloads = payloads(4)
+    return rec
+  end
+  rec.perform_in, rec.retry_count, rec.error = tonumber(r[2]), tonumber(r[3]), err_of(r[4])
+  -- priority and the job's own windows ("ZONE|HH:MM-HH:MM,..." in Redis)
+  local function fields(k)
+    rec.priority = tonumber(r[k]) or 100
+    local zone, list = tostring(r[k + 1]):match("^(.-)|(.*)$")
+    if zone then
+      rec.timezone, rec.windows = zone, {}
+      for w in list:gmatch("[^,]+") do rec.windows[#rec.windows + 1] = w end
+    end
+  end
+  if state == "queued" then
+    fields(5)
+    rec.payloads = payloads(7)
+    return rec
+  end
+  rec.host = r[5]:match("^(.*):[^:]*$") or (r[5] ~= "" and r[5] or nil) -- HOST:PID:RANDOM -> HOST:PID
+  rec.fetched_at = tonumber(r[6])
+  if rec.fetched_at and now then rec.running = math.max(0, math.floor(now - rec.fetched_at)) end
+  fields(7)
+  rec.payloads, i = payloads(9)
+  if r[i] then rec.queued_payloads = payloads(i) end
+  return rec
+end
+
+function M.job(conn, cfg, worker_name, id, now)
+  local w = worker_of(cfg, worker_name)
+  if type(id) ~= "string" or id == "" then errors.input("the job id must be a non-empty string") end
+  local cmds = {}
+  job_cmds(cfg, w, id, cmds)
+  local replies = conn:pipeline(cmds)
+  local rec = job_record(cfg, id, replies[1], replies[2], now)
+  if not rec then error(errors.missing(("job %s of %s not found (not queued, in flight or dead)"):format(id, w.name)), 0) end
+  return rec
+end
+
+-- Where id is in every worker: the records of M.job with worker added, by
+-- worker (none where it is nowhere); one pipeline. A queue shared by
+-- several workers is read once (under the first of them).
+function M.find(conn, cfg, id, now)
+  id = client.id_string(id, "id")
+  local cmds, names, seen = {}, {}, {}
+  for _, w in ipairs(cfg.workers) do
+    local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(id, w.shards_count))
+    if not seen[P] then
+      seen[P] = true
+      job_cmds(cfg, w, id, cmds)
+      names[#names + 1] = w.name
+    end
+  end
+  local replies, out = #cmds > 0 and conn:pipeline(cmds) or {}, {}
+  for i, name in ipairs(names) do
+    local rec = job_record(cfg, id, replies[2 * i - 1], replies[2 * i], now)
+    if rec then
+      rec.worker = name
+      out[#out + 1] = rec
+    end
+  end
+  table.sort(out, function(a, b) return a.worker < b.worker end)
+  return out
+end
+
+-- The jobs tagged `tag` in every worker, queued, in flight or dead:
+-- {worker, id, state, tags, ...the job's record (M.job)}, by worker and id,
+-- at most `limit` (default and most 1000), and whether there were more.
+-- Every shard is read with tagged.lua in steps of SCAN_COUNT ids, all
+-- shards of all workers in one pipeline per round (which also drops the
+-- entries of ids that are gone); then each id's record by job.lua. A queue
+-- shared by several workers is read once (under the first of them).
+local SCAN_COUNT = 200
+function M.tagged(conn, cfg, tag, limit, now)
+  local ok, why = client.tag_check(tag)
+  if not ok then errors.input(why) end
+  limit = math.min(limit or PAGE, PAGE)
+  local shards, done = {}, {}
+  for _, w in ipairs(cfg.workers) do
+    for _, p in ipairs(prefixes(cfg, w)) do
+      if not done[p] then
+        done[p] = true
+        shards[#shards + 1] = { prefix = p, worker = w.name, cursor = "0" }
+      end
+    end
+  end
+  local found, more = {}, false
+  local open = shards
+  while #open > 0 and not more do
+    local cmds = {}
+    for i, sh in ipairs(open) do cmds[i] = { script = "tagged", sh.prefix, tag, sh.cursor, SCAN_COUNT } end
+    local left = {}
+    for i, r in ipairs(conn:pipeline(cmds)) do
+      check(r, "tagged")
+      local sh = open[i]
+      for k = 2, #r, 3 do
+        local key = sh.prefix .. "\0" .. r[k] -- (SSCAN may give an id twice)
+        if not done[key] then
+          done[key] = true
+          found[#found + 1] = { worker = sh.worker, id = r[k] }
+        end
+      end
+      sh.cursor = r[1]
+      if sh.cursor ~= "0" then left[#left + 1] = sh end
+    end
+    open = left
+    -- (a page's worth found: stop, but only after a whole round, so the
+    -- jobs listed do not depend on the order of the replies)
+    if #found > limit then more = true end
+  end
+  table.sort(found, function(a, b)
+    if a.worker ~= b.worker then return a.worker < b.worker end
+    return a.id < b.id
+  end)
+  local out, n = {}, math.min(#found, limit)
+  for from = 1, n, PAGE / 2 do
+    local cmds, to = {}, math.min(from + PAGE / 2 - 1, n)
+    for i = from, to do job_cmds(cfg, cfg.by_name[found[i].worker], found[i].id, cmds) end
+    local replies = conn:pipeline(cmds)
+    for i = from, to do
+      local k = 2 * (i - from) + 1
+      local rec = job_record(cfg, found[i].id, replies[k], replies[k + 1], now)
+      if rec then -- (else gone between the two reads: left out)
+        rec.worker = found[i].worker
+        out[#out + 1] = rec
+      end
+    end
+  end
+  return out, more or #found > limit
+end
+
+-- The recurring jobs of config.lua: {name, worker, id, cron | every,
+-- timezone, last (the last claimed tick, from Redis; nil before the first),
+-- next (the next tick after now)}, in config order.
+function M.schedules(conn, cfg, now)
+  local cron = require "luakiq.lib.cron"
+  local cmds, out = {}, {}
+  for i, s in ipairs(cfg.schedules) do
+    local w = cfg.by_name[s.worker]
+    cmds[i] = { "HGET", keys.prefix(cfg.namespace, w.queue_name, keys.shard(s.id, w.shards_count)) .. "schedules", s.name }
+  end
+  local replies = #cmds > 0 and conn:pipeline(cmds) or {}
+  for i, s in ipairs(cfg.schedules) do
+    local nxt
+    if s.every then nxt = (math.floor(now / s.every) + 1) * s.every else nxt = cron.next(s.spec, s.zone, now) end
+    out[i] = { name = s.name, worker = s.worker, id = s.id, cron = s.cron, every = s.every,
+               timezone = s.cron and (s.timezone or "UTC") or nil,
+               last = tonumber(check(replies[i], "schedules") or nil), next = nxt }
+  end
+  return out
+end
+
+-- Pauses (pause = true) or resumes one worker's queue on every host
+-- (pause.lua). Returns {worker =, paused =, changed =}.
+function M.pause(conn, cfg, worker_name, pause)
+  local w = worker_of(cfg, worker_name)
+  local cmd = { script = "pause", keys.paused(cfg.namespace), w.queue_name, pause and "1" or "0",
+                keys.wake_channel(cfg.namespace) }
+  if not pause then for _, p in ipairs(prefixes(cfg, w)) do cmd[#cmd + 1] = p end end
+  local changed = check(conn:pipeline({ cmd })[1], "pause")
+  return { worker = w.name, paused = pause, changed = changed == 1 }
+end
+
+-- Runs a paged per-shard action until it reports nothing left, or once per
+-- shard for explicit ids. make(prefix, ids_or_nil) builds the call. Returns the
+-- total of the first reply field.
+local function per_shard(conn, cfg, w, ids, make)
+  local total = 0
+  if ids then
+    local groups, order = {}, {}
+    for i, id in ipairs(ids) do
+      id = client.id_string(id, "id " .. i)
+      local s = keys.shard(id, w.shards_count)
+      if not groups[s] then groups[s] = {} order[#order + 1] = s end
+      table.insert(groups[s], id)
+    end
+    local cmds = {}
+    for i, s in ipairs(order) do cmds[i] = make(keys.prefix(cfg.namespace, w.queue_name, s), groups[s]) end
+    for _, r in ipairs(#cmds > 0 and conn:pipeline(cmds) or {}) do
+      total = total + tonumber(type(check(r, "action")) == "table" and r[1] or r)
+    end
+    return total
+  end
+  for _, p in ipairs(prefixes(cfg, w)) do
+    while true do
+      local r = check(conn:pipeline({ make(p, nil) })[1], "action")
+      local n = tonumber(type(r) == "table" and r[1] or r)
+      total = total + n
+      if n == 0 or type(r) ~= "table" or tonumber(r[2]) == 0 then break end
+    end
+  end
+  return total
+end
+
+local function with_ids(cmd, ids)
+  if ids then for _, id in ipairs(ids) do cmd[#cmd + 1] = id end end
+  return cmd
+end
+
+-- Each action returns {done = count}. ids nil means all.
+function M.morgue_requeue(conn, cfg, worker_name, ids)
+  local w, now = worker_of(cfg, worker_name), core.now()
+  local ch = runtime.wake_arg(conn, cfg)
+  return { requeued = per_shard(conn, cfg, w, ids, function(p, list)
+    return with_ids({ script = "morgue_requeue", p, ch, now, PAGE }, list)
+  end) }
+end
+
+function M.morgue_delete(conn, cfg, worker_name, ids)
+  local w = worker_of(cfg, worker_name)
+  return { deleted = per_shard(conn, cfg, w, ids, function(p, list)
+    return with_ids({ script = "morgue_delete", p, PAGE }, list)
+  end) }
+end
+
+function M.delete_queued(conn, cfg, worker_name, ids)
+  local w = worker_of(cfg, worker_name)
+  return { deleted = per_shard(conn, cfg, w, ids, function(p, list)
+    return with_ids({ script = "delete", p }, list)
+  end) }
+end
+
+-- ids nil: every queued job not yet due; else only those ids.
+function M.perform_all_now(conn, cfg, worker_name, ids)
+  local w, now = worker_of(cfg, worker_name), core.now()
+  local ch = runtime.wake_arg(conn, cfg)
+  return { changed = per_shard(conn, cfg, w, ids, function(p, list)
+    return with_ids({ script = "perform_now", p, ch, now, PAGE }, list)
+  end) }
+end
+
+function M.kill_failed(conn, cfg, worker_name)
+  local w, now = worker_of(cfg, worker_name), core.now()
+  return { killed = per_shard(conn, cfg, w, nil, function(p)
+    return { script = "kill_failed", p, now, PAGE }
+  end) }
+end
+
+function M.delete_failed(conn, cfg, worker_name)
+  local w = worker_of(cfg, worker_name)
+  return { deleted = per_shard(conn, cfg, w, nil, function(p)
+    return { script = "delete_failed", p, PAGE }
+  end) }
+end
+
+return M

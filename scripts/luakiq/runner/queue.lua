@@ -1,0 +1,225 @@
+-- luakiq.runner.queue: the worker side of the queue scripts (fetch.lua, fail.lua,
+-- release.lua): building their calls and reading their replies.
+-- A batch carries the id fetch.lua gave it; acks and failures name that id,
+-- so a call re-sent after a lost reply can never ack or fail another batch.
+local core = require "luakiq.core"
+local log = require "luakiq.lib.log"
+local keys = require "luakiq.lib.keys"
+local new_table = require "table.new" -- (LuaJIT's: a table sized at once)
+local M = {}
+
+-- The fetch.lua call for handler h (t: the thread state with token, lease_ms,
+-- and h.batch, the id of h's batch in flight). ack: the batch in flight
+-- succeeded. limit 0 only acks/renews. The reply comes in the "members"
+-- form (parse_fetch).
+function M.fetch_cmd(h, t, limit, ack)
+  return { script = "fetch", h.prefix, t.token, t.lease_ms, core.now(), limit,
+           ack and h.batch or "", limit > 0 and "1" or "0", h.def.delivery == "at_most_once" and "1" or "0",
+           "members" }
+end
+
+-- The values of a busy record, decoded by core.unpack (host/record.c) into
+-- one table a thread's VM reuses (it runs one decode at a time); entries
+-- past the record's count are left over from a longer record.
+local vals = {}
+
+-- A busy record (docs/redis.md, "Records": perform_in and retry_count as
+-- strings, priority and windows or false, then payload, score or nil, ...)
+-- as the job fetch.lua delivers; nil when it does not decode or has no
+-- payload (junk someone else wrote: the caller drops it).
+-- (the jobs of a fetch mostly share one perform_in string, 17 digits whose
+-- conversion cost ~1.2k instructions a job: the last one's number is kept;
+-- retry counts are few and small: each string's number is kept)
+local last_pin_s, last_pin = nil, nil
+local RC_NUM = {}
+local function busy_job(id, err, rec, from)
+  if type(rec) ~= "string" then return nil end
+  local n = core.unpack(rec, vals, from)
+  if not n or n < 6 then return nil end
+  local pin_s, rc_s = vals[1], vals[2]
+  local pin = last_pin
+  if pin_s ~= last_pin_s then
+    pin = tonumber(pin_s)
+    last_pin_s, last_pin = pin_s, pin
+  end
+  local rc = rc_s ~= nil and RC_NUM[rc_s]
+  if not rc then
+    rc = tonumber(rc_s) or -1
+    if rc >= -1 and rc <= 1000 and type(rc_s) == "string" then RC_NUM[rc_s] = rc end
+  end
+  local pls, np = new_table(math.floor((n - 3) / 2), 0), 0
+  for k = 5, n, 2 do
+    if type(vals[k]) ~= "string" then return nil end
+    np = np + 1
+    pls[np] = { vals[k] } -- (perform sees no scores)
+  end
+  local job = { id = id, perform_in = pin or core.now(), retry_count = rc,
+                error = err ~= "" and err or nil, payloads = pls }
+  if type(vals[4]) == "string" and vals[4] ~= "" then job.windows = vals[4] end
+  return job
+end
+
+-- A job of the "members" form: e is a fresh job's member of P jobs
+-- (docs/redis.md, "Records": esc(id), "\0\0", the place "r", then perform_in
+-- as a number and payload, score or nil, ...), or esc(id) .. "\0\0b" and its
+-- busy record. Returns the job (nil when it does not decode, as busy_job)
+-- and its id (nil without one).
+local function member_job(e, err)
+  if type(e) ~= "string" then return nil end
+  local id, _, at = keys.member_split(e)
+  if not id then return nil end
+  local place = e:byte(at)
+  if place == 98 then return busy_job(id, err, e, at + 1), id end -- "b"
+  if place ~= 114 then return nil, id end -- (not "r": junk)
+  local n = core.unpack(e, vals, at + 1)
+  if not n or n < 3 or type(vals[1]) ~= "number" then return nil, id end
+  local pls, np = new_table(math.floor(n / 2), 0), 0
+  for k = 2, n, 2 do
+    if type(vals[k]) ~= "string" then return nil, id end
+    np = np + 1
+    pls[np] = { vals[k] } -- (perform sees no scores)
+  end
+  return { id = id, perform_in = vals[1], retry_count = -1, error = err ~= "" and err or nil, payloads = pls }, id
+end
+
+-- Reads one fetch.lua reply (h: whose; read only). Returns {jobs = {...},
+-- bytes = their busy records' bytes, head = number|nil, batch = the batch
+-- id in flight or nil, best = the priority of the best due job left or nil
+-- (100 or none), windows = true when some job has windows of its own
+-- (job.windows, their text)}, or
+-- {leased = true, pttl = ms left of its lease, reshard = true when a reshard
+-- froze the shard} when another holder has the shard's lease. Raises on an
+-- error reply. The caller keeps the batch id (the runner: h.batch).
+function M.parse_fetch(r, h, form)
+  if type(r) ~= "table" or r.err then
+    error("fetch failed on " .. h.prefix .. ": " .. tostring(r and r.err or r), 0)
+  end
+  if r[1] == "LEASE" then return { leased = true, pttl = tonumber(r[2]), reshard = r[3] == "reshard" } end
+  local batch, head, restored = r[2], r[3], tonumber(r[4])
+  if restored and restored > 0 then
+    log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
+  end
+  -- the "members" form (fetch_cmd's; form "records": id, busy record per
+  -- job): one element per job (member_job), then optional sections:
+  -- "errors" (the jobs that carry one: count, then job number, error) and
+  -- "best" (the priority of the best due job left, with priorities)
+  local members = form ~= "records"
+  local n = tonumber(r[6])
+  local i, best, errs = 7 + (members and n or 2 * n), nil, nil
+  while r[i] do
+    if r[i] == "errors" then
+      errs = {}
+      local c = tonumber(r[i + 1])
+      for k = 1, c do errs[tonumber(r[i + 2 * k])] = r[i + 2 * k + 1] end
+      i = i + 2 + 2 * c
+    elseif r[i] == "best" then
+      best = tonumber(r[i + 1])
+      i = i + 2
+    else
+      break
+    end
+  end
+  local jobs, windows, bytes = {}, nil, 0
+  for k = 1, n do
+    -- (defaults in busy_job and member_job: a nil here would break the
+    -- failure path and loop on the batch forever)
+    local job, id, rec
+    if members then
+      rec = r[6 + k]
+      job, id = member_job(rec, errs and errs[k] or "")
+    else
+      id, rec = r[5 + 2 * k], r[6 + 2 * k]
+      job = busy_job(id, errs and errs[k] or "", rec)
+    end
+    if job then
+      bytes = bytes + #rec
+      jobs[#jobs + 1] = job
+      windows = windows or job.windows ~= nil
+    else
+      log.warn("dropped job " .. tostring(id) .. ": its busy record does not decode (junk written by another client)",
+        { worker = h.worker, shard = h.shard })
+    end
+  end
+  return { jobs = jobs, head = head ~= "" and tonumber(head) or nil, batch = n > 0 and batch or nil, best = best,
+           windows = windows, bytes = bytes }
+end
+
+function M.ids(jobs)
+  local ids = {}
+  for i, job in ipairs(jobs) do ids[i] = job.id end
+  return ids
+end
+
+-- The failure path as one fail.lua call. done: ids of h's batch in flight
+-- already performed with success (acked by the same call); the batch's ids
+-- neither failed nor done go back to the queue unchanged. Returns the
+-- morgued payloads as {id=, payload=bytes, score=} tables. Either way the
+-- batch is no longer in flight for h (the caller forgets its id).
+-- later: {{id, at}...}, ids of the batch not performed that go back with
+-- perform_in = at (a throttle's or a window's "later"; not a failure).
+function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done, later)
+  local cmd = { script = "fail", h.prefix, t.token, t.lease_ms, now, h.batch or "", max_retry_count, err }
+  for i, job in ipairs(jobs) do
+    cmd[#cmd + 1] = job.id
+    cmd[#cmd + 1] = retry_at[i]
+  end
+  for _, id in ipairs(done or {}) do
+    cmd[#cmd + 1] = id
+    cmd[#cmd + 1] = "done"
+  end
+  for _, l in ipairs(later or {}) do
+    cmd[#cmd + 1] = l[1]
+    cmd[#cmd + 1] = string.format("at:%.17g", l[2])
+  end
+  local r = conn:pipeline({ cmd })[1]
+  if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end
+  local morgued = {}
+  if r[1] ~= "OK" then
+    log.warn("lease lost before the failure or partial ack was recorded; the next holder runs the batch again",
+      { worker = h.worker, shard = h.shard })
+    return morgued
+  end
+  local n = tonumber(r[3]) or 0
+  for j = 0, n - 1 do
+    morgued[#morgued + 1] = { id = r[5 + 3 * j], payload = r[6 + 3 * j], score = tonumber(r[7 + 3 * j]) }
+  end
+  return morgued
+end
+
+-- Partial ack (fail.lua with only "done" ids): acks the done ids of h's
+-- batch in flight and puts the rest back in the queue unchanged. Used when a
+-- thread stops, or has held fetched jobs too long, before performing them all.
+function M.settle(conn, h, t, done, later)
+  return M.fail(conn, h, t, core.now(), 0, "", {}, {}, done, later)
+end
+
+-- Moves payloads that cannot be loaded ({id=, payload=bytes, error=dumped})
+-- out of h's batch in flight into the morgue (bury.lua), at once, and sets
+-- b.score of each buried one. Returns false when the shard's lease is gone
+-- (another holder has the batch now: the caller forgets its id).
+function M.bury(conn, h, t, now, bad)
+  local cmd = { script = "bury", h.prefix, t.token, t.lease_ms, now, h.batch or "" }
+  for _, b in ipairs(bad) do
+    cmd[#cmd + 1] = b.id
+    cmd[#cmd + 1] = b.payload
+    cmd[#cmd + 1] = b.error
+  end
+  local r = conn:pipeline({ cmd })[1]
+  if type(r) ~= "table" or r.err then error("bury.lua failed: " .. tostring(r and r.err), 0) end
+  if r[1] ~= "OK" then
+    log.warn("lease lost before unloadable payloads were moved to the morgue; the next holder handles the batch",
+      { worker = h.worker, shard = h.shard })
+    return false
+  end
+  for i, b in ipairs(bad) do b.score = tonumber(r[2 + i]) end
+  return true
+end
+
+-- Gives every shard lease of this thread back (graceful stop).
+function M.release(conn, handlers, token)
+  local cmds = {}
+  for i, h in ipairs(handlers) do cmds[i] = { script = "release", h.prefix, token } end
+  if #cmds > 0 then conn:pipeline(cmds) end
+end
+
+return M

@@ -1,0 +1,75 @@
+-- luakiq.runner.unacked: acks a stop could not send, settled by the next start.
+--
+-- A thread that stops while Redis refuses its acks (full, or away) keeps
+-- the shard's lease and writes what the ack would have said (shard prefix,
+-- lease token, batch id) as a JSON line to a file of this machine. The next
+-- `luakiq run` of the namespace on this machine sends those acks under the
+-- old token before its threads start (fetch.lua with limit 0 acks by batch
+-- id, then release.lua gives the lease back): the performed jobs do not run
+-- again, as long as the lease had not ended meanwhile. The file is
+-- $TMPDIR/luakiq_unacked_NAMESPACE_CRC.jsonl (/tmp without TMPDIR; CRC: of
+-- the Redis URL, so deployments on one machine keep apart); worker
+-- threads append to it (one short write per line), the main thread renames
+-- it before reading, so entries appended meanwhile land in a new file.
+local core = require "luakiq.core"
+local json = require "luakiq.json"
+local log = require "luakiq.lib.log"
+
+local M = {}
+
+function M.path(cfg)
+  local dir = os.getenv("TMPDIR")
+  if not dir or dir == "" then dir = "/tmp" end
+  return ("%s/luakiq_unacked_%s_%08x.jsonl"):format(dir, (tostring(cfg.namespace):gsub("[^%w_.-]", "_")),
+    core.crc32(tostring(cfg.redis)))
+end
+
+-- Appends one unsent ack (worker thread, at its stop). Returns the file's
+-- path, or nil and why it could not be written.
+function M.save(cfg, entry)
+  local path = M.path(cfg)
+  local f, err = io.open(path, "a")
+  if not f then return nil, err end
+  f:write(json.encode(entry), "\n")
+  f:close()
+  return path
+end
+
+-- Sends the saved acks (main thread, at start, before any thread fetches).
+-- An ack that fails for want of Redis is kept for the next start; one whose
+-- lease ended (the batch went back to the queue) is dropped with a line.
+function M.settle(conn, cfg)
+  local path = M.path(cfg)
+  local work = path .. ".settling." .. core.getpid()
+  if not os.rename(path, work) then return 0 end
+  local keep, n = {}, 0
+  for line in io.lines(work) do
+    local ok, e = pcall(json.decode, line)
+    if ok and type(e) == "table" and e.prefix and e.token and e.batch then
+      local okf, r = pcall(conn.script, conn, "fetch", e.prefix, e.token, e.lease_ms or 30000, core.now(), 0,
+        e.batch, "0")
+      local fields = { worker = e.worker, shard = e.shard }
+      if not okf then
+        keep[#keep + 1] = line
+        log.warn("cannot settle the ack left by a stop: " .. tostring(r):match("^[^\n]*") .. "; kept for the next start",
+          fields)
+      elseif type(r) == "table" and r[1] == "LEASE" then
+        log.warn("the ack of batch " .. e.batch .. " left by a stop comes too late: another host holds the shard " ..
+                 "(its lease ended, the batch went back to the queue)", fields)
+      else
+        pcall(conn.script, conn, "release", e.prefix, e.token)
+        n = n + 1
+        log.info("settled the ack of batch " .. e.batch .. " left by a stop (" .. tostring(r and r[5]) ..
+                 " jobs acked)", fields)
+      end
+    end
+  end
+  os.remove(work)
+  for _, line in ipairs(keep) do
+    local f = io.open(path, "a")
+    if f then f:write(line, "\n") f:close() end
+  end
+  return n
+end
+
+return M
