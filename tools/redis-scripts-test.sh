@@ -467,18 +467,18 @@ check "the junk member goes with its ready entry" "0|0" "$(r ZCARD "${P}jobs")|$
 
 # ---------------------------------------------------------------- stats, heads, busy
 r FLUSHALL >/dev/null
-check "stats of an empty shard" "0|0|0||0|0|0|0" "$(ev stats "$P")"
+check "stats of an empty shard" "0|0|0||0|0|0|0|0|0|0|0|0|0" "$(ev stats "$P")"
 check "heads of an empty shard" "|0" "$(ev heads "$P")"
 ev push "$P" "" 50 s1 10 -1 1 x s2 20 0 1 x s3 30 4 1 x s4 5 -1 1 x >/dev/null
 r ZADD "${P}morgue" 1 dead >/dev/null
 ev fetch "$P" A 10000 6 1 '' 1 >/dev/null
 r HINCRBY "${P}counters" failed 3 >/dev/null
-check "stats: fresh, retries, morgue, head, processed, failed, busy, expired" "1|2|1|10|0|3|1|0" "$(ev stats "$P")"
+check "stats: fresh, retries, morgue, head, processed, failed, busy, expired, waiting, replies" "1|2|1|10|0|3|1|0|0|0|0|0|0|0" "$(ev stats "$P")"
 check "heads: head, nothing orphaned for another caller" "10|0" "$(ev heads "$P" B)"
 check "heads: the lease holder's own batch in flight counts as orphaned" "10|1" "$(ev heads "$P" A)"
 check "busy listing" "1|s4|5|-1||1|x|1" "$(ev busy "$P")"
 B=$(ev fetch "$P" A 10000 100 2 1 1 | cut -d'|' -f2)
-check "stats after ack and fetch: processed, busy" "0|1|1|30|1|3|2|0" "$(ev stats "$P")"
+check "stats after ack and fetch: processed, busy" "0|1|1|30|1|3|2|0|0|0|0|0|0|0" "$(ev stats "$P")"
 check "busy listing in perform_in order" "2|s1|10|-1||1|x|1|s2|20|0||1|x|1" "$(ev busy "$P")"
 
 # ---------------------------------------------------------------- jobs
@@ -635,6 +635,36 @@ check "reshard_in: c queued too" "60|pc|60" "$(qpin "$P1" c)|$(qpl "$P1" c)"
 check "reshard_shard drop: staged records forgotten" "3|0" "$(ev reshard_shard "$P" drop T a b c)|$(r EXISTS "${P}reshard:out")"
 check "thaw of a removed shard with no job left: ready, stale, tail gone" "1|0|0|0" \
   "$(ev reshard_shard "$P" thaw T "" 1)|$(r EXISTS "${P}ready")|$(r EXISTS "${P}stale")|$(r EXISTS "${P}tail")"
+
+# ---------------------------------------------------------------- waits (docs/redis.md, "Waits")
+r FLUSHALL >/dev/null
+P='luakiq:{W:0}:'
+SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff
+ev push "$P" "" 100 a 100 -1 100 pa >/dev/null
+B=$(ev fetch "$P" A 10000 100 10 '' 1 0 members | cut -d'|' -f2)
+check "a fetch of a shard that never awaited has no waits section" "OK|1|0|0|1|0" \
+  "$(ev fetch "$P" A 10000 100 10 '' 1 0 members | cut -d'|' -f1-2,4-6,8)|$(r EXISTS "${P}waits:seq")"
+W=$(ev await "$P" A 10000 100 "$B" a 60 "" "" "" $SECRET)
+TOKEN=${W%%|*}
+match "await: token 1.b64url(queue).b64url(id).attempt.mac, attempt, deadline" '^1\.Vw\.YQ\.1\.[0-9a-f]{32}\|1\|160$' "$W"
+MAC=$(printf '%s' "${TOKEN%.*}" | openssl dgst -sha1 -mac HMAC -macopt hexkey:$SECRET | awk '{print $NF}')
+check "the token's mac is HMAC-SHA1(secret, the text before it), as openssl computes it" "${MAC:0:32}" "${TOKEN##*.}"
+check "await again in the same batch: the same token" "$W" "$(ev await "$P" A 10000 100 "$B" a 60 "" "" "" $SECRET)"
+match "await of an id not in flight" "NOTINFLIGHT" "$(ev await "$P" A 10000 100 "$B" zz 60 "" "" "" $SECRET)"
+match "await by another holder" "FENCED" "$(ev await "$P" X 10000 100 "$B" a 60 "" "" "" $SECRET)"
+check "a reply before the ack is kept" "accepted|duplicate" \
+  "$(ev reply "$P" reply 101 "" "" token "$TOKEN" '{"x":1}')|$(ev reply "$P" reply 101 "" "" token "$TOKEN" '{"x":1}')"
+match "another body: CONFLICT" "CONFLICT" "$(ev reply "$P" reply 101 "" "" token "$TOKEN" '{"x":2}')"
+match "a forged token: UNKNOWN" "UNKNOWN" "$(ev reply "$P" reply 101 "" "" token "${TOKEN%?}x" '{}')"
+match "not JSON: BADJSON" "BADJSON" "$(ev reply "$P" reply 101 "" "" token "$TOKEN" '{x')"
+check "the ack: the job waits (not processed), its reply is handed back with the waits section" \
+  "0|1|waits|1|1|reply|1|{\"x\":1}" "$(ev fetch "$P" A 10000 102 10 "$B" 1 0 members | cut -d'|' -f5-6,8-)"
+check "in flight as a reply call" "1|1|handling" "$(r SCARD "${P}waits:run")|$(r HLEN "${P}busy")|$(ev job "$P" a | cut -d'|' -f1 | sed 's/in_flight/handling/')"
+B=$(r GET "${P}batch")
+check "the reply call acked: processed, the wait over" "1|0|0|" \
+  "$(ev fetch "$P" A 10000 103 10 "$B" 1 0 members | cut -d'|' -f5)|$(r EXISTS "${P}waits")|$(r EXISTS "${P}waits:run")|$(ev job "$P" a)"
+match "the token is stale now" "STALE" "$(ev reply "$P" reply 104 "" "" token "$TOKEN" '{"x":1}')"
+check "stats: waiting, accepted, duplicate, conflict, stale, unknown" "0|1|1|1|1|1" "$(ev stats "$P" | cut -d'|' -f9-14)"
 
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

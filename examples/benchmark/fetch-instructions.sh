@@ -11,7 +11,9 @@
 # call below the last one's perform_in, so the jobs wait in P later;
 # FETCH_IDS=random pushes ids that start with random hex digits (as random
 # UUIDs: each is looked up alone); FETCH_IDS=spread the numbers 24, 48, ...
-# (one shard's of run.sh's 24-shard shape); FETCH_FORM=records the reply form
+# (one shard's of run.sh's 24-shard shape); FETCH_AWAITED=1 a shard that has
+# awaited (a worker that uses luakiq.await, none waiting), FETCH_AWAITED=N
+# with N - 1 other ids waiting; FETCH_FORM=records the reply form
 # of two elements a job (default: the host's, "members"; older trees know
 # only "records"); PUSH_COST=1 prints push.lua's cost a job instead (against
 # a server that is sent nothing), in the form PUSH_FORM names: ids (default),

@@ -11,6 +11,11 @@
 -- (one shard's of 1, 2, 3, ... over 24 shards, as in run.sh's 24-shard
 -- shape): those under 10,000 sort among longer ones (each looked up
 -- alone), and a fetch across 9,984 and 10,008 reads two runs.
+-- With FETCH_AWAITED=1 the shard has awaited before (P waits:seq set, none
+-- waiting: docs/redis.md, "Jobs that wait for a reply"): the fetch's cost
+-- for a worker that uses luakiq.await; FETCH_AWAITED=N (> 1): and N other
+-- ids wait, their deadlines an hour away (their records stand-ins: the
+-- fetch reads none).
 -- MODE "none" pushes nothing (push's baseline). PUSH_FORM=groups sends
 -- push.lua groups of 5 instead of its "ids" form, PUSH_FORM=pairs its
 -- "pairs" form (docs/redis.md, push.lua).
@@ -51,6 +56,14 @@ while left > 0 do
   local r = conn:pipeline({ cmd })[1]
   assert(type(r) == "table" and not r.err, tostring(r and r.err))
   left = left - k
+end
+-- (in the push baseline too: the difference is the fetch's alone)
+local awaited = MODE ~= "none" and tonumber(os.getenv("FETCH_AWAITED") or "0") or 0
+if awaited > 0 then
+  conn:call("EVAL", "redis.call('SET', KEYS[1] .. 'waits:seq', ARGV[1]) " ..
+    "for i = 2, tonumber(ARGV[1]) do redis.call('ZADD', KEYS[1] .. 'waits:due', ARGV[2], 'waiting' .. i) " ..
+    "redis.call('HSET', KEYS[1] .. 'waits', 'waiting' .. i, 'record') end", 1, P, tostring(awaited),
+    string.format("%.17g", now + 3600))
 end
 if MODE == "fetch" then
   local at, got, ack = string.format("%.17g", core.now() + 1), 0, ""

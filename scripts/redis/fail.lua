@@ -27,14 +27,22 @@
 -- In-flight ids not listed go back unchanged (never lost). The busy keys are
 -- deleted; counters.failed += number of failed ids. With only "done" ids this
 -- is a partial ack: the ids not performed yet go back to the queue.
+-- Waits (lib/waits.lua): a "done" id whose call awaited it starts waiting
+-- (not processed); a "done" reply call ends its wait; a failed id's pending
+-- wait is dropped and a failed reply call's wait ends (the reply consumed:
+-- the retry path performs the job again, a new attempt); a reply or timeout
+-- call "at:T" or not listed goes back to due, its reply kept.
 -- Returns {"OK", failed, morgued, head or "", then per morgued job: id,
 -- payload, score}.
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include shard
+WAITS_WANTED = redis.call("EXISTS", KEYS[1] .. WAITS_SEQ) == 1 -- (lib/waits.lua: a shard that awaited)
+-- luakiq:include waits
 -- luakiq:include args
 local P = KEYS[1]
 local K = shard_keys(P)
+if W then W.keys(K, P) end -- (lib/waits.lua)
 local token, batch, err = ARGV[1], ARGV[4], ARGV[6]
 local function finite(x) return x and x == x and x ~= math.huge and x ~= -math.huge end
 local lease_ms = arg_lease("fail", token, ARGV[2])
@@ -58,13 +66,20 @@ local busy, berrs = K.busy, K.busy_errors
 local refused = hold_lease(K, token, lease_ms)
 if refused then return refused end
 
-local function head() return queue_head(P, K) or "" end
+local function head()
+  local h = queue_head(P, K)
+  if W and W.active(K, P) then h = W.head(K, h) end
+  return h or ""
+end
 if redis.call("EXISTS", busy) == 0 or (batch ~= "" and batch ~= redis.call("GET", K.batch)) then
   return { "OK", "0", "0", head() }
 end
 
 local out = { "OK", "0", "0", "" }
 local failed, morgued, acked, seen = 0, 0, 0, {}
+-- (a batch with awaited jobs or reply calls: lib/waits.lua)
+local aw = W and W.active(K, P) and redis.call("EXISTS", K.waits_new, K.waits_run) > 0
+local run = aw and W.run_set(K) or {}
 for _, l in ipairs(listed) do
   local id = l[1]
   local v = not seen[id] and redis.call("HGET", busy, id)
@@ -74,10 +89,15 @@ for _, l in ipairs(listed) do
   if not pl then
     -- not in flight (or junk: dropped with the busy keys below)
   elseif not l[2] then
-    acked = acked + 1
+    if not aw or W.settle_done(P, K, id, batch ~= "" and batch or redis.call("GET", K.batch), run) == "done" then
+      acked = acked + 1
+    end
   elseif l[3] then
-    requeue(P, K, id, l[2], rc_s, redis.call("HGET", berrs, id), pl, prio, win)
+    if not (aw and W.settle_back(K, id, run)) then
+      requeue(P, K, id, l[2], rc_s, redis.call("HGET", berrs, id), pl, prio, win)
+    end
   else
+    if aw then W.settle_failed(P, K, id, run) end
     failed = failed + 1
     local rc = tonumber(rc_s) + 1
     if max_rc < 0 then
@@ -108,12 +128,13 @@ end
 local flat = redis.call("HGETALL", busy)
 for i = 1, #flat, 2 do
   local id = flat[i]
-  if not seen[id] then
+  if not seen[id] and not (aw and W.settle_back(K, id, run)) then
     local pin, rc, prio, win, pl = busy_decode(flat[i + 1], now_s)
     if pl then requeue(P, K, id, pin, rc, redis.call("HGET", berrs, id), pl, prio, win) end
   end
 end
 redis.call("DEL", busy, berrs, K.busy_fetched_at)
+if aw then redis.call("DEL", K.waits_run) end
 if failed > 0 then redis.call("HINCRBY", K.counters, "failed", failed) end
 if acked > 0 then redis.call("HINCRBY", K.counters, "processed", acked) end
 out[2], out[3], out[4] = tostring(failed), tostring(morgued), head()

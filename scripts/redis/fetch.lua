@@ -44,6 +44,13 @@
 -- us of Redis CPU per job). A record whose payloads do not decode reaches the host, which
 -- drops it (the decoded form drops it here); either way it leaves with the
 -- batch's ack.
+-- Waits (lib/waits.lua; docs/redis.md, "Jobs that wait for a reply"), on a
+-- shard that awaited (P waits:seq): the ack makes the batch's awaited jobs
+-- wait (not counted as acked) and ends the waits of its reply calls; a
+-- restore sends reply calls back to due; replies and lapsed deadlines due by
+-- now join the batch after its jobs (up to half the limit first), flagged in
+-- a last section "waits", count, then per call: job number, kind ("reply",
+-- "timeout", "heartbeat"), attempt, the body or the seconds that lapsed.
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include tags
@@ -62,13 +69,27 @@ end
 local busy, berrs = K.busy, K.busy_errors
 
 -- Lease.
--- (one MGET: the lease, whether a reshard froze the shard, and the batch
--- in flight's id, for the ack)
-local lf = redis.call("MGET", K.lease, K.reshard, K.batch)
+-- (one MGET: the lease, whether a reshard froze the shard, the batch in
+-- flight's id, for the ack, and whether the shard ever awaited: P waits:seq,
+-- lib/waits.lua; a shard that never did pays nothing more for waits)
+local lf = redis.call("MGET", K.lease, K.reshard, K.batch, P .. WAITS_SEQ)
 local cur = lf[1]
 if cur and cur ~= token then
   return { "LEASE", tostring(redis.call("PTTL", K.lease)) }
 end
+-- A shard that awaited (lib/waits.lua): whether this call has waits to
+-- settle (a pending wait, a reply call in flight) or to hand over (due by
+-- now): W, the wait operations, is made only then (each of its functions
+-- costs every call that makes it). wdue: P waits:due's first entry, id
+-- and score: whether one is due, else the head's (one entry: each score
+-- of a reply is a %.17g formatted, ~2k Redis instructions).
+local wdue
+if lf[4] then
+  wdue = redis.call("ZRANGE", P .. WAITS_DUE, "0", "0", "WITHSCORES")
+  WAITS_WANTED = (wdue[2] and tonumber(wdue[2]) <= now) or redis.call("EXISTS", P .. WAITS_NEW, P .. WAITS_RUN) > 0
+end
+-- luakiq:include waits
+if W then W.keys(K, P) end
 -- A reshard froze the shard (P reshard = its token; luakiq.ops.reshard): no
 -- holder but the reshard acquires it or fetches from it. Its holder may
 -- still ack (below), then gives the lease back so the reshard takes it.
@@ -79,13 +100,18 @@ local restored = 0
 if not cur and redis.call("GET", K.holder) ~= token then
   if frozen then return { "LEASE", "-2", "reshard" } end
   local flat, now_s = redis.call("HGETALL", busy), score_str(now)
+  local run = W and W.run_set(K) or {}
   for i = 1, #flat, 2 do
     local id = flat[i]
     local pin, rc, prio, win, pl = busy_decode(flat[i + 1], now_s)
-    if not pl then
+    if W and not at_most_once and W.settle_back(K, id, run) then
+      -- a reply or timeout call: due again, its reply kept (lib/waits.lua);
+      -- a pending wait of a perform call stays for the job's re-run
+    elseif not pl then
       -- junk: dropped
     elseif at_most_once then
-      -- the dead holder may have run them: never again
+      -- the dead holder may have run them: never again (their waits end)
+      if W then W.settle_failed(P, K, id, run) end
       morgue_add(K, id, pl, now_s, "interrupted")
     else
       requeue(P, K, id, pin, rc, redis.call("HGET", berrs, id), pl, prio, win)
@@ -93,6 +119,7 @@ if not cur and redis.call("GET", K.holder) ~= token then
     end
   end
   redis.call("DEL", busy, berrs, K.busy_fetched_at)
+  if W then redis.call("DEL", K.waits_run) end
   redis.call("SET", K.holder, token)
 end
 -- (the argument as sent when it is an integer's digits: Redis's Lua formats a
@@ -116,14 +143,18 @@ if ack ~= "" and ack == lf[3] then
     end
     nids = #ids
   end
+  -- the batch's awaited jobs start waiting (not processed), its reply
+  -- calls end their waits (lib/waits.lua)
+  local waited = W and W.settle_batch(P, K, ack) or 0
   if nids > 0 then
     redis.call("DEL", busy, berrs, K.busy_fetched_at)
-    redis.call("HINCRBY", K.counters, "processed", nids)
-    acked = nids
+    if nids > waited then redis.call("HINCRBY", K.counters, "processed", nids - waited) end
+    acked = nids - waited
     -- the expiry entries of acked ids with nothing queued behind them
     if exp_or_tags and redis.call("EXISTS", K.expiring) == 1 then
       for _, id in ipairs(ids) do
-        if redis.call("SISMEMBER", K.expiring, id) == 1 and not find_job(K, id) then
+        if redis.call("SISMEMBER", K.expiring, id) == 1 and not find_job(K, id) and
+            not (W and W.must_hold(K, id)) then
           redis.call("DEL", expires_key(P, id))
           redis.call("SREM", K.expiring, id)
         end
@@ -660,6 +691,69 @@ local function take_quiet(max, now_s, retried)
   local h = head_after(rh, L, Lj, now_s)
   return nt, rem, fields, h and pin_str(h)
 end
+-- Reply and timeout calls (lib/waits.lua): {job number, kind, attempt,
+-- value, ...} for the "waits" section; value = the reply's body, or the
+-- seconds of the timeout or heartbeat that lapsed.
+-- (made only with W)
+local wait_calls, note_wait, take_waits
+if W then
+  function note_wait(k, w)
+    wait_calls = wait_calls or {}
+    local c = #wait_calls
+    wait_calls[c + 1], wait_calls[c + 2], wait_calls[c + 3] = tostring(k), w.kind, tostring(w.attempt)
+    if w.kind == "reply" then
+      wait_calls[c + 4] = w.reply
+    elseif w.kind == "heartbeat" then
+      wait_calls[c + 4] = W.num_str(w.hb)
+    else
+      wait_calls[c + 4] = W.num_str(w.deadline - w.since)
+    end
+  end
+  -- Takes up to max of the due waits (ids of P waits:due, due at now) into the
+  -- batch after its jobs, as calls of their own: a reply, or a lapsed
+  -- deadline. Each one's job (its busy record, kept in the wait) joins P busy,
+  -- its id P waits:run, its record state "handling" until the batch settles.
+  function take_waits(due, max, now_s)
+    local fields, n0 = {}, n
+    for _, id in ipairs(due) do
+      if n - n0 >= max then break end
+      local w = W.get(K, id)
+      local lapsed = w and w.state == "waiting" and W.due(w) -- (a waiting one's deadline)
+      if not w or not w.job then
+        W.finish(P, K, id) -- (junk: dropped, its held job released)
+      elseif w.state ~= "replied" and not lapsed then
+        redis.call("ZREM", K.waits_due, id) -- (handling: not due)
+      elseif lapsed and lapsed > now then
+        redis.call("ZADD", K.waits_due, score_str(lapsed), id) -- (the score follows the record)
+      else
+        if n == 0 then
+          out[2] = tostring(redis.call("INCR", K.batch))
+          redis.call("SET", K.busy_fetched_at, now_s)
+        end
+        w.kind = "reply"
+        if lapsed then w.kind = (w.beat and w.beat < w.deadline) and "heartbeat" or "timeout" end
+        w.state, w.batch = "handling", out[2]
+        redis.call("HSET", K.waits, id, W.pack(w))
+        redis.call("ZREM", K.waits_due, id)
+        redis.call("SADD", K.waits_run, id)
+        fields[#fields + 1], fields[#fields + 2] = id, w.job
+        if records then
+          add_record(id, nil, w.job)
+        else
+          local pin, rc, _, win, pl = busy_decode(w.job, now_s)
+          add_job(id, pin, rc, nil, pl or {}, win)
+        end
+        n = n + 1
+        note_wait(n, w)
+      end
+    end
+    -- (P busy's filler when the batch reaches BUSY_FILL_MIN jobs, keys.lua)
+    if n0 < BUSY_FILL_MIN and n >= BUSY_FILL_MIN then
+      fields[#fields + 1], fields[#fields + 2] = "", BUSY_FILL
+    end
+    if #fields > 0 then each_chunk("HSET", busy, fields) end
+  end
+end
 if want == "1" and limit > 0 then
   if inflight then
     -- Deliver the unacked batch again, in perform_in order. A record that
@@ -688,11 +782,23 @@ if want == "1" and limit > 0 then
         add_job(j[1], j[2], j[3], err, j[6], j[5])
       end
       n = n + 1
+      if W and redis.call("SISMEMBER", K.waits_run, j[1]) == 1 then
+        local w = W.get(K, j[1])
+        if w and w.kind then note_wait(n, w) end
+      end
     end
     out[2] = lf[3] or ""
   else
     local now_s = ARGV[3]
     if not now_s:match("^%-?%d+%.?%d*$") then now_s = score_str(now) end
+    -- replies and lapsed deadlines due (lib/waits.lua): up to half the
+    -- limit is kept for them, the jobs take the rest first
+    local due, total = nil, limit
+    if W then
+      -- (read again: the ack or a restore above may have made some due)
+      due = redis.call("ZRANGEBYSCORE", K.waits_due, "-inf", now_s, "LIMIT", "0", tostring(limit))
+      if #due > 0 then limit = limit - math.min(#due, math.ceil(limit / 2)) else due = nil end
+    end
     local ids, pins, mems, nxts, prios, m = {}, {}, {}, {}, nil, 0
     -- (one EXISTS for the keys of what a shard rarely has: when none is
     -- there, as in most fetches, the checks below read no key)
@@ -818,9 +924,16 @@ if want == "1" and limit > 0 then
       end
       store_batch(n, rem, fields)
     end
+    if due then take_waits(due, total - n, now_s) end
   end
 end
 out[3] = head or queue_head(P, K) or ""
+-- (the first due time of a wait, when earlier: read again when W took some)
+if W then
+  out[3] = W.head(K, out[3]) or ""
+elseif wdue and wdue[2] and (out[3] == "" or tonumber(wdue[2]) < tonumber(out[3])) then
+  out[3] = score_str(tonumber(wdue[2]))
+end
 out[6] = tostring(n)
 -- Optional sections after the jobs: "errors" (the "records" form), count,
 -- then job number, error per job that has one; "windows" (the decoded
@@ -840,5 +953,14 @@ end
 if has_levels(K) then
   out[#out + 1] = "best"
   out[#out + 1] = best_due(P, K, now)
+end
+-- "waits" (last: a reader that does not know it stops before it), count,
+-- then per reply or timeout call of the batch: job number, kind ("reply",
+-- "timeout", "heartbeat"), attempt, value (the reply's body, or the seconds
+-- that lapsed). lib/waits.lua.
+if wait_calls then
+  out[#out + 1] = "waits"
+  out[#out + 1] = tostring(#wait_calls / 4)
+  for _, v in ipairs(wait_calls) do out[#out + 1] = v end
 end
 return out

@@ -2,7 +2,8 @@
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] (optional) = the
 -- caller's lease token, ARGV[2] (optional) = now.
 -- Returns {head, orphaned[, best]}: head = the lowest perform_in in the
--- queue ("" if empty); best (with now, when the shard has jobs of other
+-- queue, or the first due time of a job that waits for a reply (its reply
+-- came, or its deadline) when earlier ("" if none); best (with now, when the shard has jobs of other
 -- priorities than 100) = the priority of its best due job ("" = none due); orphaned = "1" when jobs are in flight but nobody holds the lease
 -- (their holder died or stopped without acking), or the caller itself holds
 -- it: the caller's thread is between batches, so a batch in flight under its
@@ -22,7 +23,12 @@ if frozen and frozen ~= FENCE then -- (FENCE: layout 2's fence, not a freeze)
   local mine = ARGV[1] ~= nil and ARGV[1] ~= "" and redis.call("GET", K.lease) == ARGV[1]
   return { "", mine and "1" or "0" }
 end
-local head = queue_head(P, K) or ""
+-- (a reply to handle or a deadline of a job that waits is due work too:
+-- the first of P waits:due, lib/waits.lua)
+local head = queue_head(P, K)
+local wh = redis.call("ZRANGE", P .. WAITS_DUE, 0, 0, "WITHSCORES")[2]
+if wh and (not head or tonumber(wh) < tonumber(head)) then head = score_str(tonumber(wh)) end
+head = head or ""
 local orphaned = false
 if redis.call("EXISTS", K.busy) == 1 then
   local lease = redis.call("GET", K.lease)

@@ -6,15 +6,25 @@
 --       ...   (the fetched payloads)
 --   "queued", perform_in, retry_count, error or "", priority, windows or "",
 --       npayloads, payload, score, ...
+--   "waiting", attempt, "waiting" | "replied", since, deadline, heartbeat
+--       deadline or "", key or "", perform_in, retry_count, priority,
+--       windows or "", npayloads, payload, score, ... (the waiting job), then
+--       nheld, payload, score, ... (payloads pushed meanwhile, P held)
 --   "dead", updated_at, error or "", npayloads, payload, score, ...
 --   "" (the id is nowhere)
+-- (A waiting job's reply or timeout call is in flight: "in_flight".)
 -- An id can be in flight and queued at once (payloads pushed while its batch
 -- runs wait behind it): then "in_flight", with nqueued payloads after the
 -- in-flight ones: ..., npayloads, payloads..., nqueued, payload, score, ...
 -- luakiq:include keys
 -- luakiq:include levels
+-- luakiq:include shard
+WAITS_WANTED = redis.call("EXISTS", KEYS[1] .. WAITS_SEQ) == 1 -- (lib/waits.lua: a shard that awaited)
+-- luakiq:include waits
 local P, id = KEYS[1], ARGV[1]
 local K = shard_keys(P)
+if W then W.keys(K, P) end -- (lib/waits.lua)
+
 if type(id) ~= "string" then error("luakiq job: ARGV must be the id", 0) end
 
 local function payloads(pl, out)
@@ -43,6 +53,17 @@ if place then
                 redis.call("HGET", K.errors, id) or "",
                 prio or "100", has_windows(K) and redis.call("HGET", K.windows, id) or "" }
   payloads(qpl, out)
+  return out
+end
+local w = W and W.active(K, P) and W.get(K, id)
+if w and w.state ~= "handling" then
+  local pin, wrc, prio, wwin, pl = busy_decode(w.job or "")
+  local out = { "waiting", tostring(w.attempt), w.state, score_str(w.since), score_str(w.deadline),
+                w.beat and score_str(w.beat) or "", w.key or "", pin or "", wrc or "-1", prio or "100", wwin or "" }
+  payloads(pl or {}, out)
+  local E = esc(id)
+  local h = find_member(K.held, E)
+  payloads(h and select(3, job_decode(h, E)) or {}, out)
   return out
 end
 local dead = redis.call("ZSCORE", K.morgue, id)

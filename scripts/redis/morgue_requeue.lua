@@ -12,9 +12,13 @@
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include shard
+WAITS_WANTED = redis.call("EXISTS", KEYS[1] .. WAITS_SEQ) == 1 -- (lib/waits.lua: a shard that awaited)
+-- luakiq:include waits
+-- luakiq:include waits
 -- luakiq:include args
 local P = KEYS[1]
 local K = shard_keys(P)
+if W then W.keys(K, P) end -- (lib/waits.lua)
 local now, limit = arg_finite("morgue_requeue", "now", ARGV[2]), arg_count("morgue_requeue", "limit", ARGV[3])
 local now_s = score_str(now)
 local ids = {}

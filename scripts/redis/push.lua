@@ -42,6 +42,7 @@
 -- luakiq:include levels
 -- luakiq:include tags
 -- luakiq:include shard
+-- luakiq:include waits
 local ARGV = ARGV -- (a local: a global is a table lookup each time, ~10 a job)
 local P = KEYS[1]
 local K = shard_keys(P)
@@ -68,6 +69,30 @@ local function finite(v, what, n)
   if s then return s end
   error("luakiq push: " .. (n and "job " .. n .. " " or "") .. what .. " must be a finite number, got '" ..
     tostring(v) .. "'", 0)
+end
+-- Jobs that wait for a reply (lib/waits.lua, which push.lua does not
+-- include: a push pays for no function of it): whether the shard has
+-- waits, pending waits or held jobs (cached in K; one EXISTS for a shard
+-- that never awaited), and whether new payloads of id must be held
+-- (W.must_hold).
+local function waits_here()
+  if K.has_waits == nil then
+    K.has_waits = redis.call("EXISTS", P .. WAITS_SEQ) == 1 and
+      redis.call("EXISTS", P .. WAITS, P .. WAITS_NEW, P .. HELD) > 0
+    if K.has_waits then K.waits = P .. WAITS end -- (lib/tags.lua job_state)
+  end
+  return K.has_waits
+end
+local function must_hold(id)
+  if not waits_here() then return false end
+  if redis.call("HEXISTS", P .. WAITS, id) == 1 then return true end
+  return redis.call("HEXISTS", P .. WAITS_NEW, id) == 1 and redis.call("HEXISTS", K.busy, id) == 1
+end
+-- Whether the shard has expiring payloads or waits, which the short and
+-- usual ways below do not handle (one EXISTS for both, when it has none).
+local function expiring_or_waits()
+  if redis.call("EXISTS", K.expiring, P .. WAITS_SEQ) == 0 then return false end
+  return redis.call("EXISTS", K.expiring) == 1 or waits_here()
 end
 -- A call in a short form as the groups of 5 it stands for (the way of
 -- every call the short way below does not take).
@@ -152,7 +177,7 @@ local function short_way()
     if have and have ~= ARGV[i + 2] then return nil end
   end
   if nums[rc_a] >= 0 then return nil end
-  if has_levels(K) or has_tags(K) or redis.call("EXISTS", K.expiring) == 1 then return nil end
+  if has_levels(K) or has_tags(K) or expiring_or_waits() then return nil end
   -- none of its ids queued (the members read in one range: read_jobs)
   -- (K.known goes at once: a partial view of P jobs, through which the
   -- general way's reads, queue_head's among them, would take a queued job
@@ -321,6 +346,7 @@ local before = queue_head(P, K)
 -- in flight or dead decides between union and replacement. Tags left by an
 -- id that is gone are dropped, also by a push without tags.
 if tagsec or has_tags(K) then
+  waits_here() -- (job_state's "waiting")
   local new = {} -- id -> {tag = true}: this call's tags of the id
   for n, v in pairs(tagsec or {}) do
     if n ~= "name" then
@@ -368,7 +394,7 @@ if in_order then read_jobs(K, ids, distinct, ARGV[3], ARGV[last - 4]) else read_
 -- to later, and nothing is merged: about half the Redis CPU per job of the
 -- general way (docs/benchmarks.md, "The usual push and fetch").
 if one_pin and distinct == (last - 2) / 5 and K.known and not (tagsec or expiry or prio or wins or retried)
-    and not has_levels(K) and not has_tags(K) and redis.call("EXISTS", K.expiring) == 0 then
+    and not has_levels(K) and not has_tags(K) and not expiring_or_waits() then
   -- (the range's members are looked up among the call's ids, not each id
   -- escaped and looked up among them: there are usually fewer)
   local ok = true
@@ -490,6 +516,19 @@ for i = 3, last, 5 do
         local rc = memo[ARGV[i + 2]]
         if rc ~= "-1" and tonumber(rc) >= 0 then redis.call("ZADD", K.retries, rc, id) end
       end
+      -- an id that waits for a reply (lib/waits.lua): its job waits in P
+      -- held, merged with the one held there (its perform_in and priority)
+      if must_hold(id) then
+        local h = find_member(P .. HELD, E)
+        local hp, hpin, hpl
+        if h then hp, hpin, hpl = job_decode(h, E) end
+        j.held, j.junk, j.old, j.place, j.pin_s = true, m, h, "l", nil
+        if hp then
+          j.pin, j.map, j.base, j.place = hpin, unite({}, hpl), hpl, hp
+          if hp == "p" then j.prio = redis.call("HGET", K.prio, id) end
+          added = added - 1
+        end
+      end
     end
     byid[id] = j
     order[#order + 1] = id
@@ -564,6 +603,21 @@ end
 -- Writes: the old members go, the new ones come, in variadic calls.
 local rem, add, later = {}, {}, {}
 local head = before and tonumber(before)
+-- Held jobs (ids that wait for a reply) go to P held, with no place in the
+-- due order and no say in the head; the loop below then passes them.
+for _, id in ipairs(order) do
+  local j = byid[id]
+  if j.held then
+    if j.junk then rem[#rem + 1] = j.junk end
+    if j.changed or j.moved then
+      local n = j.prio ~= "100" and j.prio or nil
+      if n then redis.call("HSET", K.prio, id, n) else redis.call("HDEL", K.prio, id) end
+      if j.old then redis.call("ZREM", P .. HELD, j.old) end
+      redis.call("ZADD", P .. HELD, "0", j.E .. "\0\0" .. job_record(n and "p" or "l", j.pin, sort_payloads(j.map, j.base)))
+    end
+    j.changed, j.moved = false, false
+  end
+end
 for _, id in ipairs(order) do
   local j = byid[id]
   if not j.place then

@@ -11,7 +11,13 @@
 --     job goes to P later (or its level), never to P ready;
 --   dead: payloads united (min score), updated_at the later, the error of
 --     the later;
---   tags united.
+--   tags united;
+--   a wait (lib/waits.lua): its record, pending record and due score as
+--     they were (the reshard froze both shards: no reply came between), the
+--     secret's pads when this shard has none, P waits:seq raised to its
+--     attempt (a new wait here gets a higher one), and the held job joins
+--     the id's held job here; taken in before the queued job, which an id
+--     that waits keeps in P held.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = the reshard's token
 -- (the shard must be frozen by it), then pairs id, record. Returns the number
 -- of records taken in. (Scores in a record may be numbers or score strings:
@@ -20,8 +26,11 @@
 -- luakiq:include levels
 -- luakiq:include tags
 -- luakiq:include shard
+WAITS_WANTED = true
+-- luakiq:include waits
 local P = KEYS[1]
 local K = shard_keys(P)
+if W then W.keys(K, P) end -- (lib/waits.lua)
 local token = ARGV[1]
 if not token or token == "" or #ARGV % 2 ~= 1 then
   error("luakiq reshard_in: ARGV must be token, then pairs id, record", 0)
@@ -50,6 +59,10 @@ for i = 2, #ARGV, 2 do
     r.q.pl = payload_list(r.q.pl)
     bad = not r.q.pl or not tonumber(r.q[1]) or not tonumber(r.q[2])
   end
+  if not bad and r.w then
+    bad = type(r.w) ~= "table" or (r.w[4] and not payload_list(r.w[4])) or (r.w[4] and not tonumber(r.w[5]))
+    if not bad then r.w[4] = r.w[4] and payload_list(r.w[4]) end
+  end
   if not bad and r.d then
     r.d.pl = payload_list(r.d.pl)
     bad = not r.d.pl or not tonumber(r.d[1])
@@ -60,6 +73,31 @@ end
 for _, e in ipairs(recs) do
   local id, r = e[1], e[2]
   local q, d = r.q, r.d
+  local w = r.w
+  if w then
+    if w[7] then redis.call("SET", K.waits_key, w[7], "NX") end
+    local attempt = 0
+    local rec, pend = W.unpack(w[1] or nil), W.unpack(w[2] or nil)
+    if rec then
+      redis.call("HSET", K.waits, id, w[1])
+      if w[3] then redis.call("ZADD", K.waits_due, w[3], id) end
+      attempt = rec.attempt
+    end
+    if pend then
+      redis.call("HSET", K.waits_new, id, w[2])
+      attempt = math.max(attempt, pend.attempt)
+    end
+    if attempt > (tonumber(redis.call("GET", K.waits_seq)) or 0) then redis.call("SET", K.waits_seq, attempt) end
+    K.has_waits = nil
+    if w[4] then
+      local prio = w[6] or nil
+      if rec then
+        W.hold_job(K, id, tonumber(w[5]), w[4], prio)
+      else
+        requeue(P, K, id, score_str(tonumber(w[5])), redis.call("ZSCORE", K.retries, id) or "-1", nil, w[4], prio, nil)
+      end
+    end
+  end
   if q and #q.pl > 0 then
     local pin, rc, err, prio, win = q[1], q[2], q[3], q[4], q[5]
     if prio == "" then prio = nil end

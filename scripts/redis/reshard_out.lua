@@ -16,15 +16,22 @@
 -- leaves P morgue:jobs.
 -- Record (cmsgpack): {q = false or {pin, rc, error, priority, windows, pl =
 -- {payload, score, ...}, ex = {payload, expires_at, ...}}, d = false or
--- {updated_at, error, pl = {...}}, t = tags} ("" = none; pin, rc,
--- updated_at, expires_at Redis score strings, payload scores numbers).
+-- {updated_at, error, pl = {...}}, t = tags, w = false or {wait record,
+-- pending record, due score, held payloads, held perform_in, held
+-- priority, secret pads}} ("" = none; pin, rc, updated_at, expires_at Redis
+-- score strings, payload scores numbers; in w, false = none). w: a job that
+-- waits for a reply (lib/waits.lua) moves with its wait, its pending wait,
+-- its held job and the queue's secret (tokens stay valid: per queue).
 -- Returns {id, record, ...} of every given id that is staged.
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include tags
 -- luakiq:include shard
+WAITS_WANTED = redis.call("EXISTS", KEYS[1] .. WAITS_SEQ) == 1 -- (lib/waits.lua: a shard that awaited)
+-- luakiq:include waits
 local P = KEYS[1]
 local K = shard_keys(P)
+if W then W.keys(K, P) end -- (lib/waits.lua)
 local token = ARGV[1]
 if not token or token == "" then error("luakiq reshard_out: token is empty", 0) end
 if redis.call("GET", K.reshard) ~= token or redis.call("GET", K.lease) ~= token then
@@ -56,6 +63,22 @@ for i = 2, #ARGV do
       if expiring then
         redis.call("DEL", expires_key(P, id))
         redis.call("SREM", K.expiring, id)
+      end
+    end
+    if W and W.active(K, P) then
+      local wr, pr, hm = redis.call("HGET", K.waits, id), redis.call("HGET", K.waits_new, id), find_member(K.held, E)
+      if wr or pr or hm then
+        local hp, hpin, hpl
+        if hm then hp, hpin, hpl = job_decode(hm, E) end
+        r.w = { wr or false, pr or false, redis.call("ZSCORE", K.waits_due, id) or false, hpl or false,
+                hp and score_str(hpin) or false, hp == "p" and redis.call("HGET", K.prio, id) or false,
+                redis.call("GET", K.waits_key) or false }
+        any = true
+        redis.call("HDEL", K.waits, id)
+        redis.call("HDEL", K.waits_new, id)
+        redis.call("ZREM", K.waits_due, id)
+        if hm then redis.call("ZREM", K.held, hm) end
+        if hp == "p" then redis.call("HDEL", K.prio, id) end
       end
     end
     local upd = redis.call("ZSCORE", K.morgue, id)

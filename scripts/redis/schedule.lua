@@ -15,12 +15,17 @@
 -- payload keeps the minimal score; perform_in, retry_count, priority and
 -- place of the queued job). A new job is placed as push.lua places one
 -- (docs/redis.md): at the end of P ready when the tick is due and not
--- below P tail, else in P later.
+-- below P tail, else in P later. For an id that waits for a reply it joins
+-- the id's held job instead (P held, lib/waits.lua).
 -- Returns 1 when it enqueued.
 -- luakiq:include keys
 -- luakiq:include levels
+-- luakiq:include shard
+WAITS_WANTED = redis.call("EXISTS", KEYS[1] .. WAITS_SEQ) == 1 -- (lib/waits.lua: a shard that awaited)
+-- luakiq:include waits
 local P = KEYS[1]
 local K = shard_keys(P)
+if W then W.keys(K, P) end -- (lib/waits.lua)
 local name, tick, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local channel, id, payload = ARGV[4], ARGV[5], ARGV[6]
 if not name or not tick or not now or not channel or not id or id == "" or not payload then
@@ -52,6 +57,10 @@ if place then
 end
 -- new (a junk member of the id is replaced)
 if m then redis.call("ZREM", K.jobs, m) end
+if W and W.active(K, P) and W.must_hold(K, id) then
+  W.hold_job(K, id, tick, { payload, tick }, nil)
+  return 1
+end
 place = "l"
 if tick <= now and tick >= ready_tail(K) then place = "r" end
 if place == "r" then

@@ -3,13 +3,18 @@
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".  No ARGV.
 -- Returns strings {fresh (queued, retry_count < 0), retries (queued,
 -- retry_count >= 0), morgue_length, head (lowest perform_in) or "",
--- processed, failed, busy (jobs in flight), expired (payloads)}.
+-- processed, failed, busy (jobs in flight), expired (payloads), waiting
+-- (jobs that wait for a reply, lib/waits.lua), then the replies by outcome:
+-- accepted, duplicate, conflict, stale, unknown}.
+-- (Jobs held behind a waiting one, P held, count as fresh or retried.)
 -- (The retries index holds only retry_count >= 0, so fresh = queue - retries.)
 -- luakiq:include keys
 -- luakiq:include levels
 local P = KEYS[1]
 local K = shard_keys(P)
-local queued, retries = queue_size(P, K), redis.call("ZCARD", K.retries)
+local queued, retries = queue_size(P, K) + redis.call("ZCARD", P .. HELD), redis.call("ZCARD", K.retries)
+local replies = redis.call("HMGET", K.counters, "replies_accepted", "replies_duplicate", "replies_conflict",
+  "replies_stale", "replies_unknown")
 return {
   tostring(math.max(queued - retries, 0)),
   tostring(retries),
@@ -19,4 +24,6 @@ return {
   redis.call("HGET", K.counters, "failed") or "0",
   tostring(busy_count(K)),
   redis.call("HGET", K.counters, "expired") or "0",
+  tostring(redis.call("HLEN", P .. WAITS)),
+  replies[1] or "0", replies[2] or "0", replies[3] or "0", replies[4] or "0", replies[5] or "0",
 }

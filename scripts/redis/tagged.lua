@@ -11,6 +11,7 @@
 -- luakiq:include tags
 local P = KEYS[1]
 local K = shard_keys(P)
+K.waits = P .. WAITS -- (job_state's "waiting": jobs that wait for a reply, lib/waits.lua)
 local tag, cursor, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if type(tag) ~= "string" or tag == "" then error("luakiq tagged: ARGV must be tag, cursor, count", 0) end
 if not (cursor and cursor:match("^%d+$")) then error("luakiq tagged: cursor must be an integer >= 0", 0) end

@@ -68,6 +68,34 @@ local function shard_keys(P)
   }
 end
 
+-- Jobs that wait for a reply (lib/waits.lua; docs/redis.md, "Waits"): the
+-- suffixes of their keys after P, as constants. W.keys(K, P) adds the
+-- names to K where they are used, so a shard that never awaited builds
+-- none: every name is a string made per script call, and every key of
+-- shard_keys is one a script pays for whether it uses it or not (the fetch
+-- reads P waits:seq alone, whose existence says the shard awaited).
+local WAITS_SEQ = "waits:seq"   -- STRING the attempt counter (INCR per new wait)
+local WAITS = "waits"           -- HASH id -> wait record (waiting, replied, handling)
+local WAITS_DUE = "waits:due"   -- ZSET id -> deadline while waiting, the reply's time once replied
+local WAITS_NEW = "waits:new"   -- HASH id -> pending wait (await called, its batch not settled)
+local WAITS_RUN = "waits:run"   -- SET ids of the batch in flight that are reply or timeout calls
+local WAITS_KEY = "waits:key"   -- STRING the queue's secret as HMAC pads (64 + 64 bytes)
+local WAITS_LATE = "waits:late" -- LIST the last stale replies, for operators
+local HELD = "held"             -- ZSET (scores 0) esc(id) .. "\0\0" .. queued record: jobs of waiting ids
+-- The keys of a queue's wait index, after the queue prefix Q = "NS:{QUEUE}:"
+-- (KEYS[1] of waitkey.lua, the queue's slot): the correlation keys of its
+-- waiting jobs and the secret its reply tokens are signed with.
+local QUEUE_WAITKEYS = "waitkeys" -- HASH correlation key -> "attempt deadline id"
+local QUEUE_SECRET = "secret"     -- STRING 64 hex digits, set once
+-- lib/waits.lua makes W, the wait operations, when the script says so:
+-- WAITS_WANTED = true before its include line (a script that makes waits,
+-- or whose shard awaited: P waits:seq exists). Else W stays nil and costs
+-- nothing: a script defines its functions at every call, ~1.2k Redis
+-- instructions each (callgrind), and a fetch of a shard that never awaited
+-- must not pay for them.
+local WAITS_WANTED = false
+local W
+
 -- Layout 1's keys of a shard that layout 2 replaced (docs/redis.md of
 -- layout 1): the migration (migrate_shard.lua) reads them, converts them
 -- and deletes them; no other script touches them. `migrate` is the

@@ -72,6 +72,10 @@ end
 -- (flat, scores numbers). A queued job of the id is merged into it: payloads
 -- united (minimal score), the lower priority; it takes its place in `later`
 -- (or its level). Nothing when pl is empty.
+-- An id that waits for a reply (P waits) keeps the job in P held instead,
+-- merged with its held payloads (no place: the end of the wait puts it in
+-- the queue, W.release_held); an id that does not has its held payloads
+-- merged in (a wait ended without releasing them).
 local function requeue(P, K, id, pin_s, rc_s, err, pl, n, win)
   if #pl == 0 then return end
   local E = esc(id)
@@ -87,15 +91,33 @@ local function requeue(P, K, id, pin_s, rc_s, err, pl, n, win)
     end
     redis.call("ZREM", K.jobs, m)
   end
+  local hold = false
+  if K.W and K.W.active(K, P) then -- (an id that waits, or held payloads: lib/waits.lua)
+    local h = find_member(K.held, E)
+    if h then
+      local _, _, hpl = job_decode(h, E)
+      if hpl then unite(map, hpl) end
+      n = lower_priority(n, redis.call("HGET", K.prio, id))
+      redis.call("ZREM", K.held, h)
+    end
+    hold = redis.call("HEXISTS", K.waits, id) == 1
+  end
   if n == "100" then n = nil end
   local place = "l"
-  if n then
+  if hold then
+    if n then
+      place = "p"
+      redis.call("HSET", K.prio, id, n)
+    else
+      redis.call("HDEL", K.prio, id)
+    end
+  elseif n then
     place = "p"
     join_level(P, K, id, pin_s, n)
   else
     redis.call("ZADD", K.later, pin_s, id)
   end
-  redis.call("ZADD", K.jobs, "0", E .. "\0\0" .. job_record(place, tonumber(pin_s), sort_payloads(map)))
+  redis.call("ZADD", hold and K.held or K.jobs, "0", E .. "\0\0" .. job_record(place, tonumber(pin_s), sort_payloads(map)))
   set_windows(K, id, win)
   set_retry(K, id, rc_s)
   if err and err ~= "" then redis.call("HSET", K.errors, id, err) else redis.call("HDEL", K.errors, id) end

@@ -15,12 +15,15 @@ local function has_tags(K)
   return K.has_tags
 end
 
--- Where id is: "in_flight", "queued", "dead" (the first that holds, as in
--- job.lua) or nil when it is gone from the shard.
+-- Where id is: "in_flight", "queued", "dead", "waiting" (the first that
+-- holds, as in job.lua, but for waiting: there after dead) or nil when it is
+-- gone from the shard. (Waiting: K.waits, named when the shard awaited,
+-- lib/waits.lua W.keys, or push.lua.)
 local function job_state(P, K, id)
   if redis.call("HEXISTS", K.busy, id) == 1 then return "in_flight" end
   if queued_at(P, K, id) then return "queued" end
   if redis.call("ZSCORE", K.morgue, id) then return "dead" end
+  if K.waits and redis.call("HEXISTS", K.waits, id) == 1 then return "waiting" end
   return nil
 end
 
