@@ -14,8 +14,7 @@
 --   tags united.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = the reshard's token
 -- (the shard must be frozen by it), then pairs id, record. Returns the number
--- of records taken in. (Scores in a record may be numbers or score strings:
--- layout 1's records had strings.)
+-- of records taken in. (Scores in a record may be numbers or score strings.)
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include tags

@@ -130,23 +130,19 @@ end
 -- register.lua found it), nil for "2".
 local function layout_refusal(cfg, v)
   if v == "2" then return nil end
-  local ns, cmd = cfg.namespace, "luakiq migrate " .. tostring(cfg.dir)
   if v == "1" then
-    return string.format("namespace '%s' in Redis is in layout 1 (written by an older luakiq) and this luakiq " ..
-      "reads layout 2: convert it with `%s` (docs/operations.md, 'Upgrading from layout 1')", ns, cmd)
-  elseif v == "1>2" then
-    return string.format("namespace '%s' in Redis is being converted to layout 2 (a migration is running or was " ..
-      "interrupted): run `%s` to finish it", ns, cmd)
+    return string.format("namespace '%s' in Redis has queues registered but no layout version, and this luakiq " ..
+      "reads layout 2 only", cfg.namespace)
   end
   return string.format("namespace '%s' in Redis has layout '%s', written by a newer luakiq; this one reads layout 2",
-    ns, tostring(v))
+    cfg.namespace, tostring(v))
 end
 
 -- Whether this luakiq may use cfg's namespace: the layout version
 -- (layout.lua "check", once per entry point: `luakiq run` before any
 -- thread starts, every CLI command that reads or writes queues). A new
 -- namespace is marked layout 2 by the check. Returns nil (go), or the
--- one-line reason to refuse (docs/redis.md, "Migration from layout 1").
+-- one-line reason to refuse (docs/redis.md, "Layout version").
 -- A Redis whose strings compare by a language (its LC_COLLATE) is refused
 -- by every queue script (scripts/redis/lib/keys.lua): said here in one line
 -- with the server's address instead of as a script's error.

@@ -25,7 +25,6 @@ usage: luakiq COMMAND ...
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
   reshard DIR WORKER N                 change WORKER's shards_count to N while hosts run (moves its jobs)
-  migrate DIR [--page N]               convert the namespace from layout 1 (older luakiq) to layout 2, online
   schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
   hosts DIR                            the running hosts: threads, shards, calls (JSON lines)
   timing DIR WORKER [--day YYYY-MM-DD] wait and run times of one UTC day: count, mean, std, histogram (JSON)
@@ -90,17 +89,6 @@ after a kill. Prints {"worker","queue","from","to","moved","restored","waited",
 "paused","seconds","passes"} (seconds). Then set shards_count = N in the worker
 file: a host started with the old count is refused (docs/operations.md,
 "Resharding"). --batch: ids per move call (default 200).]],
-  migrate = [[usage: luakiq migrate DIR [--page N] [--redis URL]
-Converts DIR's namespace (every registered queue) from layout 1, written by
-a luakiq before layout 2, to layout 2, while layout-1 hosts may still run:
-each shard is fenced (layout-1 hosts stop taking it, layout-1 pushes are
-refused), its batch in flight converted once its lease is free (a layout-2
-host restores it), then its queued and dead jobs --page at a time (default
-500), each page one atomic call. Resumable: killed, run it again. Hosts and
-commands of this luakiq refuse the namespace until it is done. Progress on a
-terminal; prints one summary line. On a layout-2 namespace it sweeps in
-jobs a layout-1 producer wrote late, if any (docs/operations.md,
-"Upgrading from layout 1").]],
   job = [[usage: luakiq job DIR WORKER ID [--redis URL]
 Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","retry_count","error",
 "payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
@@ -185,7 +173,7 @@ local function connect_failed(err)
   error(err, 0)
 end
 
--- any_layout: no layout check (luakiq migrate; a host replacing itself).
+-- any_layout: no layout check (a host replacing itself).
 local function connect(cfg, retry_for, any_layout)
   local conn, err = runtime.connect(cfg, retry_for)
   if not conn then connect_failed(err) end
@@ -409,23 +397,6 @@ function commands.reshard(argv)
     io.stderr:write(string.format("luakiq: now set shards_count = %d in %s: a host started with %d is refused\n",
       st.to, w.file or w.name, w.shards_count))
   end
-  return 0
-end
-
-function commands.migrate(argv)
-  local pos, opt = parse(argv, 2, { redis = true, page = true, pace = true })
-  if not pos[1] or pos[2] then usage("usage: luakiq migrate DIR [--page N]") end
-  local page = opt.page and tonumber(opt.page)
-  if opt.page and (not page or page < 1 or page > 10000 or page % 1 ~= 0) then
-    usage("--page must be an integer from 1 to 10000")
-  end
-  local cfg = open(pos[1], opt, false)
-  local conn = connect(cfg, 0, true)
-  local migrate = require "luakiq.ops.migrate"
-  -- (--pace SECONDS, not in the help: a pause after each page call, for specs)
-  local sum = migrate.run(conn, cfg, { page = page, pace = opt.pace and tonumber(opt.pace),
-    progress = require("luakiq.ops.feed").progress(core.isatty(2)), wake = runtime.wake_arg(conn, cfg) })
-  io.stdout:write(migrate.summary_line(sum), "\n")
   return 0
 end
 
