@@ -72,9 +72,8 @@ end
 -- A reshard froze the shard (P reshard = its token; luakiq.ops.reshard): no
 -- holder but the reshard acquires it or fetches from it. Its holder may
 -- still ack (below), then gives the lease back so the reshard takes it.
--- (FENCE: layout 2's fence against layout-1 hosts, not a freeze)
 local frozen = lf[2]
-frozen = frozen and frozen ~= token and frozen ~= FENCE
+frozen = frozen and frozen ~= token
 local restored = 0
 if not cur and redis.call("GET", K.holder) ~= token then
   if frozen then return { "LEASE", "-2", "reshard" } end

@@ -148,7 +148,7 @@ local function short_way()
   if i <= n then
     -- (only "", "shards", COUNT after them)
     if not (n == i + 2 and ARGV[i + 1] == "shards" and ARGV[i + 2]:match("^%d+$")) then return nil end
-    local have = shards_of(redis.call("GET", K.shards))
+    local have = redis.call("GET", K.shards)
     if have and have ~= ARGV[i + 2] then return nil end
   end
   if nums[rc_a] >= 0 then return nil end
@@ -284,7 +284,7 @@ finite(ARGV[2], "now")
 -- A queue resharded (luakiq.ops.reshard) records its count in each shard: a
 -- push routed with another count would put ids in the wrong shard.
 if shards then
-  local have = shards_of(redis.call("GET", K.shards))
+  local have = redis.call("GET", K.shards)
   if have and have ~= shards then
     error("luakiq push: resharded: queue has " .. have .. " shards, the push used " .. shards, 0)
   end

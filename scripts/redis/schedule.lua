@@ -27,7 +27,7 @@ if not name or not tick or not now or not channel or not id or id == "" or not p
   error("luakiq schedule: ARGV must be name, tick, now, channel, id, payload", 0)
 end
 if ARGV[7] then
-  local have = shards_of(redis.call("GET", K.shards))
+  local have = redis.call("GET", K.shards)
   if have and have ~= ARGV[7] then
     error("luakiq schedule: resharded: queue has " .. have .. " shards, the schedule used " .. ARGV[7], 0)
   end

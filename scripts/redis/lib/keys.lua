@@ -68,19 +68,6 @@ local function shard_keys(P)
   }
 end
 
--- Layout 2's fence against layout-1 hosts and producers (docs/redis.md,
--- "Layout version and migration"). luakiq migrate leaves each shard it
--- converted with P reshard = FENCE: a layout-1 fetch.lua gives a frozen
--- shard to no holder, so a layout-1 host never takes (or restores) it; and
--- P shards = COUNT .. ":" .. FENCE: a layout-1 push.lua compares the whole
--- text with its own count and refuses the push, writing nothing. Layout 2
--- reads past both (fetch.lua, heads.lua; shards_of in push and schedule).
-local FENCE = "layout2"
--- The shards_count of a P shards value (nil when absent), without the fence;
--- and the fenced value of a count.
-local function shards_of(v) return v and (v:match("^%d+") or v) or nil end
-local function fenced_shards(count) return count .. ":" .. FENCE end
-
 -- The layout version of a namespace: "NS:{NS:queues}:layout", in the slot
 -- of the registry NS:queues (a namespace has no braces, so the tag is the
 -- registry's whole name) and under NS: (an ACL user limited to ~NS:* keys
