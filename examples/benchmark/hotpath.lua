@@ -1,7 +1,6 @@
 -- Redis CPU and memory per job of the hot path (push.lua, fetch.lua with
 -- acks) on one shard of a private redis-server, for whichever scripts the
--- running binary embeds (docs/benchmarks.md, "Layout 2 (issue 12): measured": layout 1 is
--- /work/main's build, layout 2 this branch's).
+-- running binary embeds (docs/benchmarks.md, "Layout 2 against layout 1").
 -- Usage: BIN lua examples/benchmark/hotpath.lua [QUEUED...]   (default 100000 1000000)
 -- Per QUEUED: push QUEUED blank jobs in calls of 1,000 (Redis CPU per job
 -- from INFO cpu, used_memory per queued job), then fetch 100,000 of them
