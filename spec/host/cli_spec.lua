@@ -225,6 +225,83 @@ describe("luakiq stats", function()
   end)
 end)
 
+describe("a worker file that reads a secret from the environment when it loads", function()
+  -- Hook's file concatenates LUAKIQ_SPEC_HOOK_URL, as a webhook worker's file
+  -- might; the hosts have it, an operator at a terminal may not.
+  local FILES = {
+    ["workers/A.lua"] = WORKER,
+    ["workers/Hook.lua"] = [[return require("luakiq.workers.webhook") {
+      url = os.getenv("LUAKIQ_SPEC_HOOK_URL") .. "/hooks", shards_count = 3, max_retry_count = 0 }]],
+  }
+  local function secret() return env() .. " LUAKIQ_SPEC_HOOK_URL=http://127.0.0.1:1" end -- nothing listens
+
+  it("does not stop stats, morgue, failures and the other readers; run, enqueue and plan name the worker", function()
+    local dir = host.scriptdir(FILES)
+    local later = math.floor(require("luakiq.core").now()) + 86400 * 365
+    assert.are.equal(0, (host.exec("enqueue " .. q(dir) .. " Hook", '{"id":"dies"}\n{"id":"later","perform_in":' ..
+      later .. "}", secret())))
+    -- a host with the secret registers Hook's 3 shards and kills "dies" (connection refused, no retry)
+    local p = host.spawn("run " .. q(dir), secret())
+    host.eventually(function() return host.stats(dir, secret()).by_worker.Hook.morgue_length == 1 end, 20, "a dead job")
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(10))
+
+    local rc, out, err = host.exec("stats " .. q(dir), nil, env())
+    assert.are.equal(0, rc, err)
+    local s = json.decode(out).by_worker.Hook
+    assert.are.equal(1, s.length)
+    assert.are.equal(1, s.morgue_length)
+    assert.is_true(one_line(err), err)
+    assert.truthy(err:find("worker Hook stands in as queue 'Hook' with 3 shards (Redis's queue registry): " ..
+      dir .. "/workers/Hook.lua:2:", 1, true), err)
+    assert.truthy(err:find("inside perform", 1, true), err)
+    rc, out, err = host.exec("morgue " .. q(dir) .. " Hook list", nil, env())
+    assert.are.equal(0, rc, err)
+    assert.are.equal("dies", json.decode(out).id)
+    rc, out, err = host.exec("failures " .. q(dir), nil, env())
+    assert.are.equal(0, rc, err)
+    assert.are.same({ "dies" }, json.decode(out).workers.Hook.ids)
+    rc, out, err = host.exec("jobs " .. q(dir) .. " Hook queue", nil, env())
+    assert.are.equal(0, rc, err)
+    assert.are.equal("later", json.decode(out).id)
+    rc, out, err = host.exec("job " .. q(dir) .. " Hook later", nil, env())
+    assert.are.equal(0, rc, err)
+    assert.are.equal("queued", json.decode(out).state)
+    for _, cmd in ipairs { "timing " .. q(dir) .. " Hook", "hosts " .. q(dir), "pause " .. q(dir) .. " Hook",
+                           "resume " .. q(dir) .. " Hook", "admin " .. q(dir) .. " Hook perform-now" } do
+      rc, _, err = host.exec(cmd, nil, env())
+      assert.are.equal(0, rc, cmd .. ": " .. err)
+    end
+
+    -- what runs or checks the worker's code needs it: one line naming the worker and its file
+    for _, cmd in ipairs { "run " .. q(dir), "enqueue " .. q(dir) .. " Hook", "plan " .. q(dir) } do
+      rc, _, err = host.exec(cmd, '{"id":"x"}', env())
+      assert.are.equal(2, rc, cmd .. ": " .. err)
+      assert.is_true(one_line(err), err)
+      assert.truthy(err:find("luakiq: " .. dir .. "/workers/Hook.lua:2: attempt to concatenate", 1, true), err)
+      assert.truthy(err:find("; worker Hook did not load: if it reads the environment (os.getenv), set the " ..
+        "variable, or read it inside perform rather than when the file loads (docs/workers.md", 1, true), err)
+    end
+    assert.are.equal(1, host.stats(dir, env()).by_worker.Hook.length) -- nothing enqueued
+  end)
+
+  it("stands in with the default shards_count, and says so, where Redis's queue registry does not know it", function()
+    local dir = host.scriptdir(FILES)
+    local rc, out, err = host.exec("stats " .. q(dir), nil, env())
+    assert.are.equal(0, rc, err)
+    assert.are.equal(0, json.decode(out).by_worker.Hook.length)
+    assert.truthy(err:find("worker Hook stands in as queue 'Hook' with 5 shards (the default: Redis's queue " ..
+      "registry does not know the queue)", 1, true), err)
+  end)
+
+  it("a file that does not compile is refused by every command, not stood in", function()
+    local dir = host.scriptdir { ["workers/A.lua"] = WORKER, ["workers/Hook.lua"] = "return {" }
+    local rc, _, err = host.exec("stats " .. q(dir), nil, env())
+    assert.are.equal(2, rc, err)
+    assert.truthy(err:find("workers/Hook.lua:1", 1, true), err)
+  end)
+end)
+
 describe("LUAKIQ_SCRIPTS (development mode)", function()
   it("loads every Redis script from the tree exactly as the build embedded it, includes expanded", function()
     local dir = host.tmpdir()
@@ -263,5 +340,25 @@ describe("LUAKIQ_SCRIPTS (development mode)", function()
     assert.truthy(fetch:find("-- EDITED IN THE TREE", 1, true), fetch)
     assert.falsy(push:find("-- EDITED IN THE TREE", 1, true))
     assert.are.equal("OK 0\nnil\n", rest) -- EVALSHA ran the tree's text; unknown names stay unknown
+  end)
+
+  it("loads an .html module (the dashboard) as the file's bytes, as the build embedded it, edits included", function()
+    local dir = host.tmpdir()
+    local tree = dir .. "/scripts"
+    assert(host.sh("cp -r scripts " .. q(tree)))
+    host.write(dir .. "/page.lua", [[io.write(require "luakiq.web.dashboard")]])
+    local rc1, embedded, err1 = host.exec("lua " .. q(dir .. "/page.lua"), nil, "LUAKIQ_SCRIPTS=")
+    local rc2, loaded, err2 = host.exec("lua " .. q(dir .. "/page.lua"), nil, "LUAKIQ_SCRIPTS=" .. q(tree))
+    local page = tree .. "/luakiq/web/dashboard.html"
+    host.write(page, host.read(page) .. "<!-- EDITED IN THE TREE -->\n")
+    local rc3, edited, err3 = host.exec("lua " .. q(dir .. "/page.lua"), nil, "LUAKIQ_SCRIPTS=" .. q(tree))
+    host.sh("rm -rf " .. q(dir))
+    assert.are.equal(0, rc1, err1)
+    assert.are.equal(0, rc2, err2)
+    assert.are.equal(0, rc3, err3)
+    assert.are.equal(host.read("scripts/luakiq/web/dashboard.html"), embedded)
+    assert.truthy(embedded:find("^<!doctype html>"))
+    assert.are.equal(embedded, loaded)
+    assert.are.equal(embedded .. "<!-- EDITED IN THE TREE -->\n", edited)
   end)
 end)

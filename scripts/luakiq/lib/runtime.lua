@@ -15,8 +15,9 @@ M.ctx = {}
 
 -- Loads DIR with overrides ({redis=, threads=, ...}); raises a one-line
 -- error naming the file and key on bad config (callers map it to exit 2).
-function M.load(dir, overrides)
-  local ok, cfg = pcall(config.load, dir, core.list_dir)
+-- settings_only: worker files whose code raises stand in (luakiq.lib.config).
+function M.load(dir, overrides, settings_only)
+  local ok, cfg = pcall(config.load, dir, core.list_dir, settings_only)
   if not ok then errors.config(tostring(cfg)) end
   if overrides then
     local ok2, err = pcall(config.apply_overrides, cfg, overrides)

@@ -184,16 +184,37 @@ local function connect(cfg, retry_for, any_layout)
   return conn
 end
 
+-- Says on stderr which workers stand in for a file that raised while it
+-- loaded (luakiq.lib.config, settings only), and where their shards_count
+-- comes from: the registry's when a host or a reshard wrote one
+-- (runtime.follow_registry took it), else the default.
+local function report_stand_ins(conn, cfg)
+  for _, w in ipairs(cfg.workers) do
+    if w.unloaded then
+      local known = conn:call("HGET", keys.registry(cfg.namespace), w.queue_name)
+      io.stderr:write(string.format("luakiq: worker %s stands in as queue '%s' with %d shards (%s): %s; %s\n",
+        w.name, w.queue_name, w.shards_count,
+        known and "Redis's queue registry" or "the default: Redis's queue registry does not know the queue",
+        w.unloaded, require("luakiq.lib.config").SECRETS_HINT))
+    end
+  end
+end
+
 -- Loads the script directory, connects, and returns cfg, conn. Commands
--- that read or change a queue use the registry's shards_count (a reshard may
--- have changed it since the worker files were written); `reshard` itself
--- passes need_redis = "as_files".
+-- that read or change a queue (need_redis = true) never perform: they need
+-- each worker's settings, not its code, so they load the worker files for
+-- settings only (a worker whose file raised while loading, e.g. for a secret
+-- this operator lacks, stands in; run, enqueue, plan and reshard refuse it)
+-- and use the registry's shards_count (a reshard may have changed it since
+-- the worker files were written); `reshard` itself passes need_redis = "as_files".
 local function open(dir, opt, need_redis)
   if not dir then usage("missing DIR") end
-  local cfg = runtime.load(dir, overrides(opt))
+  local settings_only = need_redis == true
+  local cfg = runtime.load(dir, overrides(opt), settings_only)
   if not need_redis then return cfg end
   local conn = connect(cfg, 0)
   if need_redis ~= "as_files" then runtime.follow_registry(conn, cfg) end
+  if settings_only then report_stand_ins(conn, cfg) end
   return cfg, conn
 end
 
