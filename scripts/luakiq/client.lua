@@ -397,16 +397,17 @@ end
 local function tally(conn, cmds, parts, replies)
   local stored, failed, refused = 0, nil, {}
   for i, r in ipairs(replies) do
-    if type(r) == "table" and r.err and r.err:find("^NOSCRIPT") then
+    if type(r) == "table" and r.err and errors.redis_code(r.err) == "NOSCRIPT" then
       r = conn:pipeline({ cmds[i] })[1]
     end
     if type(r) == "table" and r.err then
-      if r.err:find("luakiq push: resharded", 1, true) then
+      local code, counts = errors.redis_code(r.err)
+      if code == "RESHARDED" then -- "RESHARDED HAVE USED"
         local list, from, to = parts[i][1], parts[i][2], parts[i][3]
         for j = from, to do refused[#refused + 1] = list[j] end
-        refused.have = refused.have or r.err:match("queue has (%d+) shards")
+        refused.have = refused.have or counts:match("^%d+")
       else
-        failed = failed or r.err:gsub(" script: %x+, on @user_script:%d+%.$", "")
+        failed = failed or errors.redis_text(r.err)
       end
     else
       stored = stored + (parts[i][3] - parts[i][2] + 1)

@@ -15,7 +15,7 @@
 -- luakiq:include levels
 local P, id = KEYS[1], ARGV[1]
 local K = shard_keys(P)
-if type(id) ~= "string" then error("luakiq job: ARGV must be the id", 0) end
+if type(id) ~= "string" then error("BADARG luakiq job: ARGV must be the id", 0) end
 
 local function payloads(pl, out)
   out[#out + 1] = tostring(#pl / 2)

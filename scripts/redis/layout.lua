@@ -18,7 +18,7 @@ local reg = KEYS[1]
 local lk = layout_key(reg)
 local op = ARGV[1]
 if op ~= "check" and op ~= "begin" and op ~= "done" then
-  error("luakiq layout: operation must be check, begin or done, got '" .. tostring(op) .. "'", 0)
+  error("BADARG luakiq layout: operation must be check, begin or done, got '" .. tostring(op) .. "'", 0)
 end
 if op == "done" then
   local v = redis.call("GET", lk)
