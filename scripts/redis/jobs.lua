@@ -30,6 +30,7 @@
 -- entries (stale ones skipped) are merged with P later and the levels.
 -- luakiq:include keys
 -- luakiq:include levels
+-- luakiq:include listing
 local P = KEYS[1]
 local K = shard_keys(P)
 local what, order, dir, min, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -495,11 +496,7 @@ for i, id in ipairs(ids) do
     out[#out + 1] = first
     if what == "queue" then out[#out + 1] = redis.call("ZSCORE", K.retries, id) or "-1" end
     out[#out + 1] = redis.call("HGET", what == "queue" and K.errors or K.morgue_errors, id) or ""
-    out[#out + 1] = tostring(#pl / 2)
-    for k = 1, #pl, 2 do
-      out[#out + 1] = pl[k]
-      out[#out + 1] = score_str(pl[k + 1])
-    end
+    put_payloads(out, pl)
   end
 end
 out[1] = tostring(n)
