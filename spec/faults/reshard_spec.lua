@@ -25,11 +25,10 @@ local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv, env = host.fixture()
 
-local function env() return "REDIS_URL=" .. srv.url end
 local function reshard(dir, args) return host.exec("reshard " .. q(dir) .. " " .. args, nil, env()) end
-local function one_line(s) return select(2, tostring(s):gsub("\n", "")) == 1 end
+local one_line = host.one_line
 
 -- Everything Redis holds of id in queue W under `count` shards (raw, as
 -- strings): its queued job, its dead job, tags, expiries; nil parts absent.

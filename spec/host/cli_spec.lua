@@ -1,15 +1,13 @@
 -- The command line: exit codes, one-line errors, plan, enqueue validation.
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local json = require "luakiq.json"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv, env = host.fixture()
 
-local function env() return "REDIS_URL=" .. srv.url end
 local WORKER = "return { perform = function(batch) end }"
 
-local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
+local one_line = host.one_line
 
 describe("luakiq plan", function()
   it("prints Lowkiq's README distribution for A,B,C,D with 3,4,1,2 shards on 3 threads", function()
