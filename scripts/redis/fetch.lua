@@ -57,7 +57,7 @@ local records = members or ARGV[8] == "records"
 local lease_ms = arg_lease("fetch", token, ARGV[2])
 local now, limit = arg_finite("fetch", "now", ARGV[3]), arg_count("fetch", "limit", ARGV[4])
 if ack == nil or (want ~= "0" and want ~= "1") then
-  error("luakiq fetch: ARGV must be token, lease_ms, now, limit, ack batch id, fetch (0|1)", 0)
+  error("BADARG luakiq fetch: ARGV must be token, lease_ms, now, limit, ack batch id, fetch (0|1)", 0)
 end
 local busy, berrs = K.busy, K.busy_errors
 

@@ -13,17 +13,10 @@
 -- in-flight ones: ..., npayloads, payloads..., nqueued, payload, score, ...
 -- luakiq:include keys
 -- luakiq:include levels
+-- luakiq:include listing
 local P, id = KEYS[1], ARGV[1]
 local K = shard_keys(P)
-if type(id) ~= "string" then error("luakiq job: ARGV must be the id", 0) end
-
-local function payloads(pl, out)
-  out[#out + 1] = tostring(#pl / 2)
-  for i = 1, #pl, 2 do
-    out[#out + 1] = pl[i]
-    out[#out + 1] = score_str(pl[i + 1])
-  end
-end
+if type(id) ~= "string" then error("BADARG luakiq job: ARGV must be the id", 0) end
 
 local entry = redis.call("HGET", K.busy, id)
 local m, _, place, qpin, qpl = find_job(K, id)
@@ -33,8 +26,8 @@ if bpl then
   local out = { "in_flight", bpin, rc, redis.call("HGET", K.busy_errors, id) or "",
                 redis.call("GET", K.lease) or redis.call("GET", K.holder) or "",
                 redis.call("GET", K.busy_fetched_at) or "", bprio or "100", win or "" }
-  payloads(bpl, out)
-  if place then payloads(qpl, out) end
+  put_payloads(out, bpl)
+  if place then put_payloads(out, qpl) end
   return out
 end
 if place then
@@ -42,7 +35,7 @@ if place then
   local out = { "queued", score_str(qpin), redis.call("ZSCORE", K.retries, id) or "-1",
                 redis.call("HGET", K.errors, id) or "",
                 prio or "100", has_windows(K) and redis.call("HGET", K.windows, id) or "" }
-  payloads(qpl, out)
+  put_payloads(out, qpl)
   return out
 end
 local dead = redis.call("ZSCORE", K.morgue, id)
@@ -50,7 +43,7 @@ if dead then
   local E = esc(id)
   local dm = find_member(K.morgue_jobs, E)
   local out = { "dead", dead, redis.call("HGET", K.morgue_errors, id) or "" }
-  payloads(dm and morgue_decode(dm, E) or {}, out)
+  put_payloads(out, dm and morgue_decode(dm, E) or {})
   return out
 end
 return { "" }

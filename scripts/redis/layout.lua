@@ -11,6 +11,6 @@
 -- luakiq:include keys
 local op = ARGV[1]
 if op ~= "check" then
-  error("luakiq layout: operation must be check, got '" .. tostring(op) .. "'", 0)
+  error("BADARG luakiq layout: operation must be check, got '" .. tostring(op) .. "'", 0)
 end
 return layout_version(KEYS[1])

@@ -23,10 +23,10 @@ local P = KEYS[1]
 local K = shard_keys(P)
 local token = ARGV[1]
 if not token or token == "" or #ARGV % 2 ~= 1 then
-  error("luakiq reshard_in: ARGV must be token, then pairs id, record", 0)
+  error("BADARG luakiq reshard_in: ARGV must be token, then pairs id, record", 0)
 end
 if redis.call("GET", K.reshard) ~= token then
-  error("luakiq reshard_in: the shard is not frozen by this reshard", 0)
+  error("FENCED luakiq reshard_in: the shard is not frozen by this reshard", 0)
 end
 -- A flat payload list {payload, score, ...} with the scores as numbers, or
 -- nil when it is not one.
@@ -53,7 +53,7 @@ for i = 2, #ARGV, 2 do
     r.d.pl = payload_list(r.d.pl)
     bad = not r.d.pl or not tonumber(r.d[1])
   end
-  if bad then error("luakiq reshard_in: bad record for id " .. ARGV[i], 0) end
+  if bad then error("BADARG luakiq reshard_in: bad record for id " .. ARGV[i], 0) end
   recs[#recs + 1] = { ARGV[i], r }
 end
 for _, e in ipairs(recs) do

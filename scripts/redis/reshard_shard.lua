@@ -28,10 +28,10 @@
 local P = KEYS[1]
 local K = shard_keys(P)
 local op, token = ARGV[1], ARGV[2]
-if not token or token == "" then error("luakiq reshard_shard: token is empty", 0) end
+if not token or token == "" then error("BADARG luakiq reshard_shard: token is empty", 0) end
 if op == "freeze" then
   local n = ARGV[3]
-  if not (n and n:match("^[1-9]%d*$")) then error("luakiq reshard_shard: count must be a positive integer", 0) end
+  if not (n and n:match("^[1-9]%d*$")) then error("BADARG luakiq reshard_shard: count must be a positive integer", 0) end
   redis.call("SET", K.reshard, token)
   redis.call("SET", K.shards, n)
   -- a holder idle between calls fetches once more, and gives the lease back
@@ -40,7 +40,7 @@ if op == "freeze" then
 end
 if redis.call("GET", K.reshard) ~= token then
   if op == "thaw" then return 0 end
-  error("luakiq reshard_shard: the shard is not frozen by this reshard", 0)
+  error("FENCED luakiq reshard_shard: the shard is not frozen by this reshard", 0)
 end
 if op == "drop" then
   if #ARGV < 3 then return 0 end
@@ -76,4 +76,4 @@ elseif op == "thaw" then
   if ARGV[3] and ARGV[3] ~= "" then redis.call("PUBLISH", ARGV[3], P) end
   return 1
 end
-error("luakiq reshard_shard: unknown operation '" .. tostring(op) .. "'", 0)
+error("BADARG luakiq reshard_shard: unknown operation '" .. tostring(op) .. "'", 0)

@@ -8,11 +8,10 @@ local keys = require "luakiq.lib.keys"
 local S = require "faults.support"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv, env = host.fixture()
 after_each(host.cleanup)
 
-local function env() return "REDIS_URL=" .. srv.url end
-local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
+local one_line = host.one_line
 local function spawn(dir) return S.spawn(srv, dir) end
 local function length(dir, worker)
   local rc, out, err = host.exec("stats " .. q(dir), nil, env())

@@ -12,7 +12,7 @@ after_each(host.cleanup)
 
 local function spawn(dir, env) return S.spawn(srv, dir, env) end
 
-local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
+local one_line = host.one_line
 
 -- A worker whose batch for id "stall" waits (without touching Redis) until
 -- the file FLAG exists, then optionally calls Redis.

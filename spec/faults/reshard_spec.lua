@@ -20,15 +20,15 @@
 local core = require "luakiq.core"
 local json = require "luakiq.json"
 local keys = require "luakiq.lib.keys"
+local errors = require "luakiq.lib.errors"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv, env = host.fixture()
 
-local function env() return "REDIS_URL=" .. srv.url end
 local function reshard(dir, args) return host.exec("reshard " .. q(dir) .. " " .. args, nil, env()) end
-local function one_line(s) return select(2, tostring(s):gsub("\n", "")) == 1 end
+local one_line = host.one_line
 
 -- Everything Redis holds of id in queue W under `count` shards (raw, as
 -- strings): its queued job, its dead job, tags, expiries; nil parts absent.
@@ -238,7 +238,7 @@ describe("luakiq reshard", function()
         -- a push routed with an old count is refused by the shard (nothing written)
         local e = conn:pipeline({ { script = "push", keys.prefix("luakiq", "W", 5), "", "1", "z", "1", "-1", "1", "p",
                                     "", "shards", "7" } })[1]
-        assert.truthy(e.err and e.err:match("luakiq push: resharded: queue has 3 shards, the push used 7"), tostring(e.err))
+        assert.are.same({ "RESHARDED", "3 7" }, { errors.redis_code(e.err) }, tostring(e.err))
       end)
 
     it("moves the schedules' last ticks; a tick routed with the old count is refused", function()
@@ -257,8 +257,7 @@ describe("luakiq reshard", function()
       assert.are.equal("1800000000", conn:call("HGET", keys.prefix("luakiq", "W", new) .. "schedules", "s1"))
       local r = conn:pipeline({ { script = "schedule", keys.prefix("luakiq", "W", old), "s1", "1800003600",
                                   "1800003600", "", id, "p", "4" } })[1]
-      assert.truthy(r.err and r.err:match("luakiq schedule: resharded: queue has 9 shards, the schedule used 4"),
-        tostring(r.err))
+      assert.are.same({ "RESHARDED", "9 4" }, { errors.redis_code(r.err) }, tostring(r.err))
       r = conn:pipeline({ { script = "schedule", keys.prefix("luakiq", "W", new), "s1", "1800000000",
                             "1800000000", "", id, "p", "9" } })[1]
       assert.are.equal(0, r) -- claimed before the reshard: not again

@@ -1,15 +1,13 @@
 -- The command line: exit codes, one-line errors, plan, enqueue validation.
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local json = require "luakiq.json"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv, env = host.fixture()
 
-local function env() return "REDIS_URL=" .. srv.url end
 local WORKER = "return { perform = function(batch) end }"
 
-local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
+local one_line = host.one_line
 
 describe("luakiq plan", function()
   it("prints Lowkiq's README distribution for A,B,C,D with 3,4,1,2 shards on 3 threads", function()
@@ -194,6 +192,37 @@ sys.stdout.write(r.stdout); sys.stderr.write(r.stderr)]]
     assert.are.equal(0, rc2, err2)
     assert.are.equal("enqueued 5000 jobs\n", out2)
     assert.are.equal(5000, length())
+  end)
+
+  it("through client middlewares, stops at the chunk a middleware refuses and says how far it got", function()
+    -- (the check of the first pass runs no middleware: the second pass
+    -- meets it, chunk by chunk of 2,000 jobs)
+    local d = host.scriptdir {
+      ["config.lua"] = [[return { client_middlewares = { function(worker, jobs, nxt)
+          for _, j in ipairs(jobs) do
+            if j.id == "t2500" then error("t2500 refused", 0) end
+            if j.id == "t4600" then j.score = "soon" end
+          end
+          nxt()
+        end } }]],
+      ["workers/A.lua"] = WORKER,
+    }
+    local lines = {}
+    for i = 1, 5000 do lines[i] = '{"id":"t' .. i .. '"}' end
+    local function run(from)
+      local rc, _, err = host.exec("enqueue " .. q(d) .. " A", table.concat(lines, "\n", from) .. "\n", env())
+      assert.is_true(one_line(err), err)
+      return rc, err
+    end
+    local rc, err = run(1)
+    assert.are.equal(1, rc, err)
+    assert.truthy(err:find("lines 2001-4000: t2500 refused; 2000 jobs enqueued before them (lines 1-2000)\n", 1, true), err)
+    -- a job the middleware made invalid: exit 2, the job named in its chunk
+    rc, err = run(2501)
+    assert.are.equal(2, rc, err)
+    assert.truthy(err:find("lines 2001-2500: job 100 (id t4600): score must be a finite number; " ..
+      "2000 jobs enqueued before them (lines 1-2000)", 1, true), err)
+    assert.are.equal(4000, json.decode(select(2, host.exec("stats " .. q(d), nil, env()))).by_worker.A.length)
   end)
 
   it("rejects an unknown worker with exit 2", function()

@@ -5,9 +5,8 @@ local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv, env = host.fixture()
 
-local function env() return "REDIS_URL=" .. srv.url end
 
 local function enqueue(dir, worker, lines)
   local rc, out, err = host.exec("enqueue " .. q(dir) .. " " .. worker, table.concat(lines, "\n"), env())

@@ -7,12 +7,10 @@
 -- ended by replacing the process (same pid), after the other threads finish.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
-local function env() return "REDIS_URL=" .. srv.url end
+local srv, env = host.fixture()
 
 local TIMEOUT = 1
 

@@ -150,7 +150,7 @@ end
 function M.layout_refusal(conn, cfg)
   local ok, v = pcall(conn.script, conn, "layout", keys.registry(cfg.namespace), "check")
   if not ok then
-    if tostring(v):find("luakiq needs byte order", 1, true) then
+    if errors.redis_code(v) == "BYTEORDER" then
       return string.format("Redis at %s orders strings by a language (its LC_COLLATE), and luakiq's scripts need " ..
         "byte order: start redis-server with LC_ALL=C (docs/redis.md, 'Byte order')", tostring(cfg.redis))
     end

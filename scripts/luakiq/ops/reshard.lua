@@ -36,8 +36,10 @@ M.LOCK_TTL = 5       -- seconds: a killed reshard's lock lapses within this
 M.PAGE = 1000        -- ids read per ZRANGEBYLEX
 M.BATCH = 200        -- ids per reshard_out.lua call (--batch)
 
+-- r, or raises one line naming the call: a script's refusal (FENCED,
+-- INFLIGHT: docs/redis.md, "Errors") or any other error of Redis.
 local function check(r, what)
-  if type(r) == "table" and r.err then error("redis: " .. what .. ": " .. r.err, 0) end
+  if type(r) == "table" and r.err then error("redis: " .. what .. ": " .. errors.redis_text(r.err), 0) end
   return r
 end
 

@@ -1385,7 +1385,7 @@ local function schedules_tick(t)
                                     tostring(w.shards_count) } })[1]
       -- (resharded since this thread last read the registry: the tick is
       -- claimed in the id's new shard once registry_tick has the new count)
-      if type(r) == "table" and r.err and r.err:find("luakiq schedule: resharded", 1, true) then return end
+      if type(r) == "table" and r.err and require("luakiq.lib.errors").redis_code(r.err) == "RESHARDED" then return end
       if type(r) == "table" and r.err then error("schedule.lua failed: " .. r.err, 0) end
       st.claimed = tick
       if r == 1 then

@@ -14,7 +14,7 @@
 -- and queue it twice. Every script that includes this refuses it before any read or
 -- write (docs/redis.md, "Byte order").
 if not ("B" < "a" and "a-c" < "ab") then
-  error("luakiq: this Redis orders strings by a language (its LC_COLLATE); luakiq needs byte order: " ..
+  error("BYTEORDER luakiq: this Redis orders strings by a language (its LC_COLLATE); luakiq needs byte order: " ..
     "start redis-server with LC_ALL=C", 0)
 end
 
