@@ -150,15 +150,27 @@ function M.ids(jobs)
   return ids
 end
 
--- The failure path as one fail.lua call. done: ids of h's batch in flight
--- already performed with success (acked by the same call); the batch's ids
--- neither failed nor done go back to the queue unchanged. Returns the
--- morgued payloads as {id=, payload=bytes, score=} tables. Either way the
--- batch is no longer in flight for h (the caller forgets its id).
+-- A shard's batch in flight as the scripts that end it (fail.lua, bury.lua)
+-- take it: the connection, the shard's prefix, the holder's lease token and
+-- lease_ms, the batch id (nil: none in flight), and the worker's name and
+-- the shard's number for log lines. (The runner makes one for a handler
+-- when a fetch fails or settles, luakiq.runner.call's in_flight; fail_stuck
+-- from a stuck call's record.)
+function M.in_flight(conn, prefix, token, lease_ms, batch, worker, shard)
+  return { conn = conn, prefix = prefix, token = token, lease_ms = lease_ms, batch = batch,
+           worker = worker, shard = shard }
+end
+
+-- The failure path as one fail.lua call, for b (M.in_flight). done: ids of
+-- its batch already performed with success (acked by the same call); the
+-- batch's ids neither failed nor done go back to the queue unchanged.
+-- Returns the morgued payloads as {id=, payload=bytes, score=} tables.
+-- Either way the batch is no longer in flight for its holder (the caller
+-- forgets its id).
 -- later: {{id, at}...}, ids of the batch not performed that go back with
 -- perform_in = at (a throttle's or a window's "later"; not a failure).
-function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done, later)
-  local cmd = { script = "fail", h.prefix, t.token, t.lease_ms, now, h.batch or "", max_retry_count, err }
+function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later)
+  local cmd = { script = "fail", b.prefix, b.token, b.lease_ms, now, b.batch or "", max_retry_count, err }
   for i, job in ipairs(jobs) do
     cmd[#cmd + 1] = job.id
     cmd[#cmd + 1] = retry_at[i]
@@ -171,12 +183,12 @@ function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done, lat
     cmd[#cmd + 1] = l[1]
     cmd[#cmd + 1] = string.format("at:%.17g", l[2])
   end
-  local r = conn:pipeline({ cmd })[1]
+  local r = b.conn:pipeline({ cmd })[1]
   if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end
   local morgued = {}
   if r[1] ~= "OK" then
     log.warn("lease lost before the failure or partial ack was recorded; the next holder runs the batch again",
-      { worker = h.worker, shard = h.shard })
+      { worker = b.worker, shard = b.shard })
     return morgued
   end
   local n = tonumber(r[3]) or 0
@@ -186,39 +198,41 @@ function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done, lat
   return morgued
 end
 
--- Partial ack (fail.lua with only "done" ids): acks the done ids of h's
--- batch in flight and puts the rest back in the queue unchanged. Used when a
--- thread stops, or has held fetched jobs too long, before performing them all.
-function M.settle(conn, h, t, done, later)
-  return M.fail(conn, h, t, core.now(), 0, "", {}, {}, done, later)
+-- Partial ack (fail.lua with only "done" ids): acks the done ids of b's
+-- batch (M.in_flight) and puts the rest back in the queue unchanged. Used
+-- when a thread stops, or has held fetched jobs too long, before performing
+-- them all.
+function M.settle(b, done, later)
+  return M.fail(b, core.now(), 0, "", {}, {}, done, later)
 end
 
 -- Moves payloads that cannot be loaded ({id=, payload=bytes, error=dumped})
--- out of h's batch in flight into the morgue (bury.lua), at once, and sets
--- b.score of each buried one. Returns false when the shard's lease is gone
--- (another holder has the batch now: the caller forgets its id).
-function M.bury(conn, h, t, now, bad)
-  local cmd = { script = "bury", h.prefix, t.token, t.lease_ms, now, h.batch or "" }
+-- out of f's batch (M.in_flight) into the morgue (bury.lua), at once, and
+-- sets b.score of each buried one. Returns false when the shard's lease is
+-- gone (another holder has the batch now: the caller forgets its id).
+function M.bury(f, now, bad)
+  local cmd = { script = "bury", f.prefix, f.token, f.lease_ms, now, f.batch or "" }
   for _, b in ipairs(bad) do
     cmd[#cmd + 1] = b.id
     cmd[#cmd + 1] = b.payload
     cmd[#cmd + 1] = b.error
   end
-  local r = conn:pipeline({ cmd })[1]
+  local r = f.conn:pipeline({ cmd })[1]
   if type(r) ~= "table" or r.err then error("bury.lua failed: " .. tostring(r and r.err), 0) end
   if r[1] ~= "OK" then
     log.warn("lease lost before unloadable payloads were moved to the morgue; the next holder handles the batch",
-      { worker = h.worker, shard = h.shard })
+      { worker = f.worker, shard = f.shard })
     return false
   end
   for i, b in ipairs(bad) do b.score = tonumber(r[2 + i]) end
   return true
 end
 
--- Gives every shard lease of this thread back (graceful stop).
-function M.release(conn, handlers, token)
+-- Gives shard leases back (release.lua): each of list ({prefix =, ...}:
+-- handlers, or M.in_flight records) under token.
+function M.release(conn, list, token)
   local cmds = {}
-  for i, h in ipairs(handlers) do cmds[i] = { script = "release", h.prefix, token } end
+  for i, h in ipairs(list) do cmds[i] = { script = "release", h.prefix, token } end
   if #cmds > 0 then conn:pipeline(cmds) end
 end
 
