@@ -48,7 +48,7 @@ local function pending_acks(t, except, force)
   for h, due in pairs(t.pending) do
     if h ~= except and (force or due <= now) then
       hs[#hs + 1] = h
-      cmds[#cmds + 1] = queue.fetch_cmd(h, t, 0, true)
+      cmds[#cmds + 1] = queue.fetch_cmd(h.prefix, t.token, t.lease_ms, 0, h.batch, h.def.delivery == "at_most_once")
     end
   end
   for q, members in pairs(t.releases) do cmds[#cmds + 1] = flow.release_cmd(t, q, members) end
@@ -158,7 +158,8 @@ end
 local function process(t, h)
   local ack_same = t.pending[h] ~= nil
   local cmds, acked, tfrom = pending_acks(t, h)
-  cmds[#cmds + 1] = queue.fetch_cmd(h, t, fetch_limit(h), ack_same)
+  cmds[#cmds + 1] = queue.fetch_cmd(h.prefix, t.token, t.lease_ms, fetch_limit(h), ack_same and h.batch,
+                                    h.def.delivery == "at_most_once")
   local nfetch = #cmds
   -- a throttled worker's snapshot of the running calls, in the same round trip
   if h.def.throttle then cmds[#cmds + 1] = flow.read_cmd(t, h) end

@@ -266,7 +266,7 @@ local function elastic_tick(t)
   for _, h in ipairs(t.handlers) do
     if not h.task and not t.pending[h] then
       hs[#hs + 1] = h
-      cmds[#cmds + 1] = queue.fetch_cmd(h, t, 0, false)
+      cmds[#cmds + 1] = queue.fetch_cmd(h.prefix, t.token, t.lease_ms, 0, nil, h.def.delivery == "at_most_once")
     end
   end
   if #cmds > 0 then

@@ -8,14 +8,17 @@ local keys = require "luakiq.lib.keys"
 local new_table = require "table.new" -- (LuaJIT's: a table sized at once)
 local M = {}
 
--- The fetch.lua call for handler h (t: the thread state with token, lease_ms,
--- and h.batch, the id of h's batch in flight). ack: the batch in flight
--- succeeded. limit 0 only acks/renews. The reply comes in the "members"
--- form (parse_fetch).
-function M.fetch_cmd(h, t, limit, ack)
-  return { script = "fetch", h.prefix, t.token, t.lease_ms, core.now(), limit,
-           ack and h.batch or "", limit > 0 and "1" or "0", h.def.delivery == "at_most_once" and "1" or "0",
-           "members" }
+-- The fetch.lua call (docs/redis.md) on the shard whose keys' prefix is
+-- prefix, as a pipeline command: every caller's (the runner's fetches and
+-- acks, unacked.settle, the specs and benchmarks) is built here. token: the
+-- holder's lease token, for lease_ms; limit: the most jobs to fetch (a
+-- number; 0 only acks and renews the lease); ack: the id of the batch in
+-- flight to ack (nil or "": none); at_most_once: the worker's delivery is
+-- "at_most_once" (a new holder sends a dead holder's jobs to the morgue);
+-- now: the time (default core.now()). parse_fetch reads the reply.
+function M.fetch_cmd(prefix, token, lease_ms, limit, ack, at_most_once, now)
+  return { script = "fetch", prefix, token, lease_ms, now or core.now(), limit, ack or "", limit > 0 and "1" or "0",
+           at_most_once and "1" or "0" }
 end
 
 -- The values of a busy record, decoded by core.unpack (host/record.c) into
@@ -59,7 +62,7 @@ local function busy_job(id, err, rec, from)
   return job
 end
 
--- A job of the "members" form: e is a fresh job's member of P jobs
+-- A job of a fetch reply: e is a fresh job's member of P jobs
 -- (docs/redis.md, "Records": esc(id), "\0\0", the place "r", then perform_in
 -- as a number and payload, score or nil, ...), or esc(id) .. "\0\0b" and its
 -- busy record. Returns the job (nil when it does not decode, as busy_job)
@@ -82,15 +85,18 @@ local function member_job(e, err)
   return { id = id, perform_in = vals[1], retry_count = -1, error = err ~= "" and err or nil, payloads = pls }, id
 end
 
--- Reads one fetch.lua reply (h: whose; read only). Returns {jobs = {...},
--- bytes = their busy records' bytes, head = number|nil, batch = the batch
--- id in flight or nil, best = the priority of the best due job left or nil
--- (100 or none), windows = true when some job has windows of its own
--- (job.windows, their text)}, or
+-- Reads one fetch.lua reply (h: {prefix =, worker =, shard =}, whose; read
+-- only): the one decoder of fetch replies (the runner's, unacked.settle's,
+-- the specs' and benchmarks'). Returns {jobs = {...}, bytes = their
+-- records' bytes, head = number|nil, batch = the batch id in flight or nil
+-- (nil when no job came), best = the priority of the best due job left or
+-- nil (100 or none), windows = true when some job has windows of its own
+-- (job.windows, their text), restored = the jobs of a dead holder this
+-- call put back, acked = the jobs its ack acked}, or
 -- {leased = true, pttl = ms left of its lease, reshard = true when a reshard
 -- froze the shard} when another holder has the shard's lease. Raises on an
 -- error reply. The caller keeps the batch id (the runner: h.batch).
-function M.parse_fetch(r, h, form)
+function M.parse_fetch(r, h)
   if type(r) ~= "table" or r.err then
     error("fetch failed on " .. h.prefix .. ": " .. tostring(r and r.err or r), 0)
   end
@@ -99,13 +105,11 @@ function M.parse_fetch(r, h, form)
   if restored and restored > 0 then
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
   end
-  -- the "members" form (fetch_cmd's; form "records": id, busy record per
-  -- job): one element per job (member_job), then optional sections:
-  -- "errors" (the jobs that carry one: count, then job number, error) and
-  -- "best" (the priority of the best due job left, with priorities)
-  local members = form ~= "records"
+  -- one element per job (member_job), then optional sections: "errors"
+  -- (the jobs that carry one: count, then job number, error) and "best"
+  -- (the priority of the best due job left, with priorities)
   local n = tonumber(r[6])
-  local i, best, errs = 7 + (members and n or 2 * n), nil, nil
+  local i, best, errs = 7 + n, nil, nil
   while r[i] do
     if r[i] == "errors" then
       errs = {}
@@ -123,14 +127,8 @@ function M.parse_fetch(r, h, form)
   for k = 1, n do
     -- (defaults in busy_job and member_job: a nil here would break the
     -- failure path and loop on the batch forever)
-    local job, id, rec
-    if members then
-      rec = r[6 + k]
-      job, id = member_job(rec, errs and errs[k] or "")
-    else
-      id, rec = r[5 + 2 * k], r[6 + 2 * k]
-      job = busy_job(id, errs and errs[k] or "", rec)
-    end
+    local rec = r[6 + k]
+    local job, id = member_job(rec, errs and errs[k] or "")
     if job then
       bytes = bytes + #rec
       jobs[#jobs + 1] = job
@@ -141,7 +139,7 @@ function M.parse_fetch(r, h, form)
     end
   end
   return { jobs = jobs, head = head ~= "" and tonumber(head) or nil, batch = n > 0 and batch or nil, best = best,
-           windows = windows, bytes = bytes }
+           windows = windows, bytes = bytes, restored = restored, acked = tonumber(r[5]) }
 end
 
 function M.ids(jobs)
