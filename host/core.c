@@ -339,7 +339,7 @@ static int core_set_state(lua_State *L) {
 }
 
 /* core.set_held(text): an elastic worker thread's shards held now (JSON of
- * runner.lua's making; nil clears it), for the hosts heartbeat's listing
+ * runner/init.lua's making; nil clears it), for the hosts heartbeat's listing
  * (thread_stats' held). No-op on the main thread. */
 static int core_set_held(lua_State *L) {
     const char *text = luaL_optstring(L, 1, NULL);

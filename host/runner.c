@@ -94,7 +94,7 @@ struct runner_parked {
 };
 
 /* The ids done before a call in its fetch (the runner's netstrings: the
- * tail of the call's record, runner.lua call_record), one entry per shard key
+ * tail of the call's record, runner/call.lua call_record), one entry per shard key
  * of the thread. A fetch's calls run one after another, so each call appends
  * only the ids done since the one before (runner_call_done): a fetch of n
  * calls copies O(n) bytes, where a record holding them all copied O(n^2).

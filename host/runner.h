@@ -161,7 +161,7 @@ double runner_monotonic(void);
  * lease renewal. */
 void runner_each_performing(void (*fn)(int thread, const char *prefix, void *arg), void *arg);
 /* Elastic hosts: a worker thread says which shards it holds now (an opaque
- * string, JSON from runner.lua; NULL clears it); the main thread copies it
+ * string, JSON from runner/init.lua; NULL clears it); the main thread copies it
  * (runner_held returns the length + 1, 0 when none was set; call again with
  * more room when that exceeds cap). */
 void runner_set_held(struct runner *r, const char *text);

@@ -104,6 +104,11 @@ mput() {
     if ARGV[3] ~= "" then redis.call("HSET", KEYS[1] .. "morgue:errors", ARGV[1], ARGV[3]) end' \
     1 "$p" "$id" "$at" "$err" "$@" >/dev/null
 }
+# fh ARG...: fetch.lua's reply, its header only (OK, batch, head, restored,
+# acked, n): each job is one element for the host to decode (its member of
+# P jobs or its busy record, luakiq.runner.queue's parse_fetch); what went
+# in flight is read with busy.lua (bentry, "ev busy").
+fh() { ev fetch "$@" | cut -d'|' -f1-6; }
 # bhas P ID: 1 when the id is in flight.
 bhas() { r HEXISTS "${1}busy" "$2"; }
 # bentry P ID: the in-flight job's perform_in and retry_count, one a line.
@@ -154,10 +159,13 @@ check "the wake message is the shard prefix" "subscribe|$CH|1|message|$CH|$P" "$
 
 # ---------------------------------------------------------------- fetch
 r FLUSHALL >/dev/null
-ev push "$P" "" 50 j20 20 -1 1 x j100 100 -1 1 x jneg -5 -1 2 q jneg -5 -1 1 p j10 10 2 1 x >/dev/null
+ev push "$P" "" 50 j20 20 -1 1 x j100 100 -1 1 x jneg -5 -1 2 q jneg -5 -1 1 p >/dev/null
+# (j10 waits in later, as a job failed back does, with its error)
+ev push "$P" "" 5 j10 10 2 1 x >/dev/null
 r HSET "${P}errors" j10 E10 >/dev/null
-check "fetch: due jobs by perform_in (-inf included), payloads by score" \
-  "OK|1|20|0|0|2|jneg|-5|-1||2|p|q|j10|10|2|E10|1|x" "$(ev fetch "$P" A 10000 50 2 '' 1)"
+check "fetch: the due jobs by perform_in (-inf included)" "OK|1|20|0|0|2" "$(fh "$P" A 10000 50 2 '' 1)"
+INFLIGHT="2|jneg|-5|-1||2|p|1|q|2|j10|10|2|E10|1|x|1"
+check "fetch: in flight, payloads by score, retry_count and error" "$INFLIGHT" "$(ev busy "$P")"
 check "fetch: lease taken" "A" "$(r GET "${P}lease")"
 check "fetch: holder set" "A" "$(r GET "${P}holder")"
 match "fetch: lease has a ttl" "^[0-9]+$" "$(r PTTL "${P}lease")"
@@ -167,11 +175,12 @@ check "fetch: error moved to busy:errors" "|E10" "$(r HGET "${P}errors" j10)|$(r
 check "fetch: payloads renamed to busy" "0|1" "$(qhas "$P" jneg)|$(bhas "$P" jneg)"
 match "fetch: another token is refused with the pttl" "^LEASE\|[0-9]+$" "$(ev fetch "$P" B 10000 50 2 1 1)"
 check "a refused fetch changes nothing" "2|j20|j100" "$(r HLEN "${P}busy")|$(qids "$P" perform_in)"
-check "fetch without ack redelivers the batch in flight" \
-  "OK|1|20|0|0|2|jneg|-5|-1||2|p|q|j10|10|2|E10|1|x" "$(ev fetch "$P" A 10000 50 2 '' 1)"
+check "fetch without ack redelivers the batch in flight" "OK|1|20|0|0|2" "$(fh "$P" A 10000 50 2 '' 1)"
+check "redelivered: the same jobs in flight" "$INFLIGHT" "$(ev busy "$P")"
 check "ack with a wrong batch id acks nothing" "OK||20|0|0|0" "$(ev fetch "$P" A 10000 50 2 7 0)"
 check "busy still there" "2" "$(r HLEN "${P}busy")"
-check "ack + fetch in one call" "OK|2|100|0|2|1|j20|20|-1||1|x" "$(ev fetch "$P" A 10000 50 2 1 1)"
+check "ack + fetch in one call" "OK|2|100|0|2|1" "$(fh "$P" A 10000 50 2 1 1)"
+check "ack + fetch: the next job in flight" "1|j20|20|-1||1|x|1" "$(ev busy "$P")"
 check "ack: counters processed" "2" "$(r HGET "${P}counters" processed)"
 check "ack: busy keys of the acked batch gone" "0|0|0" \
   "$(bhas "$P" jneg)|$(r EXISTS "${P}busy:errors")|$(bhas "$P" j10)"
@@ -182,29 +191,31 @@ check "limit 0 fetches nothing" "OK||100|0|0|0" "$(ev fetch "$P" A 10000 200 0 '
 refused "fetch rejects a bad limit" BADARG "limit must be an integer" "$(ev fetch "$P" A 10000 50 -1 '' 1)"
 refused "fetch rejects nan now" BADARG "now must be a finite number" "$(ev fetch "$P" A 10000 nan 1 '' 1)"
 refused "fetch rejects a bad lease_ms" BADARG "lease_ms must be a positive integer" "$(ev fetch "$P" A 0 50 1 '' 1)"
-# A queued id without a payload key is dropped, not fetched.
+# A queued id whose payloads do not decode is taken out of the queue: its
+# record goes to the host, which drops it (it leaves with the batch's ack).
 # (layout 2: a record that does not decode, in P later)
 r ZADD "${P}later" 1 ghost >/dev/null; r ZADD "${P}retries" -1 ghost >/dev/null
 r EVAL "redis.call('ZADD', KEYS[1] .. 'jobs', 0, 'ghost\\0\\0lxx')" 1 "$P" >/dev/null
-check "fetch drops an id without payloads" "OK||100|0|0|0" "$(ev fetch "$P" A 10000 50 5 '' 1)"
+check "fetch hands an id without payloads to the host" "OK|3|100|0|0|1" "$(fh "$P" A 10000 50 5 '' 1)"
 check "dropped id gone" "0|0" "$(r ZSCORE "${P}later" ghost | grep -c .)|$(r ZLEXCOUNT "${P}jobs" "[ghost" "(ghosu")"
 
 # Restore on a new holder, exactly once; merge with a job pushed meanwhile.
 r FLUSHALL >/dev/null
-ev push "$P" "" 50 x 10 1 5 p1 x 10 1 6 p2 y 11 -1 1 y >/dev/null
+ev push "$P" "" 1 x 10 1 5 p1 x 10 1 6 p2 y 11 -1 1 y >/dev/null # (in later: x with its error)
 r HSET "${P}errors" x EX >/dev/null
 check "A fetches x, y" "OK|1|" "$(ev fetch "$P" A 10000 50 5 '' 1 | cut -d'|' -f1-3)"
 ev push "$P" "" 50 x 1 -1 3 p1 x 1 -1 7 p3 >/dev/null
 check "pushed meanwhile: a separate queued job" "1|fresh" "$(qpin "$P" x)|$(rc "${P}" x)"
 r DEL "${P}lease" >/dev/null   # A's lease expires
-check "B acquires: restores 2 in-flight jobs, then fetches them" \
-  "OK|2||2|0|2|x|10|1|EX|3|p1|p2|p3|y|11|-1||1|y" "$(ev fetch "$P" B 10000 50 5 '' 1)"
+check "B acquires: restores 2 in-flight jobs, then fetches them" "OK|2||2|0|2" "$(fh "$P" B 10000 50 5 '' 1)"
+check "B's in flight: x merged with its pushed payload, its retry_count and error kept" \
+  "2|x|10|1|EX|3|p1|3|p2|6|p3|7|y|11|-1||1|y|1" "$(ev busy "$P")"
 check "holder is B" "B" "$(r GET "${P}holder")"
 check "B renews and acks: no second restore" "OK|||0|2|0" "$(ev fetch "$P" B 10000 50 5 2 0)"
 check "B acked them" "2" "$(r HGET "${P}counters" processed)"
 match "A is fenced out" "^LEASE\|[0-9]+$" "$(ev fetch "$P" A 10000 50 5 1 0)"
 # Restore without a fetch: restored jobs keep their perform_in/retry_count/error.
-ev push "$P" "" 50 z 5 3 1 zz >/dev/null
+ev push "$P" "" 1 z 5 3 1 zz >/dev/null # (in later, with its error)
 r HSET "${P}errors" z EZ >/dev/null
 ev fetch "$P" B 10000 50 5 '' 1 >/dev/null
 ev push "$P" "" 50 z 1 -1 0.5 zz >/dev/null
@@ -222,8 +233,8 @@ r FLUSHALL >/dev/null
 ev push "$P" "" 50 l1 1 -1 1 x l2 2 -1 1 x l3 3 -1 1 x >/dev/null
 B1=$(ev fetch "$P" A 10000 50 1 '' 1 | cut -d'|' -f2)
 ev fetch "$P" A 10000 50 1 "$B1" 1 >/dev/null
-check "re-sent ack+fetch redelivers batch 2 unacked" "OK|$((B1 + 1))|3|0|0|1|l2|2|-1||1|x" \
-  "$(ev fetch "$P" A 10000 50 1 "$B1" 1)"
+check "re-sent ack+fetch redelivers batch 2 unacked" "OK|$((B1 + 1))|3|0|0|1" "$(fh "$P" A 10000 50 1 "$B1" 1)"
+check "batch 2 in flight" "1|l2|2|-1||1|x|1" "$(ev busy "$P")"
 check "processed counts batch 1 once" "1" "$(r HGET "${P}counters" processed)"
 
 # Holder re-acquire: the lease expired, nobody took it, the same holder acks.
@@ -477,7 +488,8 @@ check "perform_in page across ready, later and the levels at 30" "3|r6|30|l3|30|
 r FLUSHALL >/dev/null
 ev push "$P" "" 50 g1 10 -1 10 x >/dev/null
 r EVAL 'redis.call("ZADD", KEYS[1] .. "jobs", 0, "jx\0\0r\193junk") redis.call("RPUSH", KEYS[1] .. "ready", "jx")' 1 "$P" >/dev/null
-check "fetch passes a junk record met in ready: g1 taken" "1|g1" "$(ev fetch "$P" A 10000 60 10 '' 1 | cut -d'|' -f6-7)"
+check "fetch passes a junk record met in ready: g1 taken" "1|1|g1" \
+  "$(fh "$P" A 10000 60 10 '' 1 | cut -d'|' -f6)|$(ev busy "$P" | cut -d'|' -f1-2)"
 check "the junk member goes with its ready entry" "0|0" "$(r ZCARD "${P}jobs")|$(r LLEN "${P}ready")"
 
 # ---------------------------------------------------------------- stats, heads, busy
@@ -558,9 +570,9 @@ check "morgue jobs by updated_at desc, offset" "1|$MB" "$(ev jobs "$P" morgue up
 # ---------------------------------------------------------------- scores survive
 r FLUSHALL >/dev/null
 ev push "$P" "" 1700000000.5 fl 1700000000.123456 -1 1700000000.25 x >/dev/null
-check "fractional perform_in comes back as a Redis score string" \
-  "OK|1||0|0|1|fl|1700000000.123456|-1||1|x" "$(ev fetch "$P" A 10000 1700000000.5 1 '' 1)"
-check "and the fractional score, in the busy listing" "1|fl|1700000000.123456|-1||1|x|1700000000.25" "$(ev busy "$P")"
+check "fetch of a fractional perform_in" "OK|1||0|0|1" "$(fh "$P" A 10000 1700000000.5 1 '' 1)"
+check "its perform_in and score in flight, as Redis score strings" "1|fl|1700000000.123456|-1||1|x|1700000000.25" \
+  "$(ev busy "$P")"
 
 # ---------------------------------------------------------------- tags, tagged
 r FLUSHALL >/dev/null
@@ -618,8 +630,8 @@ refused "push, the short form: routed with another shards_count: refused" RESHAR
   "$(ev push "$P" "" 900 "" ids 900 -1 900 x jr "" shards 5)"
 check "push: nothing written when refused; the shard's own count taken" "0|1" \
   "$(qhas "$P" jr)|$(ev push "$P" "" 900 jr 900 -1 900 x "" shards 7 >/dev/null; qhas "$P" jr)"
-check "schedule: fetch takes them in perform_in order" "j3|j1" \
-  "$(ev fetch "$P" A 10000 450 10 '' 1 | tr '|' '\n' | grep -x 'j[0-9]' | paste -sd'|' -)"
+check "schedule: fetch takes them both" "OK|2" "$(fh "$P" A 10000 450 10 '' 1 | cut -d'|' -f1,6)"
+check "schedule: in flight in perform_in order" "j3|j1" "$(ev busy "$P" | tr '|' '\n' | grep -x 'j[0-9]' | paste -sd'|' -)"
 
 # ---------------------------------------------------------------- reshard
 # Shard 0 -> shard 1 of queue Q (token T): reshard_out stages, the host

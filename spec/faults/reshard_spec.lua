@@ -21,6 +21,7 @@ local core = require "luakiq.core"
 local json = require "luakiq.json"
 local keys = require "luakiq.lib.keys"
 local errors = require "luakiq.lib.errors"
+local queue = require "luakiq.runner.queue"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
@@ -180,10 +181,9 @@ describe("luakiq reshard", function()
         end
         assert.are.same({ N, N, math.ceil(N / 7) }, { nq, np, nd })
         -- a holder that died with a batch in flight (its lease lapses in 0.3 s)
-        local r = conn:pipeline({ { script = "fetch", keys.prefix("luakiq", "W", 1), "dead:1:x", "300",
-                                    string.format("%.17g", core.now()), "40", "", "1" } })[1]
-        assert.are.equal("OK", r[1])
-        assert.are.equal("40", r[6])
+        local P1 = keys.prefix("luakiq", "W", 1)
+        local r = conn:pipeline({ queue.fetch_cmd(P1, "dead:1:x", 300, 40) })[1]
+        assert.are.equal(40, #queue.parse_fetch(r, { prefix = P1, worker = "W", shard = 1 }).jobs)
 
         -- paced, so that it is surely mid-way when killed
         local p = host.spawn("reshard " .. q(dir) .. " W 7 --batch 20 --pace 0.02", env())
@@ -200,9 +200,10 @@ describe("luakiq reshard", function()
         -- another count while it is unfinished: refused (once its lock lapsed)
         host.eventually(function() return conn:call("EXISTS", "luakiq:{W}:reshard:lock") == 0 end, 10, "lock lapse")
         -- the queue stays frozen, its leases lapsed too: no holder gets a shard
-        r = conn:pipeline({ { script = "fetch", keys.prefix("luakiq", "W", 0), "other:2:y", "1000",
-                              string.format("%.17g", core.now()), "10", "", "1" } })[1]
-        assert.are.same({ "LEASE", "-2", "reshard" }, r)
+        local P0 = keys.prefix("luakiq", "W", 0)
+        r = conn:pipeline({ queue.fetch_cmd(P0, "other:2:y", 1000, 10) })[1]
+        assert.are.same({ leased = true, pttl = -2, reshard = true },
+          queue.parse_fetch(r, { prefix = P0, worker = "W", shard = 0 }))
         local rc3, _, err3 = reshard(dir, "W 5")
         assert.are.equal(2, rc3)
         assert.are.equal("luakiq: an interrupted reshard of queue 'W' from 4 to 7 shards must finish first: " ..

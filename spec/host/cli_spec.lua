@@ -357,10 +357,12 @@ describe("LUAKIQ_SCRIPTS (development mode)", function()
     host.write(args, "-- EDITED IN THE TREE\n" .. host.read(args))
     host.write(dir .. "/run.lua", [[
       local core = require "luakiq.core"
+      local queue = require "luakiq.runner.queue"
       local conn = core.connect(arg[1])
       io.write(core.script_source("fetch"), "\n==\n", core.script_source("push"), "\n==\n")
-      local r = conn:script("fetch", "dev:{Q:0}:", "tok", 1000, 1, 1, "", "1")
-      io.write(r[1], " ", r[6], "\n")
+      local P = "dev:{Q:0}:"
+      local r = conn:pipeline({ queue.fetch_cmd(P, "tok", 1000, 1, nil, false, 1) })[1]
+      io.write(#queue.parse_fetch(r, { prefix = P }).jobs, " jobs\n") -- (raises on an error reply)
       io.write(tostring(core.script_source("nope")), "\n")]])
     local rc, out, err = host.exec("lua " .. q(dir .. "/run.lua") .. " " .. q(srv.url), nil, "LUAKIQ_SCRIPTS=" .. q(tree))
     host.sh("rm -rf " .. q(dir))
@@ -368,7 +370,7 @@ describe("LUAKIQ_SCRIPTS (development mode)", function()
     local fetch, push, rest = out:match("^(.-)\n==\n(.-)\n==\n(.*)$")
     assert.truthy(fetch:find("-- EDITED IN THE TREE", 1, true), fetch)
     assert.falsy(push:find("-- EDITED IN THE TREE", 1, true))
-    assert.are.equal("OK 0\nnil\n", rest) -- EVALSHA ran the tree's text; unknown names stay unknown
+    assert.are.equal("0 jobs\nnil\n", rest) -- EVALSHA ran the tree's text; unknown names stay unknown
   end)
 
   it("loads an .html module (the dashboard) as the file's bytes, as the build embedded it, edits included", function()

@@ -134,7 +134,7 @@ describe("a perform call past its timeout", function()
   it("fails in a pure Lua loop the JIT compiles (the process is replaced)", function()
     expect_timeout("jit", true)
   end)
-  -- The main VM fails the stuck call from its record (runner.lua,
+  -- The main VM fails the stuck call from its record (luakiq.runner.call,
   -- call_record): an id with bytes 0 and 1 fails, the job performed before
   -- it in the same fetch stays acked (not run again), the one after it runs.
   it("fails a call the process replacement ends from its record: odd ids, the fetch's earlier job acked", function()

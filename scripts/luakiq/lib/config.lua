@@ -153,7 +153,7 @@ local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25
 -- max(batch_size, FETCH_AHEAD) and then takes what the shard's jobs have
 -- been performing in about FETCH_TIME seconds, and whose records come to
 -- about FETCH_BYTES, between batch_size and max(batch_size, FETCH_MAX)
--- (runner.lua). So a fetch of fast jobs is one Redis call per FETCH_MAX
+-- (luakiq.runner.fetch). So a fetch of fast jobs is one Redis call per FETCH_MAX
 -- jobs, what a fetch holds back from merging (a push for an id fetched but
 -- not performed yet waits apart) is about FETCH_TIME of work whatever the
 -- jobs cost, and what it holds in memory about FETCH_BYTES whatever their
