@@ -43,6 +43,7 @@
 #include "notify.h"
 #include "runner.h"
 #include "store.h"
+#include "sub.h"
 #include "web.h"
 
 struct host_route { const char *prefix; int thread; };
@@ -60,7 +61,7 @@ static struct {
     struct event *renew_ev;
     struct event *tick_ev;        /* plan->tick (the hosts heartbeat) */
     store *renew_store;           /* main thread's own connection, for renewals */
-    struct store_ssub *ssub;      /* the sharded wake-up subscriber (a cluster), or NULL */
+    struct sub_sharded *ssub;     /* the sharded wake-up subscriber (a cluster), or NULL */
 } host;
 
 static int host_route_cmp(const void *a, const void *b) {
@@ -333,7 +334,7 @@ int host_subscribe_shard(const char *prefix) {
     if (!host.ssub) return 0;
     char chan[512];
     if (snprintf(chan, sizeof chan, "%swake", prefix) >= (int)sizeof chan) return -1;
-    return store_ssub_add(host.ssub, chan);
+    return sub_sharded_add(host.ssub, chan);
 }
 
 int host_run(const struct host_plan *plan) {
@@ -380,15 +381,15 @@ int host_run(const struct host_plan *plan) {
             return 1;
         }
     }
-    struct store_sub *sub = NULL;
+    struct sub *sub = NULL;
     if (plan->wake_channel && plan->wake_channel[0]) {
-        sub = store_subscribe(host.base, plan->redis_url, plan->wake_channel, host_on_wake, NULL, err, sizeof err);
+        sub = sub_open(host.base, plan->redis_url, plan->wake_channel, host_on_wake, NULL, err, sizeof err);
         if (!sub) log_fmt(LOG_WARN, "no wake-up subscriber (%s): new jobs wait up to poll_interval", err);
     }
     /* On a Redis Cluster the queue scripts SPUBLISH on each shard's own
      * channel, in the shard's slot (the plain subscriber above still hears
      * producers that PUBLISH on the namespace's channel). */
-    struct store_ssub *ssub = NULL;
+    struct sub_sharded *ssub = NULL;
     if (plan->sharded_wake) {
         char **chans = calloc((size_t)plan->nroutes + 1, sizeof *chans);
         int nch = 0;
@@ -399,8 +400,8 @@ int host_run(const struct host_plan *plan) {
             memcpy(chans[nch++] + len, "wake", 5);
         }
         if (chans && nch == plan->nroutes)
-            ssub = store_ssubscribe(host.base, plan->redis_url, nch, (const char *const *)chans, host_on_wake, NULL,
-                                    err, sizeof err);
+            ssub = sub_sharded_open(host.base, plan->redis_url, nch, (const char *const *)chans, host_on_wake, NULL,
+                                     err, sizeof err);
         else snprintf(err, sizeof err, "out of memory");
         if (!ssub) log_fmt(LOG_WARN, "no sharded wake-up subscriber (%s): new jobs wait up to poll_interval", err);
         host.ssub = ssub;
@@ -439,9 +440,9 @@ int host_run(const struct host_plan *plan) {
     code = runner_exit_code();
     web_stop(web); /* the dashboard served while threads finished; not after */
     runner_join_all();
-    store_sub_free(sub);
+    sub_free(sub);
     host.ssub = NULL;
-    store_ssub_free(ssub);
+    sub_sharded_free(ssub);
     for (int i = 0; i < NSIGS; i++) event_free(sev[i]);
     event_free(host.done_ev);
     if (host.renew_ev) event_free(host.renew_ev);
