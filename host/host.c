@@ -12,12 +12,14 @@
  * nothing a request does (a listing, a slow client, a flood of connections)
  * delays this loop's wake-ups, renewals, signals or watchdogs.
  *
- * Timeouts: a watchdog timer (every 100 ms) has runner_watch signal the
- * threads whose call is past its deadline; a call still running HOST_GRACE
- * seconds later cannot be stopped (JIT-compiled code, a foreign call). Then
- * the host stops the other threads gracefully and leaves the loop without
+ * Timeouts (the design: calls.c): a watchdog timer (every 100 ms) has
+ * calls_watch signal the threads whose call is past its deadline; a call
+ * still running HOST_GRACE seconds later makes its thread stuck. Then the
+ * host stops the other threads gracefully and leaves the loop without
  * waiting for the stuck one; core.host_run's caller fails the stuck call's
- * jobs and replaces the process (docs/architecture.md, "Timeouts").
+ * jobs and replaces the process. The lease timer renews the lease of every
+ * call in flight (calls_each_leased) and tells the calls how long they hold
+ * it (calls_lease_renewed).
  *
  * Reload (HUP): the plan's reload function checks the new code in the main
  * VM's thread (in a VM of its own, entry.c) and, when it may run, the
@@ -38,6 +40,7 @@
 #include <unistd.h>
 #include <event2/event.h>
 #include <event2/thread.h>
+#include "calls.h"
 #include "host.h"
 #include "log.h"
 #include "notify.h"
@@ -129,9 +132,9 @@ static void host_renew_one(int thread, const char *prefix, void *arg) {
     }
     if (store_reply_type(r[0]) == STORE_INTEGER && store_reply_int(r[0]) == 0) {
         log_fmt(LOG_ERROR, "lease of %s lost while its batch runs: another host may take the shard over", prefix);
-        runner_lease_renewed(thread, prefix, sent, 0);
+        calls_lease_renewed(thread, prefix, sent, 0);
     } else if (store_reply_type(r[0]) == STORE_INTEGER) {
-        runner_lease_renewed(thread, prefix, sent, sent + (double)host.plan->lease_ms / 1000.0);
+        calls_lease_renewed(thread, prefix, sent, sent + (double)host.plan->lease_ms / 1000.0);
     }
     for (int i = 0; i < n; i++) store_reply_free(r[i]);
 }
@@ -148,7 +151,7 @@ static void host_on_renew(evutil_socket_t fd, short what, void *arg) {
             return;
         }
     }
-    runner_each_performing(host_renew_one, NULL);
+    calls_each_leased(host_renew_one, NULL);
 }
 
 static void host_dump(void) {
@@ -268,14 +271,14 @@ static void host_notify_ready(void) {
  * process late to exit and kill it at TimeoutStopSec. A replacement ends the
  * process after all when a signal or a fatal error came too. */
 static void host_notify_stopping(void) {
-    if (runner_stuck() && !runner_fatal() && !host_signalled()) return;
+    if (calls_stuck() && !runner_fatal() && !host_signalled()) return;
     notify_stopping(runner_fatal() ? "stopping: fatal error" : "stopping");
 }
 
 /* Timer, every 100 ms: call deadlines (see the design note above). */
 static void host_on_watch(evutil_socket_t fd, short what, void *arg) {
     (void)fd; (void)what; (void)arg;
-    int newly, stuck = runner_watch(runner_monotonic(), HOST_GRACE, &newly);
+    int newly, stuck = calls_watch(runner_monotonic(), HOST_GRACE, &newly);
     if (runner_stopping()) host_notify_stopping();
     else { host_notify_ready(); host_notify_reloaded(); }
     if (!stuck) return;
