@@ -486,7 +486,7 @@ local function replace(cfg, argv, token, stuck, signalled, code)
   local runner = require "luakiq.runner"
   local conn = connect(cfg, 10, true)
   for _, s in ipairs(stuck) do
-    local ok, err = pcall(runner.fail_stuck, cfg, conn, token, s.record, s.parked)
+    local ok, err = pcall(runner.fail_stuck, cfg, conn, token, s)
     if not ok then log.error("cannot fail a stuck call's jobs (they come back after lease_ttl): " .. tostring(err)) end
   end
   local fatal = core.fatal_message()

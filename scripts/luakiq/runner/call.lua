@@ -171,86 +171,6 @@ local function load_batch(t, h, jobs)
   return kept, batch
 end
 
--- What the main VM needs to fail a call's jobs should the call never come
--- back (a call past its timeout that cannot be stopped: M.fail_stuck), made
--- for every perform call, so cheap: netstrings (`<length>:<bytes>`) of the
--- worker, shard, batch, token, the number of jobs, each job's id and
--- retry_count, then the ids done before it. C keeps it as a C string, so
--- bytes 0 and 1 are written 1 1 and 1 2 (the length counts them so).
--- (JSON through lua-cjson cost ~1.9 us a call, this ~0.2 us.)
--- token: the thread's lease token (elastic threads each have their own).
--- Returns the record up to the jobs, and the ids done since h's last call
--- (delta) and whether the done ids start over (reset: another fetch's
--- list): C keeps the done ids per shard and ends the record with them
--- (core.call_begin), so a fetch of n calls encodes and copies each done id
--- once. (The whole record each call made a fetch of 300 blank jobs at
--- batch 1 cost the host ~4.7k instructions a job more: docs/benchmarks.md.)
-local ESC = { ["\0"] = "\1\1", ["\1"] = "\1\2" }
-local UNESC = { ["\1\1"] = "\0", ["\1\2"] = "\1" }
-local function netstring(v)
-  v = tostring(v)
-  -- (plain finds: a pattern's class costs ~0.1 us a call here)
-  if v:find("\0", 1, true) or v:find("\1", 1, true) then v = v:gsub("[%z\1]", ESC) end
-  return #v .. ":" .. v
-end
-local RC_NS = {} -- retry_count -> its netstring
-local function rc_netstring(rc)
-  local rs = RC_NS[rc]
-  if not rs then
-    rs = netstring(rc)
-    RC_NS[rc] = rs
-  end
-  return rs
-end
-local function call_record(h, jobs, done, token)
-  -- (the fields before the jobs change only with the fetch: kept on h)
-  local head = h.rec_head
-  if not head or h.rec_batch ~= h.batch or h.rec_token ~= token then
-    head = netstring(h.worker) .. netstring(h.shard) .. netstring(h.batch or "") .. netstring(token or "")
-    h.rec_head, h.rec_batch, h.rec_token = head, h.batch, token
-  end
-  -- done grows by each call of the fetch (up to fetch_size ids): C has
-  -- h.rec_sent of them when h.rec_done is done (no done: none)
-  local delta, reset = "", done == nil or h.rec_done ~= done
-  if reset then h.rec_done, h.rec_sent = done, 0 end
-  local nd, k = done and #done or 0, h.rec_sent
-  if k + 1 == nd then
-    delta = netstring(done[nd])
-  elseif k < nd then
-    local more = {}
-    for i = k + 1, nd do more[i - k] = netstring(done[i]) end
-    delta = table.concat(more)
-  end
-  h.rec_sent = nd
-  local njobs = #jobs
-  if njobs == 1 then -- (batch 1: no table)
-    local job = jobs[1]
-    return head .. "1:1" .. netstring(job.id) .. rc_netstring(job.retry_count), delta, reset
-  end
-  local parts = { head, netstring(njobs) }
-  for i = 1, njobs do
-    local job = jobs[i]
-    parts[2 * i + 1] = netstring(job.id)
-    parts[2 * i + 2] = rc_netstring(job.retry_count)
-  end
-  return table.concat(parts), delta, reset
-end
-
--- call_record's fields, as strings in order. Raises on a malformed record.
-local function read_record(record)
-  local out, i, n = {}, 1, #record
-  while i <= n do
-    local colon = record:find(":", i, true)
-    local len = colon and tonumber(record:sub(i, colon - 1))
-    if not len or colon + len > n then error("fail_stuck: malformed call record", 0) end
-    local v = record:sub(colon + 1, colon + len)
-    if v:find("\1", 1, true) then v = v:gsub("\1[\1\2]", UNESC) end
-    out[#out + 1] = v
-    i = colon + len + 1
-  end
-  return out
-end
-
 -- A wait of a call that cannot park its task (no task: the call runs from
 -- the specs or a scheduler without ctx.on_done): waits in place, never past
 -- the call's deadline. Returns the answer for the call.
@@ -307,11 +227,21 @@ end
 -- task (the thread loop answers it) or, with no task, waits in place.
 -- Returns ok, err, traceback, fenced (the call was stopped because its lease
 -- may have run out: h.lease_until, core.fence).
-local function run_call(h, w, batch, njobs, call, record, delta, reset)
+-- C keeps the call's record (host/calls.c: what M.fail_stuck needs should
+-- the call never come back): worker, shard, batch, token (an elastic
+-- thread's own), the jobs' ids and retry counts (one job's as two
+-- arguments: no table for C to read), and the ids done before the call in
+-- its fetch (done), which it keeps per shard as done grows by each call of
+-- the fetch (reset: another fetch's list).
+local function run_call(h, w, batch, njobs, call, jobs, done, token)
   local co = spare_call or coroutine.create(call_body)
   spare_call = nil
   local m0 = core.mono()
-  local started, deadline, slot = core.call_begin(w.timeout, record, h.lease_until, h.prefix, delta, reset, h.done_slot)
+  local reset = done == nil or h.rec_done ~= done
+  h.rec_done = done
+  local one = #jobs == 1 and jobs[1]
+  local started, deadline, slot = core.call_begin(w.timeout, h.lease_until, h.worker, h.shard, h.batch, token,
+    h.prefix, done, reset, h.done_slot, one and one.id or jobs, one and one.retry_count)
   h.done_slot = slot
   wait.current = co
   local ok, a, req = coroutine.resume(co, h.perform, w, batch, call)
@@ -447,7 +377,7 @@ local function perform(t, h, jobs, done)
     njobs == 1 and loaded[1].id or table.concat(queue.ids(loaded), ","), h.prefix)
   local started = core.now()
   local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
-  local ok, err, tb, fenced = run_call(h, w, batch, njobs, call, call_record(h, loaded, done, t.el and t.token or nil))
+  local ok, err, tb, fenced = run_call(h, w, batch, njobs, call, loaded, done, t.el and t.token or nil)
   flow.done(t, h)
   if fenced then
     -- nothing is recorded: the fetch stays in flight for the shard's holder
@@ -476,30 +406,27 @@ end
 -- The main VM's side of a call that could not be stopped (its thread still
 -- runs; the host replaces the process or exits next): fails the call's jobs
 -- with the timeout error, acks the ids its fetch had done, puts the rest back
--- and gives the shard's lease back. record: call_record's netstrings.
--- parked: the call was waiting in luakiq's I/O on the stuck thread (its own
--- deadline had not come): its jobs go back unchanged instead.
-function M.fail_stuck(cfg, conn, token, record, parked)
-  local f = read_record(record)
-  local w = cfg.by_name[f[1]]
-  if not w then error("fail_stuck: unknown worker " .. tostring(f[1]), 0) end
-  local shard, njobs = tonumber(f[2]), tonumber(f[5])
-  if f[4] ~= "" then token = f[4] end -- an elastic thread's own
-  local b = queue.in_flight(conn, keys.prefix(cfg.namespace, w.queue_name, shard), token,
-                            math.floor(cfg.lease_ttl * 1000), f[3] ~= "" and f[3] or nil, w.name, shard)
-  local jobs, done = {}, {}
-  for i = 1, njobs do jobs[i] = { id = f[4 + 2 * i], retry_count = tonumber(f[5 + 2 * i]) } end
-  for i = 6 + 2 * njobs, #f do done[#done + 1] = f[i] end
-  if parked and w.delivery == "at_most_once" then
+-- and gives the shard's lease back. s: its record, one of core.host_run's
+-- stuck calls ({worker, shard, batch, token, jobs = {{id, retry_count}...},
+-- done = {id...}, parked}: run_call's core.call_begin). s.parked: the call
+-- was waiting in luakiq's I/O on the stuck thread (its own deadline had not
+-- come): its jobs go back unchanged instead.
+function M.fail_stuck(cfg, conn, token, s)
+  local w = cfg.by_name[s.worker]
+  if not w then error("fail_stuck: unknown worker " .. tostring(s.worker), 0) end
+  token = s.token or token -- an elastic thread's own
+  local b = queue.in_flight(conn, keys.prefix(cfg.namespace, w.queue_name, s.shard), token,
+                            math.floor(cfg.lease_ttl * 1000), s.batch, w.name, s.shard)
+  if s.parked and w.delivery == "at_most_once" then
     -- it had started: never again
-    fail_batch(cfg, b, w, jobs, "interrupted", nil, done)
-  elseif parked then
-    queue.settle(b, done)
+    fail_batch(cfg, b, w, s.jobs, "interrupted", nil, s.done)
+  elseif s.parked then
+    queue.settle(b, s.done)
   else
     local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..
       "(JIT-compiled code or a foreign call); the process was replaced", w.timeout)
     core.count_timeout(w.name)
-    fail_batch(cfg, b, w, jobs, msg, nil, done)
+    fail_batch(cfg, b, w, s.jobs, msg, nil, s.done)
   end
   queue.release(conn, { b }, token)
 end

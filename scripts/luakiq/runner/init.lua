@@ -76,11 +76,7 @@ function M.new_handler(t, w, shard)
     task = nil,        -- the coroutine of its fetch in flight (a task; nil: none)
     lease_until = nil, -- mono: how long its lease holds for its calls (core.call_begin's fence)
     done_slot = nil,   -- C's slot of the shard's done ids (core.call_begin)
-    rec_head = nil,    -- call_record's fields before the jobs, for rec_batch and rec_token
-    rec_batch = nil,   -- the batch id rec_head was made for
-    rec_token = nil,   -- the lease token rec_head was made for
-    rec_done = nil,    -- the done list whose ids C has (call_record)
-    rec_sent = nil,    -- how many of rec_done's ids C has
+    rec_done = nil,    -- the done list C keeps the ids of (host/calls.c: the call record's tail)
     -- flow control (luakiq.runner.flow)
     units = nil,       -- the queue whose units its call holds (given back after the call)
     units_until = nil, -- mono: no fetch before then (a held or refused call's back-off)
