@@ -2,6 +2,9 @@
 --   scripts/luakiq/x.lua   -> module "luakiq.x", LuaJIT bytecode with debug info,
 --                             chunkname "@scripts/luakiq/x.lua" (errors name the real file)
 --   workers/x.lua          -> module "luakiq.workers.x" (the ready-made workers), the same way
+--   scripts/luakiq/x.html  -> module "luakiq.x" whose value is the file's bytes, a string (a page
+--                             kept as a file, so HTML and JS tools work on it; development mode,
+--                             host/vm.c, reads the file itself the same way)
 --   scripts/redis/x.lua    -> Redis script "x", source text (for SCRIPT LOAD), with
 --                             "-- luakiq:include NAME" lines replaced by scripts/redis/lib/NAME.lua
 --                             (scripts/luakiq/lib/include.lua, also used by LUAKIQ_SCRIPTS)
@@ -21,9 +24,12 @@ for i = 3, #arg do
     src = include.expand(src, root .. "/scripts/redis/lib")
     kind, name, bytes = 1, rel:match("^scripts/redis/(.-)%.lua$"), src
   else
-    -- scripts/luakiq/x.lua -> luakiq.x; workers/x.lua -> luakiq.workers.x
-    local base = rel:match("^scripts/(.-)%.lua$") or ("luakiq/" .. rel:match("^(workers/.-)%.lua$"))
+    -- scripts/luakiq/x.lua -> luakiq.x; workers/x.lua -> luakiq.workers.x;
+    -- scripts/luakiq/x.html -> luakiq.x, a chunk that returns the file's bytes
+    local base = rel:match("^scripts/(.-)%.lua$") or rel:match("^scripts/(luakiq/.-)%.html$")
+                 or ("luakiq/" .. rel:match("^(workers/.-)%.lua$"))
     local mod = base:gsub("/init$", ""):gsub("/", ".")
+    if rel:match("%.html$") then src = ("return %q"):format(src) end
     local fn, err = loadstring(src, "@" .. rel)
     if not fn then io.stderr:write(err, "\n") os.exit(1) end
     kind, name, bytes = 0, mod, string.dump(fn)

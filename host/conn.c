@@ -19,6 +19,7 @@
 #include "core.h"
 #include "embed.h"
 #include "store.h"
+#include "url.h"
 
 #define CONN_META "luakiq.conn"
 
@@ -451,13 +452,13 @@ static const luaL_Reg conn_methods[] = {
     {"send", conn_send},           {"recv", conn_recv},
     {NULL, NULL}};
 
-/* core.redact_url(url) -> the URL without credentials (store_redact_url:
+/* core.redact_url(url) -> the URL without credentials (url_redact:
  * the one redactor, so C's messages and Lua's agree). */
 static int conn_redact_url(lua_State *L) {
     const char *url = luaL_checkstring(L, 1);
-    size_t n = store_redact_url(url, NULL, 0);
+    size_t n = url_redact(url, NULL, 0);
     char *out = lua_newuserdata(L, n + 1); /* collected by Lua: nothing to free if a push raises */
-    store_redact_url(url, out, n + 1);
+    url_redact(url, out, n + 1);
     lua_pushlstring(L, out, n);
     return 1;
 }

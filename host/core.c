@@ -1,6 +1,7 @@
 /* core.c - the basic services of `luakiq.core`: the clock, logging, and the
  * services of the calling worker thread (stop flag, wake-up mailbox, state for
- * TTIN and lease renewal, per-thread counters, fatal stop).
+ * TTIN, per-thread counters, fatal stop), and a perform call's side in the
+ * thread's own VM.
  *
  * Threads: every function runs on the thread whose VM calls it and touches
  * only that thread's runner (runner_self(); NULL on the main thread, where the
@@ -8,17 +9,19 @@
  * guards. The TTIN safe point (core_safe_point) is the one place a worker's
  * own traceback is taken: only the thread itself ever looks into its VM.
  *
- * Timeouts: the runner runs each perform call in a coroutine between
- * core.call_begin and core.call_end. Its deadline is published in the runner
- * (for the main thread's watchdog, host.c) and kept here in thread-locals.
- * Past it, the watchdog sends RUNNER_TIMEOUT_SIGNAL to this thread; the
- * handler runs on this thread and arms a count-1 hook on its own VM (what
- * LuaJIT's profiler does: no other thread ever touches the VM). The hook
- * raises "timeout: ..." in every coroutine but the runner's own until
- * call_end disarms it, so a user pcall cannot swallow it. LuaJIT checks no
- * hook inside compiled traces, and a blocking foreign call does not return:
- * those calls are ended by replacing the process (host.c). luakiq's own waits
- * (sleep, redis, http) bound themselves by the deadline instead. */
+ * Timeouts (the design: calls.c): the runner runs each perform call in a
+ * coroutine between core.call_begin and core.call_end. The call, its
+ * deadline and its record are published in the thread's call slot (calls.c,
+ * for the main thread's watch) and the deadline kept here in thread-locals:
+ * this file is the VM's side. Past the deadline, the watch sends
+ * CALLS_TIMEOUT_SIGNAL to this thread; the handler runs on this thread and
+ * arms a count-1 hook on its own VM (what LuaJIT's profiler does: no other
+ * thread ever touches the VM). The hook raises "timeout: ..." in every
+ * coroutine but the runner's own until call_end disarms it, so a user pcall
+ * cannot swallow it. LuaJIT checks no hook inside compiled traces, and a
+ * blocking foreign call does not return: those calls are ended by replacing
+ * the process (calls.c). luakiq's own waits (sleep, redis, http) bound
+ * themselves by the deadline instead. */
 #include <errno.h>
 #include <stdio.h>
 #include <signal.h>
@@ -31,6 +34,7 @@
 #include <unistd.h>
 #include <lua.h>
 #include <lauxlib.h>
+#include "calls.h"
 #include "core.h"
 #include "log.h"
 #include "runner.h"
@@ -82,7 +86,7 @@ static void core_timeout_hook(lua_State *L, lua_Debug *ar) {
     core_raise_timeout(L);
 }
 
-/* RUNNER_TIMEOUT_SIGNAL, on the worker thread it was sent to. Async-signal
+/* CALLS_TIMEOUT_SIGNAL, on the worker thread it was sent to. Async-signal
  * context: only sets thread-locals and the hook (LuaJIT's profiler arms its
  * hook from a signal handler the same way). A stray signal, or one that comes
  * after the call ended, finds no call and does nothing. */
@@ -100,7 +104,7 @@ void core_install_timeouts(void) {
     sa.sa_handler = core_on_timeout_signal;
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    sigaction(RUNNER_TIMEOUT_SIGNAL, &sa, NULL);
+    sigaction(CALLS_TIMEOUT_SIGNAL, &sa, NULL);
 }
 
 double core_call_remaining(void) {
@@ -111,32 +115,29 @@ double core_call_remaining(void) {
 
 double core_io_begin(void) {
     double left = core_call_remaining();
-    struct runner *r = runner_self();
-    if (left > 0 && r) runner_set_in_io(r, 1);
+    struct calls *c = calls_self();
+    if (left > 0 && c) calls_set_in_io(c, 1);
     return left;
 }
 
 void core_io_end(void) {
-    struct runner *r = runner_self();
-    if (core_call_deadline > 0 && r) runner_set_in_io(r, 0);
+    struct calls *c = calls_self();
+    if (core_call_deadline > 0 && c) calls_set_in_io(c, 0);
 }
 
-/* Makes a call (started, deadline, lease bound) the one running on this
- * thread now. */
-static void core_call_enter(lua_State *L, double started, double deadline, double timeout, double lease_until,
-                            const char *record) {
+/* Makes a call (its deadline, its timeout for messages) the one this
+ * thread's VM runs now: its thread-locals (its slot is calls.c's). */
+static void core_call_enter(lua_State *L, double deadline, double timeout) {
     core_call_timeout = timeout;
     core_call_deadline = deadline;
     core_call_expired = 0;
     core_call_fenced = 0;
     core_call_main = L;
-    struct runner *r = runner_self();
-    if (r) runner_set_call(r, started, deadline, lease_until, record);
 }
 
 /* Nothing runs on this thread's CPU for a call any more (it ended, or waits:
- * then the runner keeps it as parked). Returns whether its deadline passed
- * (or the lease fence stopped it). */
+ * then its slot keeps it as parked, and the thread's state says waiting).
+ * Returns whether its deadline passed (or the lease fence stopped it). */
 static int core_call_leave(lua_State *L, int parked) {
     int expired = core_call_expired || (core_call_deadline > 0 && runner_monotonic() >= core_call_deadline);
     core_call_main = NULL;
@@ -144,32 +145,104 @@ static int core_call_leave(lua_State *L, int parked) {
     core_call_expired = 0;
     core_call_fenced = 0;
     lua_sethook(L, NULL, 0, 0);
-    struct runner *r = runner_self();
-    if (r && !(parked && runner_park(r) == 0)) runner_set_call(r, 0, 0, 0, NULL);
+    struct calls *c = calls_self();
+    if (c && parked && calls_park(c) == 0) runner_set_state(runner_self(), RUNNER_WAITING, NULL, -1, NULL, NULL);
+    else if (c) calls_clear(c);
     return expired;
 }
 
-/* core.call_begin(timeout_s, record, lease_until, key, done_delta,
- * done_reset, slot) -> started, deadline (monotonic), slot: a perform call
- * starts on this thread (record: what failing its jobs needs, should it
- * never come back; lease_until: when its shard's lease surely runs out,
- * nil: never). With key (its shard's prefix), the record goes on with the
- * ids done before the call in its fetch, which the thread keeps per key
- * (runner_call_done): emptied when done_reset, then done_delta appended;
- * slot is where (pass it back with the key's next call; nil: none). */
-static int core_call_begin(lua_State *L) {
-    double timeout = luaL_checknumber(L, 1);
-    const char *key = luaL_optstring(L, 4, NULL);
-    struct runner *r = runner_self();
-    int slot = -1;
-    if (key && r) {
-        size_t len;
-        const char *delta = luaL_optlstring(L, 5, "", &len);
-        slot = runner_call_done(r, key, (int)luaL_optinteger(L, 7, -1), delta, len, lua_toboolean(L, 6));
-        if (slot < 0) return luaL_error(L, "core.call_begin: out of memory");
+/* How many jobs and done ids core_call_record reads into arrays on the C
+ * stack; more go into a userdata. */
+#define CORE_CALL_SMALL 16
+
+/* Publishes the call core.call_begin starts in the thread's slot, with its
+ * record read from the arguments 3.. (see core.call_begin). Every call of
+ * the thread pays for this, so it reads with as few Lua API calls as it
+ * can: the strings in place (an argument stays anchored for the whole
+ * call, a job's id in its job, a done id in done) until calls_set has
+ * copied them; of the done list only what is new; a job's fields with the
+ * keys core_register interned (upvalues 1 and 2: "id", "retry_count"),
+ * where lua_getfield would hash the key every time; and a call of one job
+ * from its two arguments, with no table to read. Returns the done ids'
+ * slot (-1: no key). Raises on a bad argument or out of memory, before
+ * anything is published. */
+static int core_call_record(lua_State *L, struct calls *c, double started, double deadline, double lease) {
+    struct calls_record rec = {0};
+    struct calls_delta done = {0};
+    if (!(rec.worker.p = lua_tolstring(L, 3, &rec.worker.len))) return luaL_argerror(L, 3, "worker expected");
+    rec.shard = (int)luaL_checkinteger(L, 4);
+    rec.batch.p = lua_tolstring(L, 5, &rec.batch.len); /* (NULL: nil) */
+    rec.token.p = lua_tolstring(L, 6, &rec.token.len);
+    done.key = rec.key.p = lua_tolstring(L, 7, &rec.key.len);
+    done.reset = lua_toboolean(L, 9);
+    done.slot = lua_isnumber(L, 10) ? (int)lua_tointeger(L, 10) : -1;
+    int have = 0, ndone = 0;
+    if (done.key) {
+        have = calls_done_have(c, done.key, &done.slot, done.reset);
+        ndone = lua_type(L, 8) == LUA_TTABLE ? (int)lua_objlen(L, 8) : 0;
     }
+    done.n = ndone > have ? ndone - have : 0;
+    int one = lua_type(L, 11) == LUA_TSTRING;
+    if (!one) luaL_checktype(L, 11, LUA_TTABLE);
+    rec.njobs = one ? 1 : (int)lua_objlen(L, 11);
+    int n = rec.njobs + done.n;
+    struct calls_str strs_small[CORE_CALL_SMALL], *strs = strs_small;
+    double rcs_small[CORE_CALL_SMALL], *rcs = rcs_small;
+    if (n > CORE_CALL_SMALL) {
+        strs = lua_newuserdata(L, sizeof *strs * (size_t)n);
+        rcs = lua_newuserdata(L, sizeof *rcs * (size_t)(rec.njobs + 1));
+    }
+    if (one) {
+        strs[0].p = lua_tolstring(L, 11, &strs[0].len);
+        rcs[0] = lua_tonumber(L, 12);
+    }
+    for (int i = 0; !one && i < rec.njobs; i++) {
+        lua_rawgeti(L, 11, i + 1);               /* [job] */
+        if (!lua_istable(L, -1)) return luaL_error(L, "core.call_begin: job %d is not a table", i + 1);
+        lua_pushvalue(L, lua_upvalueindex(2));
+        lua_rawget(L, -2);                       /* [job, retry_count] */
+        rcs[i] = lua_tonumber(L, -1);
+        lua_pushvalue(L, lua_upvalueindex(1));
+        lua_rawget(L, -3);                       /* [job, retry_count, id] */
+        if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "core.call_begin: job %d has no id", i + 1);
+        strs[i].p = lua_tolstring(L, -1, &strs[i].len);
+        lua_pop(L, 3);
+    }
+    for (int k = 0; k < done.n; k++) {
+        struct calls_str *s = &strs[rec.njobs + k];
+        lua_rawgeti(L, 8, have + k + 1);         /* [id] */
+        if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "core.call_begin: done id %d is no string", have + k + 1);
+        s->p = lua_tolstring(L, -1, &s->len);
+        lua_pop(L, 1);
+    }
+    rec.ids = strs;
+    rec.retry_counts = rcs;
+    done.ids = strs + rec.njobs;
+    int slot = calls_set(c, started, deadline, lease, &rec, done.key ? &done : NULL);
+    if (slot == -2) return luaL_error(L, "core.call_begin: out of memory");
+    return slot;
+}
+
+/* core.call_begin(timeout_s, lease_until, worker, shard, batch, token, key,
+ * done, done_reset, slot, jobs [, retry_count]) -> started, deadline
+ * (monotonic), slot: a perform call starts on this thread. lease_until:
+ * when its shard's lease surely runs out (nil: never). The rest is its
+ * record, what the main VM needs to fail its jobs should the call never
+ * come back (calls.c): worker, shard, batch (nil: none), token (an elastic
+ * thread's own lease token; nil: the host's); with key (its shard's
+ * prefix), the ids done before the call in its fetch: done, a list that
+ * grows by each call of the fetch (the thread keeps those it was given and
+ * reads the new ones only; done_reset: another fetch's list starts over),
+ * slot where the thread keeps them (pass it back with the key's next call;
+ * nil: none); jobs ({id = , retry_count = } each) or, for a call of one
+ * job, its id and retry_count. */
+static int core_call_begin(lua_State *L) {
+    double timeout = luaL_checknumber(L, 1), lease = luaL_optnumber(L, 2, HUGE_VAL);
     double now = runner_monotonic();
-    core_call_enter(L, now, now + timeout, timeout, luaL_optnumber(L, 3, HUGE_VAL), luaL_optstring(L, 2, NULL));
+    struct calls *c = calls_self();
+    int top = lua_gettop(L), slot = c ? core_call_record(L, c, now, now + timeout, lease) : -1;
+    lua_settop(L, top);
+    core_call_enter(L, now + timeout, timeout);
     lua_pushnumber(L, now);
     lua_pushnumber(L, now + timeout);
     if (slot < 0) lua_pushnil(L);
@@ -178,11 +251,21 @@ static int core_call_begin(lua_State *L) {
 }
 
 /* core.call_pause(): the running call waits (yielded, in luakiq's I/O); the
- * thread may run other calls meanwhile (the runner keeps the call's state as
- * parked: runner_park). The Lua runner enforces its deadline while it waits. */
+ * thread may run other calls meanwhile (its slot keeps the call as parked:
+ * calls_park). The Lua runner enforces its deadline while it waits. */
 static int core_call_pause(lua_State *L) {
     core_call_leave(L, 1);
     return 0;
+}
+
+/* The thread's state as it was when the call of rec parked: performing its
+ * jobs (the TTIN dump names them). */
+static void core_call_performing(struct runner *r, const struct calls_record *rec) {
+    char small[256], *ids = small;
+    size_t n = calls_ids_text(rec, small, sizeof small);
+    if (n >= sizeof small && (ids = malloc(n + 1))) calls_ids_text(rec, ids, n + 1);
+    runner_set_state(r, RUNNER_PERFORMING, rec->worker.p, rec->shard, ids ? ids : small, rec->key.p);
+    if (ids != small) free(ids);
 }
 
 /* core.call_resume(started, deadline, timeout) -> lease_ok: the paused call
@@ -192,13 +275,11 @@ static int core_call_pause(lua_State *L) {
  * beside the shard's next holder. */
 static int core_call_resume(lua_State *L) {
     double started = luaL_checknumber(L, 1), deadline = luaL_checknumber(L, 2), lease = HUGE_VAL;
-    core_call_timeout = luaL_checknumber(L, 3);
-    core_call_deadline = deadline;
-    core_call_expired = 0;
-    core_call_fenced = 0;
-    core_call_main = L;
-    struct runner *r = runner_self();
-    if (r && runner_unpark(r, started, &deadline, &lease) != 0) runner_set_call(r, started, deadline, HUGE_VAL, NULL);
+    core_call_enter(L, deadline, luaL_checknumber(L, 3));
+    struct calls *c = calls_self();
+    const struct calls_record *rec = NULL;
+    if (c && calls_unpark(c, started, &deadline, &lease, &rec) != 0) calls_set(c, started, deadline, HUGE_VAL, NULL, NULL);
+    if (rec) core_call_performing(runner_self(), rec);
     lua_pushboolean(L, runner_monotonic() < lease);
     return 1;
 }
@@ -219,9 +300,9 @@ static int core_fence(lua_State *L) {
  * nothing otherwise (outside a call, or on the main thread). Called before
  * each luakiq.redis command a call sends. */
 static int core_lease_check(lua_State *L) {
-    struct runner *r = runner_self();
-    if (!r || core_call_deadline <= 0 || !core_call_main) return 0;
-    if (runner_monotonic() < runner_lease_until(r)) return 0;
+    struct calls *c = calls_self();
+    if (!c || core_call_deadline <= 0 || !core_call_main) return 0;
+    if (runner_monotonic() < calls_lease_until(c)) return 0;
     return core_fence(L);
 }
 
@@ -238,8 +319,9 @@ static int core_mono(lua_State *L) {
 static int core_call_end(lua_State *L) {
     long long njobs = (long long)luaL_optnumber(L, 1, 0);
     struct runner *r = runner_self();
+    struct calls *c = calls_self();
     if (r && njobs > 0) runner_add_jobs(r, njobs);
-    double lease = r ? runner_lease_until(r) : HUGE_VAL;
+    double lease = c ? calls_lease_until(c) : HUGE_VAL;
     int fenced = core_call_fenced;
     lua_pushboolean(L, core_call_leave(L, 0));
     lua_pushnumber(L, lease);
@@ -339,7 +421,7 @@ static int core_set_state(lua_State *L) {
 }
 
 /* core.set_held(text): an elastic worker thread's shards held now (JSON of
- * runner.lua's making; nil clears it), for the hosts heartbeat's listing
+ * runner/init.lua's making; nil clears it), for the hosts heartbeat's listing
  * (thread_stats' held). No-op on the main thread. */
 static int core_set_held(lua_State *L) {
     const char *text = luaL_optstring(L, 1, NULL);
@@ -366,10 +448,10 @@ static int core_thread_stats(lua_State *L) {
         lua_pushnumber(L, (lua_Number)st.lua_bytes);
         lua_setfield(L, -2, "lua_bytes");
         int room = 16, ncalls;
-        struct runner_call *calls;
+        struct calls_info *calls;
         for (;;) {
             calls = lua_newuserdata(L, sizeof *calls * (size_t)room);
-            ncalls = runner_calls(i, calls, room);
+            ncalls = calls_list(i, runner_monotonic(), calls, room);
             if (ncalls <= room) break;
             lua_pop(L, 1);
             room = ncalls + 16; /* more parked meanwhile: try again with room */
@@ -412,7 +494,7 @@ static int core_thread_stats(lua_State *L) {
 
 /* core.count_timeout(worker): a call of worker failed by its timeout. */
 static int core_count_timeout(lua_State *L) {
-    runner_count_timeout(luaL_checkstring(L, 1));
+    calls_count_timeout(luaL_checkstring(L, 1));
     return 0;
 }
 
@@ -421,7 +503,7 @@ static int core_timeouts(lua_State *L) {
     char worker[128];
     long long n;
     lua_newtable(L);
-    for (int k = 0; runner_timeouts(k, worker, sizeof worker, &n); k++) {
+    for (int k = 0; calls_timeouts(k, worker, sizeof worker, &n); k++) {
         lua_pushnumber(L, (lua_Number)n);
         lua_setfield(L, -2, worker);
     }
@@ -478,7 +560,7 @@ static const luaL_Reg core_funcs[] = {
     {"set_held", core_set_held},
     {"log_setup", core_log_setup},     {"thread_index", core_thread_index},
     {"fatal", core_fatal},             {"fatal_message", core_fatal_message},
-    {"call_begin", core_call_begin},   {"call_end", core_call_end},
+    {"call_end", core_call_end},
     {"call_pause", core_call_pause},   {"call_resume", core_call_resume},
     {"fence", core_fence},             {"lease_check", core_lease_check},
     {"mono", core_mono},               {"raise_timeout", core_raise_timeout_l},
@@ -492,6 +574,10 @@ static const luaL_Reg core_funcs[] = {
  * of the names, so Lua writes core.states.performing, never the word itself. */
 void core_register(lua_State *L) {
     luaL_register(L, NULL, core_funcs);
+    lua_pushliteral(L, "id");              /* [core, "id"] */
+    lua_pushliteral(L, "retry_count");     /* [core, "id", "retry_count"] */
+    lua_pushcclosure(L, core_call_begin, 2);
+    lua_setfield(L, -2, "call_begin");     /* [core] */
     lua_createtable(L, 0, RUNNER_NSTATES); /* [core, states] */
     for (int i = 0; i < RUNNER_NSTATES; i++) {
         lua_pushinteger(L, i);

@@ -17,7 +17,7 @@ void core_register(struct lua_State *L);
 void core_safe_point(struct lua_State *L);
 
 /* Call deadlines (worker threads; see core.c). core_install_timeouts installs
- * the process-wide handler of RUNNER_TIMEOUT_SIGNAL (main thread, once, before
+ * the process-wide handler of CALLS_TIMEOUT_SIGNAL (main thread, once, before
  * threads start). core_call_remaining: seconds left for the calling thread's
  * running call, or -1 when none runs. core_io_begin/end bracket a wait in
  * luakiq's own I/O (no signal is sent then: the I/O ends itself at the

@@ -12,12 +12,14 @@
  * nothing a request does (a listing, a slow client, a flood of connections)
  * delays this loop's wake-ups, renewals, signals or watchdogs.
  *
- * Timeouts: a watchdog timer (every 100 ms) has runner_watch signal the
- * threads whose call is past its deadline; a call still running HOST_GRACE
- * seconds later cannot be stopped (JIT-compiled code, a foreign call). Then
- * the host stops the other threads gracefully and leaves the loop without
+ * Timeouts (the design: calls.c): a watchdog timer (every 100 ms) has
+ * calls_watch signal the threads whose call is past its deadline; a call
+ * still running HOST_GRACE seconds later makes its thread stuck. Then the
+ * host stops the other threads gracefully and leaves the loop without
  * waiting for the stuck one; core.host_run's caller fails the stuck call's
- * jobs and replaces the process (docs/architecture.md, "Timeouts").
+ * jobs and replaces the process. The lease timer renews the lease of every
+ * call in flight (calls_each_leased) and tells the calls how long they hold
+ * it (calls_lease_renewed).
  *
  * Reload (HUP): the plan's reload function checks the new code in the main
  * VM's thread (in a VM of its own, entry.c) and, when it may run, the
@@ -38,11 +40,13 @@
 #include <unistd.h>
 #include <event2/event.h>
 #include <event2/thread.h>
+#include "calls.h"
 #include "host.h"
 #include "log.h"
 #include "notify.h"
 #include "runner.h"
 #include "store.h"
+#include "sub.h"
 #include "web.h"
 
 struct host_route { const char *prefix; int thread; };
@@ -60,7 +64,7 @@ static struct {
     struct event *renew_ev;
     struct event *tick_ev;        /* plan->tick (the hosts heartbeat) */
     store *renew_store;           /* main thread's own connection, for renewals */
-    struct store_ssub *ssub;      /* the sharded wake-up subscriber (a cluster), or NULL */
+    struct sub_sharded *ssub;     /* the sharded wake-up subscriber (a cluster), or NULL */
 } host;
 
 static int host_route_cmp(const void *a, const void *b) {
@@ -128,9 +132,9 @@ static void host_renew_one(int thread, const char *prefix, void *arg) {
     }
     if (store_reply_type(r[0]) == STORE_INTEGER && store_reply_int(r[0]) == 0) {
         log_fmt(LOG_ERROR, "lease of %s lost while its batch runs: another host may take the shard over", prefix);
-        runner_lease_renewed(thread, prefix, sent, 0);
+        calls_lease_renewed(thread, prefix, sent, 0);
     } else if (store_reply_type(r[0]) == STORE_INTEGER) {
-        runner_lease_renewed(thread, prefix, sent, sent + (double)host.plan->lease_ms / 1000.0);
+        calls_lease_renewed(thread, prefix, sent, sent + (double)host.plan->lease_ms / 1000.0);
     }
     for (int i = 0; i < n; i++) store_reply_free(r[i]);
 }
@@ -147,7 +151,7 @@ static void host_on_renew(evutil_socket_t fd, short what, void *arg) {
             return;
         }
     }
-    runner_each_performing(host_renew_one, NULL);
+    calls_each_leased(host_renew_one, NULL);
 }
 
 static void host_dump(void) {
@@ -267,14 +271,14 @@ static void host_notify_ready(void) {
  * process late to exit and kill it at TimeoutStopSec. A replacement ends the
  * process after all when a signal or a fatal error came too. */
 static void host_notify_stopping(void) {
-    if (runner_stuck() && !runner_fatal() && !host_signalled()) return;
+    if (calls_stuck() && !runner_fatal() && !host_signalled()) return;
     notify_stopping(runner_fatal() ? "stopping: fatal error" : "stopping");
 }
 
 /* Timer, every 100 ms: call deadlines (see the design note above). */
 static void host_on_watch(evutil_socket_t fd, short what, void *arg) {
     (void)fd; (void)what; (void)arg;
-    int newly, stuck = runner_watch(runner_monotonic(), HOST_GRACE, &newly);
+    int newly, stuck = calls_watch(runner_monotonic(), HOST_GRACE, &newly);
     if (runner_stopping()) host_notify_stopping();
     else { host_notify_ready(); host_notify_reloaded(); }
     if (!stuck) return;
@@ -333,7 +337,7 @@ int host_subscribe_shard(const char *prefix) {
     if (!host.ssub) return 0;
     char chan[512];
     if (snprintf(chan, sizeof chan, "%swake", prefix) >= (int)sizeof chan) return -1;
-    return store_ssub_add(host.ssub, chan);
+    return sub_sharded_add(host.ssub, chan);
 }
 
 int host_run(const struct host_plan *plan) {
@@ -380,15 +384,15 @@ int host_run(const struct host_plan *plan) {
             return 1;
         }
     }
-    struct store_sub *sub = NULL;
+    struct sub *sub = NULL;
     if (plan->wake_channel && plan->wake_channel[0]) {
-        sub = store_subscribe(host.base, plan->redis_url, plan->wake_channel, host_on_wake, NULL, err, sizeof err);
+        sub = sub_open(host.base, plan->redis_url, plan->wake_channel, host_on_wake, NULL, err, sizeof err);
         if (!sub) log_fmt(LOG_WARN, "no wake-up subscriber (%s): new jobs wait up to poll_interval", err);
     }
     /* On a Redis Cluster the queue scripts SPUBLISH on each shard's own
      * channel, in the shard's slot (the plain subscriber above still hears
      * producers that PUBLISH on the namespace's channel). */
-    struct store_ssub *ssub = NULL;
+    struct sub_sharded *ssub = NULL;
     if (plan->sharded_wake) {
         char **chans = calloc((size_t)plan->nroutes + 1, sizeof *chans);
         int nch = 0;
@@ -399,8 +403,8 @@ int host_run(const struct host_plan *plan) {
             memcpy(chans[nch++] + len, "wake", 5);
         }
         if (chans && nch == plan->nroutes)
-            ssub = store_ssubscribe(host.base, plan->redis_url, nch, (const char *const *)chans, host_on_wake, NULL,
-                                    err, sizeof err);
+            ssub = sub_sharded_open(host.base, plan->redis_url, nch, (const char *const *)chans, host_on_wake, NULL,
+                                     err, sizeof err);
         else snprintf(err, sizeof err, "out of memory");
         if (!ssub) log_fmt(LOG_WARN, "no sharded wake-up subscriber (%s): new jobs wait up to poll_interval", err);
         host.ssub = ssub;
@@ -439,9 +443,9 @@ int host_run(const struct host_plan *plan) {
     code = runner_exit_code();
     web_stop(web); /* the dashboard served while threads finished; not after */
     runner_join_all();
-    store_sub_free(sub);
+    sub_free(sub);
     host.ssub = NULL;
-    store_ssub_free(ssub);
+    sub_sharded_free(ssub);
     for (int i = 0; i < NSIGS; i++) event_free(sev[i]);
     event_free(host.done_ev);
     if (host.renew_ev) event_free(host.renew_ev);

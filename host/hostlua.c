@@ -20,6 +20,7 @@
 #include <string.h>
 #include <lua.h>
 #include <lauxlib.h>
+#include "calls.h"
 #include "core.h"
 #include "host.h"
 #include "hostlua.h"
@@ -203,6 +204,44 @@ static double hostlua_field_num(lua_State *L, const char *k, double dflt) {
     return v;
 }
 
+/* Pushes a stuck call's record (calls.c) as {worker = , shard = , batch = ,
+ * token = , jobs = {{id = , retry_count = }, ...}, done = {id, ...}, parked
+ * = bool}: core.call_begin's arguments as they were, batch and token nil
+ * when there were none; done: the ids its fetch had done before it. */
+static void hostlua_push_record(lua_State *L, const struct calls_record *rec) {
+    lua_createtable(L, 0, 7);
+    lua_pushlstring(L, rec->worker.p, rec->worker.len);
+    lua_setfield(L, -2, "worker");
+    lua_pushinteger(L, rec->shard);
+    lua_setfield(L, -2, "shard");
+    if (rec->batch.p) {
+        lua_pushlstring(L, rec->batch.p, rec->batch.len);
+        lua_setfield(L, -2, "batch");
+    }
+    if (rec->token.p) {
+        lua_pushlstring(L, rec->token.p, rec->token.len);
+        lua_setfield(L, -2, "token");
+    }
+    lua_createtable(L, rec->njobs, 0);         /* [rec, jobs] */
+    for (int i = 0; i < rec->njobs; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushlstring(L, rec->ids[i].p, rec->ids[i].len);
+        lua_setfield(L, -2, "id");
+        lua_pushnumber(L, rec->retry_counts[i]);
+        lua_setfield(L, -2, "retry_count");
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "jobs");               /* [rec] */
+    lua_createtable(L, rec->ndone, 0);         /* [rec, done] */
+    for (int i = 0; i < rec->ndone; i++) {
+        lua_pushlstring(L, rec->done[i].p, rec->done[i].len);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "done");               /* [rec] */
+    lua_pushboolean(L, rec->parked);
+    lua_setfield(L, -2, "parked");
+}
+
 /* core.host_run{boots = {...}, redis = url, wake_channel = ch, routes = {[prefix] = thread (-1: all)},
  *               sharded_wake = bool (a Redis Cluster: also SSUBSCRIBE to PREFIX.."wake" per route),
  *               tokens = {...} (optional: each thread's own lease token, for renewals),
@@ -210,10 +249,10 @@ static double hostlua_field_num(lua_State *L, const char *k, double dflt) {
  *                 max_body = n, max_connections = n, header_timeout = s, idle_timeout = s},
  *               tick = {fn = f, ms = n}, reload = fn() -> bool}
  *   -> exit code, stuck, signalled. Main thread only; blocks until the host
- * stops. stuck: {record = (core.call_begin's), parked = bool} of the calls
- * that could not be stopped at their timeout, whose threads still run, and
- * (parked = true) of the calls those threads had waiting in luakiq's I/O;
- * signalled: a TERM/INT asked for the stop. */
+ * stops. stuck: the records (hostlua_push_record) of the calls that could
+ * not be stopped at their timeout, whose threads still run, and (parked =
+ * true) of the calls those threads had waiting in luakiq's I/O; signalled:
+ * a TERM/INT asked for the stop. */
 static int hostlua_run(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     if (runner_self()) return luaL_error(L, "host_run: only the main thread runs the host");
@@ -329,22 +368,16 @@ static int hostlua_run(lua_State *L) {
     if (reload.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, reload.ref);
     free(boots); free(prefixes); free(threads); free(tokens);
     if (!ok) return luaL_error(L, "host_run: boots and tokens must be strings");
-    char **stuck;
-    int *parked;
-    int nstuck = runner_take_stuck(&stuck, &parked);
+    struct calls_record **stuck;
+    int nstuck = calls_take_stuck(&stuck);
     lua_pushinteger(L, code);                  /* [code] */
     lua_createtable(L, nstuck, 0);             /* [code, stuck] */
     for (int i = 0; i < nstuck; i++) {
-        lua_createtable(L, 0, 2);
-        lua_pushstring(L, stuck[i]);
-        lua_setfield(L, -2, "record");
-        lua_pushboolean(L, parked[i]);
-        lua_setfield(L, -2, "parked");
-        free(stuck[i]);
+        hostlua_push_record(L, stuck[i]);      /* [code, stuck, record] */
         lua_rawseti(L, -2, i + 1);
     }
+    for (int i = 0; i < nstuck; i++) free(stuck[i]);
     free(stuck);
-    free(parked);
     lua_pushboolean(L, host_signalled());      /* [code, stuck, signalled] */
     return 3;
 }

@@ -30,9 +30,9 @@
 #include <unistd.h>
 #include <lua.h>
 #include <lauxlib.h>
+#include "calls.h"
 #include "core.h"
 #include "proc.h"
-#include "runner.h"
 
 extern char **environ;
 
@@ -286,8 +286,8 @@ static int proc_kill(lua_State *L) {
 static int proc_terminate(lua_State *L) {
     struct proc *p = proc_check(L);
     double grace = luaL_optnumber(L, 2, 2);
-    struct runner *r = runner_self();
-    if (r) runner_set_ending(r, grace + 1);
+    struct calls *c = calls_self();
+    if (c) calls_set_ending(c, grace + 1);
     if (!proc_pump(p)) {
         kill(-p->pid, SIGTERM);
         struct timespec t0, now;
@@ -307,7 +307,7 @@ static int proc_terminate(lua_State *L) {
         }
     }
     proc_finish(p);
-    if (r) runner_set_ending(r, 0);
+    if (c) calls_set_ending(c, 0);
     return 0;
 }
 

@@ -2,10 +2,11 @@
  * handed (entry.c's, which makes the thread's own Lua VM, Redis connection and
  * scheduler); this module owns what is shared between a worker and the main
  * thread: the wake-up mailbox, the stop flag, the state and counters of each
- * thread (TTIN, lease renewal, GET /metrics) and the fatal message. */
+ * thread (TTIN, GET /metrics) and the fatal message. Each thread's calls in
+ * flight (deadlines, leases, stuck calls) are calls.c's. */
 #ifndef LUAKIQ_RUNNER_H
 #define LUAKIQ_RUNNER_H
-#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 
 struct runner;
@@ -63,9 +64,7 @@ int runner_index(const struct runner *r);
 void runner_set_fatal(const char *msg);
 const char *runner_fatal(void); /* NULL when none; valid until exit */
 
-/* What a worker thread is doing. RUNNER_PERFORMING is the one state with a
- * meaning beyond the dump: its shard's lease is renewed by the main thread,
- * and its jobs count as performed when the thread leaves it. */
+/* What a worker thread is doing, for the TTIN dump. */
 enum runner_state {
     RUNNER_STARTING, RUNNER_IDLE, RUNNER_FETCHING, RUNNER_PERFORMING, RUNNER_WAITING, RUNNER_ERROR,
     RUNNER_STOPPED,
@@ -76,7 +75,7 @@ enum runner_state {
 const char *runner_state_name(enum runner_state s);
 
 /* Set by the thread itself between steps: its state, the worker, shard, ids
- * (for the dump) and the shard's key prefix (for lease renewal). */
+ * and the shard's key prefix. */
 void runner_set_state(struct runner *r, enum runner_state state, const char *worker, int shard,
                       const char *ids, const char *prefix);
 /* A call of n jobs ended (GET /metrics counts jobs performed per thread). */
@@ -89,79 +88,10 @@ struct runner_stat {
     long long jobs, lua_bytes;
 };
 void runner_stats(int i, struct runner_stat *out);
-/* Thread i's calls now (main thread): the one on its CPU, then the parked
- * ones, each with how long it has run and its timeout. Fills at most max and
- * returns how many there are (call again with more room if that is more). */
-struct runner_call {
-    char worker[128];
-    int shard, parked;
-    double age, timeout;
-};
-int runner_calls(int i, struct runner_call *out, int max);
-/* Calls failed by their timeout, per worker name, in this process (any
- * thread counts; the main thread reads with runner_timeouts(k, &name, &n)
- * for k = 0.. until it returns 0). */
-void runner_count_timeout(const char *worker);
-int runner_timeouts(int k, char *worker, size_t len, long long *n);
-/* Call deadlines (docs/architecture.md, "Timeouts"). A worker thread sets its
- * running call's deadline (CLOCK_MONOTONIC seconds; 0 when no call runs) and
- * a record of it (an opaque string: what the main VM needs to fail the call's
- * jobs if the call cannot be stopped). in_io: the call now waits in luakiq's
- * own I/O, which ends itself at the deadline (no signal needed). */
-void runner_set_call(struct runner *r, double started, double deadline, double lease_until, const char *record);
-/* The call about to begin (before runner_set_call) is of the shard named key:
- * the ids done before it in its fetch, which a stuck call's record ends with,
- * are key's after this: emptied when reset (a new fetch), then delta (len
- * bytes, no byte 0) appended. Returns key's slot, which the caller passes as
- * hint next time (one comparison instead of a search over the thread's
- * shards; any other hint, -1 included, searches). Worker thread. -1 when out
- * of memory. */
-int runner_call_done(struct runner *r, const char *key, int hint, const char *delta, size_t len, int reset);
-void runner_set_in_io(struct runner *r, int in_io);
-/* The calling thread is ending a child process past its call's deadline
- * (TERM, up to `seconds` of grace, KILL): no timeout signal, and the thread
- * counts as stuck only that much later. 0 when done. Worker thread. */
-void runner_set_ending(struct runner *r, double seconds);
-/* Calls in flight (docs/architecture.md): the running call waits in luakiq's
- * I/O and the thread goes on with others. runner_park moves the thread's
- * current call (its state, ids, record, deadline) aside, leaving no call on
- * the CPU; its shard's lease is still renewed by the main thread, TTIN and
- * the dashboard still list it, and a stuck thread's parked records come back
- * from runner_take_stuck (marked parked). runner_unpark(r, started) makes the
- * parked call that started at `started` the running one again and gives its
- * deadline. Both -1 on failure (out of memory; no such call). */
-int runner_park(struct runner *r);
-int runner_unpark(struct runner *r, double started, double *deadline, double *lease_until);
-/* Lease fencing of calls (docs/guarantees.md): each call carries a bound
- * (monotonic seconds) until which its shard's lease is surely held: the
- * fetch's send time + lease_ttl, raised by every renewal the main thread
- * sends while the call runs or is parked (runner_lease_renewed: held until
- * `until`, or lost: until = 0). A call resumed past its bound is stopped. */
-void runner_lease_renewed(int thread, const char *prefix, double sent, double until);
-double runner_lease_until(struct runner *r);
-/* Main thread, every ~100 ms: sends RUNNER_TIMEOUT_SIGNAL to each thread
- * whose call is past its deadline (not while it waits in luakiq's I/O; again
- * every 250 ms while it runs on), and marks a thread stuck when its call is
- * still running grace seconds after the deadline. Returns how many threads
- * are stuck; *newly is set when this look found a new one. */
-int runner_watch(double now, double grace, int *newly);
-int runner_stuck(void);
-/* After runner_join_all: the records of the calls that were stuck (a stuck
- * thread is neither joined nor freed: the process is replaced or exits), and
- * of the calls parked on the stuck threads (parked[i] = 1: never ran out of
- * time; their jobs go back unchanged). The caller frees each string and both
- * arrays. */
-int runner_take_stuck(char ***records, int **parked);
-double runner_monotonic(void);
-/* The signal a call past its deadline gets; its handler is core.c's. */
-#define RUNNER_TIMEOUT_SIGNAL SIGURG
+double runner_monotonic(void); /* seconds of CLOCK_MONOTONIC */
 
-/* Main thread: calls fn(thread, prefix, arg) for every call now performing or
- * parked (thread = its thread's index, prefix = its shard's key prefix), for
- * lease renewal. */
-void runner_each_performing(void (*fn)(int thread, const char *prefix, void *arg), void *arg);
 /* Elastic hosts: a worker thread says which shards it holds now (an opaque
- * string, JSON from runner.lua; NULL clears it); the main thread copies it
+ * string, JSON from runner/init.lua; NULL clears it); the main thread copies it
  * (runner_held returns the length + 1, 0 when none was set; call again with
  * more room when that exceeds cap). */
 void runner_set_held(struct runner *r, const char *text);

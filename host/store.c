@@ -3,8 +3,8 @@
  * Threads: a `store` (one synchronous redisContext) is created, used and freed
  * by one thread. The script table (name -> SHA1, source) is process-wide and
  * guarded by store_mu; SHAs are learned from SCRIPT LOAD, so the same embedded
- * bytes give the same SHA on every connection. The subscriber (store_sub) lives
- * on the main thread's event_base only.
+ * bytes give the same SHA on every connection. (The wake-up subscribers, on
+ * the main thread's event loop, are sub.c's.)
  *
  * Failure model: an I/O error or timeout marks the store broken and is reported
  * to the caller, who decides on backoff and calls store_reconnect. A command
@@ -18,16 +18,10 @@
 #include <sys/time.h>
 #include <time.h>
 #include <hiredis/hiredis.h>
-#include <hiredis/async.h>
-#include <hiredis/adapters/libevent.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <sys/socket.h>
 #include "cluster.h"
 #include "embed.h"
-#include "log.h"
 #include "store.h"
+#include "url.h"
 
 struct store {
     redisContext *c;    /* one Redis (or Sentinel's master); NULL on a cluster */
@@ -40,229 +34,13 @@ struct store {
     int next_seed;      /* where the next map read starts (rotates) */
     int node_only;      /* store_open_node: this one node, never routed */
     char url[1024];
-    struct store_url u; /* url parsed once, at open (as given: before Sentinel resolves it) */
+    struct url u; /* url parsed once, at open (as given: before Sentinel resolves it) */
     char shown[600];    /* the URL without its password, for messages and logs */
     double timeout_s;
     double io_s;        /* the I/O bound in force (store_bound_io) */
     int broken;
     int pending;        /* replies of store_send not read yet (store_recv) */
 };
-
-/* --- URLs --------------------------------------------------------------- */
-
-static void url_decode(char *s) {
-    char *o = s;
-    for (; *s; s++) {
-        if (*s == '%' && s[1] && s[2]) {
-            char hex[3] = {s[1], s[2], 0};
-            *o++ = (char)strtol(hex, NULL, 16);
-            s += 2;
-        } else *o++ = *s;
-    }
-    *o = 0;
-}
-
-/* The end of a URL's userinfo: its last '@' before the query or fragment
- * (a password may hold an unencoded '@' or '/'), or NULL without one.
- * auth: the first byte after "scheme://". */
-static const char *store_userinfo_end(const char *auth) {
-    const char *stop = auth + strcspn(auth, "?#"), *at = NULL;
-    for (const char *c = auth; c < stop; c++) if (*c == '@') at = c;
-    return at;
-}
-
-size_t store_redact_url(const char *url, char *out, size_t outlen) {
-    size_t o = 0;
-#define PUT(ch) do { if (o + 1 < outlen) out[o] = (ch); o++; } while (0)
-    const char *auth = strstr(url, "://"), *at = NULL;
-    if (auth && auth + 3 <= url + strcspn(url, "?#")) {
-        auth += 3;
-        at = store_userinfo_end(auth);
-    } else auth = NULL;
-    for (const char *c = url; *c; ) {
-        if (auth && at && c == auth) {         /* the whole userinfo */
-            PUT('*'); PUT('*'); PUT('*');
-            c = at;
-            continue;
-        }
-        if ((*c == '?' || *c == '&') && strncmp(c + 1, "password=", 9) == 0) {
-            for (int k = 0; k < 10; k++) PUT(c[k]);
-            PUT('*'); PUT('*'); PUT('*');
-            c += 10;
-            while (*c && *c != '&' && *c != '#') c++;
-            continue;
-        }
-        PUT(*c);
-        c++;
-    }
-    if (outlen) out[o < outlen ? o : outlen - 1] = 0;
-#undef PUT
-    return o;
-}
-
-static void store_bad_url(const char *url, char *err, size_t errlen) {
-    char shown[600]; /* never echo a password */
-    store_redact_url(url, shown, sizeof shown);
-    snprintf(err, errlen, "bad Redis URL '%s' (want redis://[[user]:password@]host[:port][,host[:port]...][/db], "
-             "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[/db] or unix:///path[?db=N])",
-             shown);
-}
-
-/* A host list "h1[:p1][,h2[:p2]...]" ending at end (an empty list is
- * 127.0.0.1) into out as "host:port,host:port" (port defport when not
- * given). Sentinels and a cluster's seed nodes. */
-static int store_parse_hosts(const char *p, const char *end, long defport, char *out, size_t outlen) {
-    size_t o = 0;
-    for (const char *h = p; h < end || (h == p && h == end); ) {
-        const char *e = memchr(h, ',', (size_t)(end - h));
-        if (!e) e = end;
-        const char *colon = memchr(h, ':', (size_t)(e - h));
-        size_t hl = (size_t)((colon ? colon : e) - h);
-        long port = defport;
-        if (colon) {
-            char *pe;
-            port = strtol(colon + 1, &pe, 10);
-            if (pe != e || port <= 0 || port > 65535) return -1;
-        }
-        int w = snprintf(out + o, outlen - o, "%s%.*s:%ld", o ? "," : "", (int)hl, hl ? h : "127.0.0.1", port);
-        if (w < 0 || (size_t)w >= outlen - o) return -1;
-        o += (size_t)w;
-        if (e == end) break;
-        h = e + 1;
-    }
-    return 0;
-}
-
-/* The n-th "host:port" of a list made by store_parse_hosts (wrapping
- * around) into host and port; the count of entries. */
-static int store_list_pick(const char *list, int n, char *host, size_t hostlen, int *port) {
-    int count = 1;
-    for (const char *c = list; *c; c++) count += *c == ',';
-    n %= count;
-    const char *h = list;
-    for (int i = 0; i < n; i++) h = strchr(h, ',') + 1;
-    const char *e = strchr(h, ','), *colon;
-    if (!e) e = h + strlen(h);
-    for (colon = e; colon > h && *colon != ':'; colon--) {}
-    snprintf(host, hostlen, "%.*s", (int)(colon - h), h);
-    *port = atoi(colon + 1);
-    return count;
-}
-
-/* The k-th seed node of u (wrapping around) into host and port: its seed
- * list, or its one host. Returns how many seeds u names. */
-static int store_seed(const struct store_url *u, int k, char *host, size_t hostlen, int *port) {
-    if (u->seeds[0]) return store_list_pick(u->seeds, k, host, hostlen, port);
-    snprintf(host, hostlen, "%s", u->host);
-    *port = u->port;
-    return 1;
-}
-
-/* The rest of a redis+sentinel:// URL after its userinfo:
- * "h1[:p1][,h2[:p2]...]/MASTER[/db]" (port 26379 by default, an empty list
- * is 127.0.0.1). Fills u->sentinels ("host:port,..."), u->master, u->db. */
-static int store_parse_sentinel(const char *p, struct store_url *u) {
-    const char *slash = strchr(p, '/');
-    if (!slash || store_parse_hosts(p, slash, 26379, u->sentinels, sizeof u->sentinels) < 0) return -1;
-    const char *name = slash + 1, *next = strchr(name, '/');
-    size_t nl = next ? (size_t)(next - name) : strlen(name);
-    if (nl == 0 || nl >= sizeof u->master) return -1;
-    memcpy(u->master, name, nl);
-    if (next && next[1]) {
-        char *end;
-        long db = strtol(next + 1, &end, 10);
-        if (*end || next[1] < '0' || next[1] > '9' || db > 1000000) return -1;
-        u->db = (int)db;
-    }
-    return 0;
-}
-
-int store_parse_url(const char *url, struct store_url *u, char *err, size_t errlen) {
-    memset(u, 0, sizeof *u);
-    u->port = 6379;
-    if (strncmp(url, "unix://", 7) == 0) {
-        const char *p = url + 7, *q = strchr(p, '?');
-        size_t n = q ? (size_t)(q - p) : strlen(p);
-        if (n == 0 || n >= sizeof u->path) goto bad;
-        memcpy(u->path, p, n);
-        for (; q && *q; ) {
-            q++;
-            if (strncmp(q, "db=", 3) == 0) {
-                /* digits only, up to '&' or the end (atoi took "-3" and "x") */
-                char *end;
-                long db = strtol(q + 3, &end, 10);
-                if (q[3] < '0' || q[3] > '9' || (*end && *end != '&') || db > 1000000) goto bad;
-                u->db = (int)db;
-            }
-            else if (strncmp(q, "password=", 9) == 0) {
-                const char *e = strchr(q, '&');
-                size_t m = e ? (size_t)(e - q - 9) : strlen(q + 9);
-                if (m >= sizeof u->password) goto bad;
-                memcpy(u->password, q + 9, m);
-                url_decode(u->password);
-            } else if (strncmp(q, "user=", 5) == 0) {
-                const char *e = strchr(q, '&');
-                size_t m = e ? (size_t)(e - q - 5) : strlen(q + 5);
-                if (m >= sizeof u->user) goto bad;
-                memcpy(u->user, q + 5, m);
-                url_decode(u->user);
-            } else goto bad;
-            q = strchr(q, '&');
-        }
-        return 0;
-    }
-    int sentinel = strncmp(url, "redis+sentinel://", 17) == 0;
-    if (!sentinel && strncmp(url, "redis://", 8) != 0) goto bad;
-    const char *p = url + (sentinel ? 17 : 8), *at = store_userinfo_end(p), *slash;
-    if (at) {
-        /* user:password (an ACL user), :password, or password alone */
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        const char *pw = colon ? colon + 1 : p;
-        size_t m = (size_t)(at - pw);
-        if (m >= sizeof u->password) goto bad;
-        memcpy(u->password, pw, m);
-        url_decode(u->password);
-        if (colon) {
-            size_t un = (size_t)(colon - p);
-            if (un >= sizeof u->user) goto bad;
-            memcpy(u->user, p, un);
-            url_decode(u->user);
-        }
-        p = at + 1;
-    }
-    if (sentinel) return store_parse_sentinel(p, u) < 0 ? (store_bad_url(url, err, errlen), -1) : 0;
-    slash = strchr(p, '/');
-    size_t hl = slash ? (size_t)(slash - p) : strlen(p);
-    if (memchr(p, ',', hl)) {
-        /* several seed nodes of a Redis Cluster: the first is host:port */
-        if (store_parse_hosts(p, p + hl, 6379, u->seeds, sizeof u->seeds) < 0) goto bad;
-        store_list_pick(u->seeds, 0, u->host, sizeof u->host, &u->port);
-        hl = 0;
-    }
-    const char *colon = hl ? memchr(p, ':', hl) : NULL;
-    if (colon) {
-        char *end;
-        long port = strtol(colon + 1, &end, 10);
-        if (end != p + hl || port <= 0 || port > 65535) goto bad;
-        u->port = (int)port;
-        hl = (size_t)(colon - p);
-    }
-    if (hl >= sizeof u->host) goto bad;
-    if (!u->seeds[0]) {
-        memcpy(u->host, p, hl);
-        if (hl == 0) strcpy(u->host, "127.0.0.1");
-    }
-    if (slash && slash[1]) {
-        char *end;
-        long db = strtol(slash + 1, &end, 10);
-        if (*end || slash[1] < '0' || slash[1] > '9' || db > 1000000) goto bad;
-        u->db = (int)db;
-    }
-    return 0;
-bad:
-    store_bad_url(url, err, errlen);
-    return -1;
-}
 
 /* --- connections -------------------------------------------------------- */
 
@@ -274,7 +52,7 @@ static struct timeval store_tv(double s) {
 /* Asks the sentinels of u (in order, the first that answers) where u's
  * master is, into u->host and u->port. Blocks up to timeout_s per sentinel
  * (at most 2 s each). Any thread (a context of its own per call). */
-static int store_resolve_master(struct store_url *u, double timeout_s, char *err, size_t errlen) {
+int store_resolve_master(struct url *u, double timeout_s, char *err, size_t errlen) {
     char list[sizeof u->sentinels], last[200] = "no sentinel listed";
     snprintf(list, sizeof list, "%s", u->sentinels);
     struct timeval tv = store_tv(timeout_s < 2 ? timeout_s : 2);
@@ -323,7 +101,7 @@ static int store_select(redisContext *c, int db, const char *shown, char *err, s
 /* One connection to host:port (or u's unix socket), authenticated as u says
  * and, with select_db, on u's db. NULL and a one-line reason in err on
  * failure. shown names the server in messages. */
-static redisContext *store_dial(const struct store_url *u, const char *host, int port, const char *shown,
+static redisContext *store_dial(const struct url *u, const char *host, int port, const char *shown,
                                 double timeout_s, int select_db, char *err, size_t errlen) {
     struct timeval tv = store_tv(timeout_s);
     redisContext *c = u->path[0] ? redisConnectUnixWithTimeout(u->path, tv) : redisConnectWithTimeout(host, port, tv);
@@ -404,15 +182,15 @@ static int store_read_map(store *s, redisContext *c, const char *asked, char *er
 /* Reads the slot map again from the first node that answers: the URL's seeds
  * and every node the map knows, starting one further on each time (a dead
  * node is not asked first twice in a row). Cluster stores only. */
-static int store_refresh(store *s, char *err, size_t errlen) {
-    const struct store_url *u = &s->u;
+int store_refresh(store *s, char *err, size_t errlen) {
+    const struct url *u = &s->u;
     char host[256], shown[300];
-    int port, nseeds = store_seed(u, 0, host, sizeof host, &port);
+    int port, nseeds = url_seed(u, 0, host, sizeof host, &port);
     int total = nseeds + s->map->nnodes, start = s->next_seed++;
     for (int k = 0; k < total; k++) {
         int i = (start + k) % total, node = i - nseeds;
         if (node < 0) {
-            store_seed(u, i, host, sizeof host, &port);
+            url_seed(u, i, host, sizeof host, &port);
         } else {
             snprintf(host, sizeof host, "%s", s->map->nodes[node].host);
             port = s->map->nodes[node].port;
@@ -434,7 +212,7 @@ static int store_refresh(store *s, char *err, size_t errlen) {
  * is asked whether it is part of a Redis Cluster (CLUSTER SLOTS): then s
  * routes by slot over a connection per node, made when first used. */
 static int store_connect(store *s, char *err, size_t errlen) {
-    struct store_url u = s->u;
+    struct url u = s->u;
     if (u.master[0] && store_resolve_master(&u, s->timeout_s, err, errlen) < 0) return -1;
     if (u.path[0]) snprintf(s->shown, sizeof s->shown, "unix://%s", u.path);
     else if (u.master[0]) snprintf(s->shown, sizeof s->shown, "%s:%d (master '%s')", u.host, u.port, u.master);
@@ -466,16 +244,16 @@ static int store_connect(store *s, char *err, size_t errlen) {
         return 0;
     }
     char host[256], shown[300];
-    int port, nseeds = store_seed(&u, 0, host, sizeof host, &port);
+    int port, nseeds = url_seed(&u, 0, host, sizeof host, &port);
     for (int k = 0; k < nseeds; k++) {
-        store_seed(&u, k, host, sizeof host, &port);
+        url_seed(&u, k, host, sizeof host, &port);
         snprintf(shown, sizeof shown, "%s:%d", host, port);
         redisContext *c = store_dial(&u, host, port, shown, s->timeout_s, 0, err, errlen);
         if (!c) continue;
         int rc = s->node_only ? 0 : store_read_map(s, c, host, err, errlen);
         if (rc == 1 && u.db) {
             char url[600];
-            store_redact_url(s->url, url, sizeof url);
+            url_redact(s->url, url, sizeof url);
             snprintf(err, errlen, "bad Redis URL '%s': %s is a Redis Cluster node, and a cluster has only db 0", url, shown);
             redisFree(c);
             free(s->map);
@@ -489,7 +267,7 @@ static int store_connect(store *s, char *err, size_t errlen) {
         }
         if (rc == 0 && u.seeds[0]) {
             char url[600];
-            store_redact_url(s->url, url, sizeof url);
+            url_redact(s->url, url, sizeof url);
             snprintf(err, errlen, "bad Redis URL '%s': several hosts name the seed nodes of a Redis Cluster, "
                      "but %s is not in cluster mode", url, shown);
             redisFree(c);
@@ -511,7 +289,7 @@ static store *store_open_as(const char *url, double timeout_s, int node_only, ch
     if (!s) { snprintf(err, errlen, "out of memory"); return NULL; }
     s->node_only = node_only;
     snprintf(s->url, sizeof s->url, "%s", url);
-    if (store_parse_url(url, &s->u, err, errlen) < 0) { free(s); return NULL; }
+    if (url_parse(url, &s->u, err, errlen) < 0) { free(s); return NULL; }
     s->timeout_s = s->io_s = timeout_s > 0 ? timeout_s : 10;
     if (store_connect(s, err, errlen) < 0) { free(s->map); free(s); return NULL; }
     return s;
@@ -547,6 +325,8 @@ int store_broken(const store *s) { return s->broken || (!s->c && !s->map); }
 int store_pending(const store *s) { return s->pending; }
 
 int store_is_cluster(const store *s) { return s->map != NULL; }
+
+const struct cluster_map *store_map(const store *s) { return s->map; }
 
 void store_bound_io(store *s, double seconds) {
     double t = seconds > 0 && seconds < s->timeout_s ? seconds : s->timeout_s;
@@ -1135,337 +915,4 @@ long long store_reply_int(const store_reply *p) { return ((const redisReply *)p)
 size_t store_reply_count(const store_reply *p) { return ((const redisReply *)p)->elements; }
 const store_reply *store_reply_elem(const store_reply *p, size_t i) {
     return (const store_reply *)((const redisReply *)p)->element[i];
-}
-
-/* --- subscriber (main thread) ------------------------------------------- */
-
-struct store_sub {
-    struct event_base *base;
-    redisAsyncContext *ac;
-    struct event *retry;
-    char url[1024], channel[256];
-    store_message_cb cb;
-    void *arg;
-    int down_logged;
-    int attempt; /* a cluster's seeds are tried in turn */
-};
-
-static void store_sub_connect(struct store_sub *sub);
-
-static void store_sub_on_message(redisAsyncContext *ac, void *reply, void *priv) {
-    (void)ac;
-    struct store_sub *sub = priv;
-    redisReply *r = reply;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3) return;
-    if (r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "message") == 0 &&
-        r->element[2]->type == REDIS_REPLY_STRING)
-        sub->cb(r->element[2]->str, r->element[2]->len, sub->arg);
-    else if (strcmp(r->element[0]->str, "subscribe") == 0 && sub->down_logged) {
-        log_fmt(LOG_INFO, "wake-up subscriber connected again");
-        sub->down_logged = 0;
-        sub->cb(NULL, 0, sub->arg); /* (re)subscribed: wake everyone, pushes may have been missed */
-    }
-}
-
-static void store_sub_lost(struct store_sub *sub, const char *why) {
-    sub->ac = NULL;
-    if (!sub->down_logged) log_fmt(LOG_WARN, "wake-up subscriber lost Redis (%s); retrying every second", why);
-    sub->down_logged = 1;
-    struct timeval tv = {1, 0};
-    evtimer_add(sub->retry, &tv);
-}
-
-static void store_sub_on_connect(const redisAsyncContext *ac, int status) {
-    struct store_sub *sub = ac->data;
-    if (status != REDIS_OK) store_sub_lost(sub, ac->errstr);
-}
-
-static void store_sub_on_disconnect(const redisAsyncContext *ac, int status) {
-    struct store_sub *sub = ac->data;
-    (void)status;
-    if (sub) store_sub_lost(sub, ac->errstr[0] ? ac->errstr : "disconnected");
-}
-
-static void store_sub_retry(evutil_socket_t fd, short what, void *arg) {
-    (void)fd; (void)what;
-    store_sub_connect(arg);
-}
-
-static void store_sub_connect(struct store_sub *sub) {
-    struct store_url u;
-    char err[256];
-    if (store_parse_url(sub->url, &u, err, sizeof err) < 0) return;
-    if (u.master[0] && store_resolve_master(&u, 1, err, sizeof err) < 0) {
-        store_sub_lost(sub, err);
-        return;
-    }
-    /* on a Redis Cluster a PUBLISH reaches every node: any seed will do */
-    if (u.seeds[0]) store_list_pick(u.seeds, sub->attempt++, u.host, sizeof u.host, &u.port);
-    redisAsyncContext *ac = u.path[0] ? redisAsyncConnectUnix(u.path) : redisAsyncConnect(u.host, u.port);
-    if (!ac || ac->err) {
-        if (ac) redisAsyncFree(ac);
-        store_sub_lost(sub, "connect failed");
-        return;
-    }
-    ac->data = sub;
-    sub->ac = ac;
-    redisLibeventAttach(ac, sub->base);
-    redisAsyncSetConnectCallback(ac, store_sub_on_connect);
-    redisAsyncSetDisconnectCallback(ac, store_sub_on_disconnect);
-    if (u.user[0]) redisAsyncCommand(ac, NULL, NULL, "AUTH %s %s", u.user, u.password);
-    else if (u.password[0]) redisAsyncCommand(ac, NULL, NULL, "AUTH %s", u.password);
-    redisAsyncCommand(ac, store_sub_on_message, sub, "SUBSCRIBE %s", sub->channel);
-}
-
-struct store_sub *store_subscribe(struct event_base *base, const char *url, const char *channel,
-                                  store_message_cb cb, void *arg, char *err, size_t errlen) {
-    struct store_url u;
-    if (store_parse_url(url, &u, err, errlen) < 0) return NULL;
-    struct store_sub *sub = calloc(1, sizeof *sub);
-    if (!sub) return NULL;
-    sub->base = base;
-    snprintf(sub->url, sizeof sub->url, "%s", url);
-    snprintf(sub->channel, sizeof sub->channel, "%s", channel);
-    sub->cb = cb;
-    sub->arg = arg;
-    sub->retry = evtimer_new(base, store_sub_retry, sub);
-    store_sub_connect(sub);
-    return sub;
-}
-
-void store_sub_free(struct store_sub *sub) {
-    if (!sub) return;
-    if (sub->ac) {
-        sub->ac->data = NULL;
-        redisAsyncFree(sub->ac);
-    }
-    event_free(sub->retry);
-    free(sub);
-}
-
-/* --- sharded subscriber (main thread, Redis Cluster) -------------------- */
-
-/* SSUBSCRIBE to one channel per shard on the master of its slot, one
- * connection per master. hiredis 0.14's async API does not know sharded
- * Pub/Sub's replies ("smessage"), so each connection is a bufferevent read
- * with hiredis's reply parser directly. A channel whose slot moves gets a
- * "sunsubscribe" from its old node; a connection lost is retried every
- * second; either way the map is read again (store_refresh, blocking the
- * main thread for at most a second per node asked) and every channel of the
- * affected node subscribed again where its slot now is, then every thread
- * woken (messages may have been missed). Everything here belongs to the
- * main thread. */
-struct store_ssub_conn {
-    struct store_ssub *owner;
-    struct bufferevent *bev;
-    redisReader *reader;
-    int node;           /* map index; -1: unused */
-};
-
-struct store_ssub {
-    struct event_base *base;
-    store *map;         /* a cluster store, for its slot map */
-    struct event *retry;
-    int nch;
-    char **channels;
-    int *slot;          /* per channel */
-    int *on;            /* per channel: index into conns, -1: not subscribed */
-    struct store_ssub_conn conns[CLUSTER_MAX_NODES];
-    store_message_cb cb;
-    void *arg;
-    int down_logged;
-};
-
-static void store_ssub_drop(struct store_ssub_conn *c) {
-    if (c->bev) bufferevent_free(c->bev);
-    if (c->reader) redisReaderFree(c->reader);
-    c->bev = NULL;
-    c->reader = NULL;
-    c->node = -1;
-}
-
-/* Some channel lost its subscription: drop that state and try again soon. */
-static void store_ssub_later(struct store_ssub *ss, double seconds, const char *why) {
-    if (why && !ss->down_logged) {
-        log_fmt(LOG_WARN, "sharded wake-up subscriber: %s; subscribing again every second", why);
-        ss->down_logged = 1;
-    }
-    struct timeval tv = {(time_t)seconds, (suseconds_t)((seconds - (double)(time_t)seconds) * 1e6)};
-    if (!evtimer_pending(ss->retry, NULL)) evtimer_add(ss->retry, &tv);
-}
-
-static void store_ssub_on_read(struct bufferevent *bev, void *arg) {
-    struct store_ssub_conn *c = arg;
-    struct store_ssub *ss = c->owner;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    size_t len = evbuffer_get_length(in);
-    if (len && redisReaderFeed(c->reader, (const char *)evbuffer_pullup(in, -1), len) != REDIS_OK) {
-        store_ssub_drop(c);
-        store_ssub_later(ss, 1, "bad reply");
-        return;
-    }
-    evbuffer_drain(in, len);
-    void *reply;
-    while (c->reader && redisReaderGetReply(c->reader, &reply) == REDIS_OK && reply) {
-        redisReply *r = reply;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->type == REDIS_REPLY_STRING) {
-            const char *kind = r->element[0]->str;
-            if (strcmp(kind, "smessage") == 0 && r->element[2]->type == REDIS_REPLY_STRING) {
-                ss->cb(r->element[2]->str, r->element[2]->len, ss->arg);
-            } else if (strcmp(kind, "sunsubscribe") == 0 && r->element[1]->type == REDIS_REPLY_STRING) {
-                /* the slot moved away (a reshard or failover): subscribe there */
-                for (int i = 0; i < ss->nch; i++)
-                    if (strcmp(ss->channels[i], r->element[1]->str) == 0) ss->on[i] = -1;
-                store_ssub_later(ss, 0.05, NULL);
-            }
-        } else if (r->type == REDIS_REPLY_ERROR) {
-            /* a MOVED for a channel subscribed with a stale map, or AUTH refused */
-            for (int i = 0; i < ss->nch; i++)
-                if (ss->on[i] == (int)(c - ss->conns)) ss->on[i] = -1;
-            store_ssub_drop(c);
-            store_ssub_later(ss, 1, r->str);
-            freeReplyObject(r);
-            return;
-        }
-        freeReplyObject(r);
-    }
-}
-
-static void store_ssub_on_event(struct bufferevent *bev, short what, void *arg) {
-    (void)bev;
-    struct store_ssub_conn *c = arg;
-    struct store_ssub *ss = c->owner;
-    if (what & BEV_EVENT_CONNECTED) return;
-    for (int i = 0; i < ss->nch; i++)
-        if (ss->on[i] == (int)(c - ss->conns)) ss->on[i] = -1;
-    store_ssub_drop(c);
-    store_ssub_later(ss, 1, (what & BEV_EVENT_EOF) ? "a node closed the connection" : "a node is unreachable");
-}
-
-/* Writes a command (argv of n strings) in RESP to a bufferevent. */
-static void store_ssub_send(struct bufferevent *bev, int n, const char **argv) {
-    struct evbuffer *out = bufferevent_get_output(bev);
-    evbuffer_add_printf(out, "*%d\r\n", n);
-    for (int i = 0; i < n; i++) evbuffer_add_printf(out, "$%zu\r\n%s\r\n", strlen(argv[i]), argv[i]);
-}
-
-/* The connection to map node k, opened (and authenticated) when needed. */
-static struct store_ssub_conn *store_ssub_conn(struct store_ssub *ss, int k) {
-    struct store_ssub_conn *c = &ss->conns[k];
-    if (c->bev) return c;
-    const struct store_url *u = &ss->map->u;
-    const struct cluster_node *nd = &ss->map->map->nodes[k];
-    c->owner = ss;
-    c->bev = bufferevent_socket_new(ss->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    c->reader = redisReaderCreate();
-    if (!c->bev || !c->reader || bufferevent_socket_connect_hostname(c->bev, NULL, AF_UNSPEC, nd->host, nd->port) < 0) {
-        store_ssub_drop(c);
-        return NULL;
-    }
-    c->node = k;
-    bufferevent_setcb(c->bev, store_ssub_on_read, NULL, store_ssub_on_event, c);
-    bufferevent_enable(c->bev, EV_READ);
-    if (u->user[0]) store_ssub_send(c->bev, 3, (const char *[]){"AUTH", u->user, u->password});
-    else if (u->password[0]) store_ssub_send(c->bev, 2, (const char *[]){"AUTH", u->password});
-    return c;
-}
-
-/* Subscribes every channel that is not, each on the master of its slot;
- * reads the map first when some slot's master is unknown or a retry asked. */
-static void store_ssub_fill(struct store_ssub *ss, int reread) {
-    char err[256];
-    if (reread || store_broken(ss->map)) {
-        if (store_refresh(ss->map, err, sizeof err) < 0) {
-            store_ssub_later(ss, 1, err);
-            return;
-        }
-    }
-    int missing = 0, any = 0;
-    for (int i = 0; i < ss->nch; i++) {
-        if (ss->on[i] >= 0) continue;
-        int k = cluster_map_lookup(ss->map->map, ss->slot[i]);
-        struct store_ssub_conn *c = k < 0 ? NULL : store_ssub_conn(ss, k);
-        if (!c) { missing = 1; continue; }
-        store_ssub_send(c->bev, 2, (const char *[]){"SSUBSCRIBE", ss->channels[i]});
-        ss->on[i] = k;
-        any = 1;
-    }
-    if (missing) store_ssub_later(ss, 1, "a shard's master is unknown or unreachable");
-    else if (any && ss->down_logged) {
-        log_fmt(LOG_INFO, "sharded wake-up subscriber subscribed again");
-        ss->down_logged = 0;
-    }
-    if (any) ss->cb(NULL, 0, ss->arg); /* messages may have been missed meanwhile */
-}
-
-static void store_ssub_retry(evutil_socket_t fd, short what, void *arg) {
-    (void)fd; (void)what;
-    store_ssub_fill(arg, 1);
-}
-
-struct store_ssub *store_ssubscribe(struct event_base *base, const char *url, int n, const char *const *channels,
-                                    store_message_cb cb, void *arg, char *err, size_t errlen) {
-    store *s = store_open(url, 1, err, errlen);
-    if (!s) return NULL;
-    if (!s->map) {
-        snprintf(err, errlen, "not a Redis Cluster");
-        store_close(s);
-        return NULL;
-    }
-    struct store_ssub *ss = calloc(1, sizeof *ss);
-    if (!ss) { store_close(s); snprintf(err, errlen, "out of memory"); return NULL; }
-    ss->base = base;
-    ss->map = s;
-    ss->cb = cb;
-    ss->arg = arg;
-    ss->nch = n;
-    ss->channels = calloc((size_t)n + 1, sizeof *ss->channels);
-    ss->slot = calloc((size_t)n + 1, sizeof *ss->slot);
-    ss->on = calloc((size_t)n + 1, sizeof *ss->on);
-    ss->retry = evtimer_new(base, store_ssub_retry, ss);
-    for (int k = 0; k < CLUSTER_MAX_NODES; k++) ss->conns[k].node = -1;
-    if (!ss->channels || !ss->slot || !ss->on || !ss->retry) {
-        snprintf(err, errlen, "out of memory");
-        store_ssub_free(ss);
-        return NULL;
-    }
-    for (int i = 0; i < n; i++) {
-        if (!(ss->channels[i] = strdup(channels[i]))) { snprintf(err, errlen, "out of memory"); store_ssub_free(ss); return NULL; }
-        ss->slot[i] = cluster_key_slot(channels[i], strlen(channels[i]));
-        ss->on[i] = -1;
-    }
-    store_ssub_fill(ss, 0);
-    return ss;
-}
-
-int store_ssub_add(struct store_ssub *ss, const char *channel) {
-    for (int i = 0; i < ss->nch; i++)
-        if (strcmp(ss->channels[i], channel) == 0) return 0;
-    size_t n = (size_t)ss->nch + 1;
-    char **ch = realloc(ss->channels, (n + 1) * sizeof *ch);
-    if (ch) ss->channels = ch;
-    int *slot = ch ? realloc(ss->slot, (n + 1) * sizeof *slot) : NULL;
-    if (slot) ss->slot = slot;
-    int *on = slot ? realloc(ss->on, (n + 1) * sizeof *on) : NULL;
-    if (on) ss->on = on;
-    char *copy = on ? strdup(channel) : NULL;
-    if (!copy) return -1;
-    ss->channels[ss->nch] = copy;
-    ss->slot[ss->nch] = cluster_key_slot(channel, strlen(channel));
-    ss->on[ss->nch] = -1;
-    ss->nch++;
-    store_ssub_fill(ss, 0);
-    return 0;
-}
-
-void store_ssub_free(struct store_ssub *ss) {
-    if (!ss) return;
-    for (int k = 0; k < CLUSTER_MAX_NODES; k++) store_ssub_drop(&ss->conns[k]);
-    for (int i = 0; ss->channels && i < ss->nch; i++) free(ss->channels[i]);
-    free(ss->channels);
-    free(ss->slot);
-    free(ss->on);
-    if (ss->retry) event_free(ss->retry);
-    store_close(ss->map);
-    free(ss);
 }

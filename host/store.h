@@ -1,39 +1,17 @@
 /* store.h - Redis access: one synchronous connection per thread, the embedded
- * queue scripts (EVALSHA, reloaded on NOSCRIPT), pipelines, and the wake-up
- * subscriber on the main thread's event loop. The only module that includes
- * hiredis; callers see opaque replies through accessors. */
+ * queue scripts (EVALSHA, reloaded on NOSCRIPT), pipelines; on a Redis
+ * Cluster, routing by slot. Callers see opaque replies through accessors
+ * (the wake-up subscribers are sub.c's, REDIS_URL's parsing url.c's). */
 #ifndef LUAKIQ_STORE_H
 #define LUAKIQ_STORE_H
 #include <stddef.h>
 
-struct event_base;
+struct cluster_map;
+struct url;
 typedef struct store store;
 typedef struct store_reply store_reply;
 
 enum store_type { STORE_STRING, STORE_ARRAY, STORE_INTEGER, STORE_NIL, STORE_STATUS, STORE_ERROR };
-
-/* A parsed REDIS_URL: redis://[[user]:password@]host[:port][,host[:port]...][/db]
- * (several hosts: seed nodes of a Redis Cluster), redis+sentinel://... or
- * unix:///path[?db=N]. */
-struct store_url {
-    char host[256];
-    int port;
-    char path[512];      /* unix socket path, when set */
-    char user[128];      /* Redis 6 ACL user ("" = AUTH with the password alone) */
-    char master[128];    /* redis+sentinel://: the master's name ("" = a plain URL) */
-    char sentinels[512]; /* redis+sentinel://: "host:port,host:port,..." */
-    char seeds[512];     /* redis://h1:p1,h2:p2/: a Redis Cluster's seed nodes ("" = one host) */
-    char password[256];
-    int db;
-};
-int store_parse_url(const char *url, struct store_url *out, char *err, size_t errlen);
-
-/* The one URL redactor (Redis and HTTP URLs, in every message, log, page
- * and metric): the userinfo of scheme://USERINFO@host becomes "***" (up to
- * the last '@' before the query: a password may hold an unencoded '@'), and
- * every password=VALUE query parameter's value "***". Writes a NUL-terminated
- * copy into out (truncated to outlen); returns the full length. Any thread. */
-size_t store_redact_url(const char *url, char *out, size_t outlen);
 
 /* Connects (AUTH, SELECT); NULL and a one-line reason in err on failure.
  * timeout_s bounds connect and every command. The store belongs to the caller's thread. */
@@ -98,25 +76,14 @@ const char *store_script_source(const char *name, size_t *len);
  * -1 when the table is full or the name too long. */
 int store_script_define(const char *name, const char *src, size_t len);
 
-/* Main thread only: subscribes to channel on the event loop, calling cb for
- * every message, and reconnects every second while Redis is away. */
-typedef void (*store_message_cb)(const char *msg, size_t len, void *arg);
-struct store_sub;
-struct store_sub *store_subscribe(struct event_base *base, const char *url, const char *channel,
-                                  store_message_cb cb, void *arg, char *err, size_t errlen);
-void store_sub_free(struct store_sub *sub);
-
-/* Main thread only, Redis Cluster only: SSUBSCRIBEs each of the n channels
- * (sharded Pub/Sub) on the master of its slot, calling cb for every
- * message, and follows slots that move and nodes that go away (cb(NULL, 0)
- * after subscribing again: wake everyone). NULL with err when url is not
- * a cluster or cannot be reached now. */
-struct store_ssub;
-struct store_ssub *store_ssubscribe(struct event_base *base, const char *url, int n, const char *const *channels,
-                                    store_message_cb cb, void *arg, char *err, size_t errlen);
-/* Main thread: one more channel (a shard created by a reshard while the host
- * runs), subscribed on its slot's master; 0 when known already or added. */
-int store_ssub_add(struct store_ssub *ss, const char *channel);
-void store_ssub_free(struct store_ssub *ss);
+/* The parts sub.c's subscribers share with a store. store_resolve_master:
+ * asks the sentinels of a redis+sentinel:// URL (in order, the first that
+ * answers) where its master is, into u->host and u->port; blocks up to
+ * timeout_s per sentinel (at most 2 s each). store_map: a cluster store's
+ * slot map (NULL: one Redis), valid until store_refresh, which reads it
+ * again from the first node that answers. Any thread, for its own store. */
+int store_resolve_master(struct url *u, double timeout_s, char *err, size_t errlen);
+const struct cluster_map *store_map(const store *s);
+int store_refresh(store *s, char *err, size_t errlen);
 
 #endif

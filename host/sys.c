@@ -21,6 +21,7 @@
 #include <openssl/hmac.h>
 #include <lua.h>
 #include <lauxlib.h>
+#include "calls.h"
 #include "core.h"
 #include "proc.h"
 #include "runner.h"
@@ -211,8 +212,7 @@ static int sys_execute(lua_State *L) {
         double now = runner_monotonic();
         if (until > 0 && now >= until) {
             if (!killed) {
-                struct runner *r = runner_self();
-                if (r) runner_set_ending(r, 3); /* TERM, KILL 2 s later: not stuck meanwhile */
+                if (calls_self()) calls_set_ending(calls_self(), 3); /* TERM, KILL 2 s later: not stuck meanwhile */
                 kill(-pid, SIGTERM);
                 killed = now;
             }
@@ -222,7 +222,7 @@ static int sys_execute(lua_State *L) {
         nanosleep(&ts, NULL);
     }
     core_io_end();
-    if (killed && runner_self()) runner_set_ending(runner_self(), 0);
+    if (killed && calls_self()) calls_set_ending(calls_self(), 0);
     if (killed) return core_raise_timeout(L);
     lua_pushinteger(L, status);
     return 1;

@@ -32,9 +32,29 @@ int vm_pcall(lua_State *L, int nargs, int nresults) {
     return rc;
 }
 
+/* Pushes the bytes of the file at path as a string: a page kept as a file
+ * (scripts/luakiq/x.html), whose module is its bytes (cmake/embed.lua).
+ * Raises when the file cannot be read. */
+static void vm_push_file(lua_State *L, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) luaL_error(L, "cannot open %s", path);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    size_t n;
+    do {
+        char *p = luaL_prepbuffer(&b);
+        n = fread(p, 1, LUAL_BUFFERSIZE, f);
+        luaL_addsize(&b, n);
+    } while (n == LUAL_BUFFERSIZE);
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) luaL_error(L, "cannot read %s", path);
+    luaL_pushresult(&b);
+}
+
 /* package.preload loader for an embedded module (upvalue 1: the embed index).
  * With LUAKIQ_SCRIPTS set (the source tree's scripts/), the same module is
- * read from the source tree. */
+ * read from the source tree; an .html file's module is the file's bytes. */
 static int vm_load_embedded(lua_State *L) {
     const struct embed_file *e = &embed_files[lua_tointeger(L, lua_upvalueindex(1))];
     const char *dir = getenv("LUAKIQ_SCRIPTS");
@@ -44,6 +64,11 @@ static int vm_load_embedded(lua_State *L) {
         /* LUAKIQ_SCRIPTS names scripts/; workers/ sits beside it */
         if (strncmp(e->path, "scripts/", 8) == 0) snprintf(path, sizeof path, "%s/%s", dir, e->path + 8);
         else snprintf(path, sizeof path, "%s/../%s", dir, e->path);
+        size_t len = strlen(path);
+        if (len > 5 && strcmp(path + len - 5, ".html") == 0) {
+            vm_push_file(L, path);
+            return 1;
+        }
         rc = luaL_loadfile(L, path);
     } else {
         rc = luaL_loadbuffer(L, (const char *)e->bytes, e->len, e->path);

@@ -57,6 +57,21 @@ match() { # match DESCRIPTION REGEX ACTUAL
   fi
   return 0
 }
+# refused DESCRIPTION CODE REGEX ACTUAL: ACTUAL is a script's refusal
+# (docs/redis.md, "Errors") of the code word CODE, its text matching REGEX.
+# Redis wraps a script's error: "ERR CODE ... script: SHA, on
+# @user_script:N." (Redis >= 7), "ERR Error running script (call to f_SHA):
+# @user_script:N: CODE ..." (6.2); a client reads the code word after that.
+refused() {
+  local text=${4#ERR }
+  [[ $text =~ ^Error\ running\ script\ \(call\ to\ f_[0-9a-f]+\):\ @user_script:[0-9]+:\ (.*)$ ]] && text=${BASH_REMATCH[1]}
+  if [[ $4 == "ERR "* && ${text%% *} == "$2" && $text =~ $3 ]]; then
+    PASS=$((PASS + 1)); [ $VERBOSE = 1 ] && echo "ok   $1"
+  else
+    FAIL=$((FAIL + 1)); echo "FAIL $1"; echo "     expected: $2, matching $3"; echo "     actual: $4"
+  fi
+  return 0
+}
 # rc PREFIX ID: the id's entry in the retries index, "fresh" when absent
 # (the index holds only retry_count >= 0).
 rc() { local v; v=$(r ZSCORE "${1}retries" "$2"); echo "${v:-fresh}"; }
@@ -89,6 +104,11 @@ mput() {
     if ARGV[3] ~= "" then redis.call("HSET", KEYS[1] .. "morgue:errors", ARGV[1], ARGV[3]) end' \
     1 "$p" "$id" "$at" "$err" "$@" >/dev/null
 }
+# fh ARG...: fetch.lua's reply, its header only (OK, batch, head, restored,
+# acked, n): each job is one element for the host to decode (its member of
+# P jobs or its busy record, luakiq.runner.queue's parse_fetch); what went
+# in flight is read with busy.lua (bentry, "ev busy").
+fh() { ev fetch "$@" | cut -d'|' -f1-6; }
 # bhas P ID: 1 when the id is in flight.
 bhas() { r HEXISTS "${1}busy" "$2"; }
 # bentry P ID: the in-flight job's perform_in and retry_count, one a line.
@@ -101,7 +121,7 @@ P="$NS:{Q:0}:"
 # ---------------------------------------------------------------- register
 check "register stores the count" "5" "$(ev register $NS:queues Q 5)"
 check "register keeps the first count" "5" "$(ev register $NS:queues Q 7)"
-match "register rejects a bad count" "shards_count must be an integer" "$(ev register $NS:queues Z 0)"
+refused "register rejects a bad count" BADARG "shards_count must be an integer" "$(ev register $NS:queues Z 0)"
 
 # ---------------------------------------------------------------- push
 r FLUSHALL >/dev/null
@@ -123,11 +143,11 @@ check "head moved earlier (100 -> 30) publishes" "$((pub0 + 2))" "$(publishes)"
 ev push "$P" "" 50 c 1 -1 1 x >/dev/null
 check "channel \"\" never publishes" "$((pub0 + 2))" "$(publishes)"
 check "push returns the new head" "0|1" "$(ev push "$P" "$CH" 50 c 0.5 -1 1 x)"
-match "push rejects nan perform_in" "perform_in must be a finite number" "$(ev push "$P" "$CH" 50 d 1 -1 1 x e nan -1 1 x)"
-match "push rejects inf score" "score must be a finite number" "$(ev push "$P" "$CH" 50 d 1 -1 inf x)"
+refused "push rejects nan perform_in" BADARG "perform_in must be a finite number" "$(ev push "$P" "$CH" 50 d 1 -1 1 x e nan -1 1 x)"
+refused "push rejects inf score" BADARG "score must be a finite number" "$(ev push "$P" "$CH" 50 d 1 -1 inf x)"
 check "a rejected push writes nothing" "0" "$(qhas "$P" d)"
-match "push rejects a bad group count" "groups of 5" "$(ev push "$P" "$CH" 50 d 1 -1 1)"
-match "push rejects an empty id" "id is empty" "$(ev push "$P" "$CH" 50 '' 1 -1 1 x)"
+refused "push rejects a bad group count" BADARG "groups of 5" "$(ev push "$P" "$CH" 50 d 1 -1 1)"
+refused "push rejects an empty id" BADARG "id is empty" "$(ev push "$P" "$CH" 50 '' 1 -1 1 x)"
 r FLUSHALL >/dev/null
 r SUBSCRIBE "$CH" >"$DIR/sub.out" &
 SUBPID=$!
@@ -139,10 +159,13 @@ check "the wake message is the shard prefix" "subscribe|$CH|1|message|$CH|$P" "$
 
 # ---------------------------------------------------------------- fetch
 r FLUSHALL >/dev/null
-ev push "$P" "" 50 j20 20 -1 1 x j100 100 -1 1 x jneg -5 -1 2 q jneg -5 -1 1 p j10 10 2 1 x >/dev/null
+ev push "$P" "" 50 j20 20 -1 1 x j100 100 -1 1 x jneg -5 -1 2 q jneg -5 -1 1 p >/dev/null
+# (j10 waits in later, as a job failed back does, with its error)
+ev push "$P" "" 5 j10 10 2 1 x >/dev/null
 r HSET "${P}errors" j10 E10 >/dev/null
-check "fetch: due jobs by perform_in (-inf included), payloads by score" \
-  "OK|1|20|0|0|2|jneg|-5|-1||2|p|q|j10|10|2|E10|1|x" "$(ev fetch "$P" A 10000 50 2 '' 1)"
+check "fetch: the due jobs by perform_in (-inf included)" "OK|1|20|0|0|2" "$(fh "$P" A 10000 50 2 '' 1)"
+INFLIGHT="2|jneg|-5|-1||2|p|1|q|2|j10|10|2|E10|1|x|1"
+check "fetch: in flight, payloads by score, retry_count and error" "$INFLIGHT" "$(ev busy "$P")"
 check "fetch: lease taken" "A" "$(r GET "${P}lease")"
 check "fetch: holder set" "A" "$(r GET "${P}holder")"
 match "fetch: lease has a ttl" "^[0-9]+$" "$(r PTTL "${P}lease")"
@@ -152,11 +175,12 @@ check "fetch: error moved to busy:errors" "|E10" "$(r HGET "${P}errors" j10)|$(r
 check "fetch: payloads renamed to busy" "0|1" "$(qhas "$P" jneg)|$(bhas "$P" jneg)"
 match "fetch: another token is refused with the pttl" "^LEASE\|[0-9]+$" "$(ev fetch "$P" B 10000 50 2 1 1)"
 check "a refused fetch changes nothing" "2|j20|j100" "$(r HLEN "${P}busy")|$(qids "$P" perform_in)"
-check "fetch without ack redelivers the batch in flight" \
-  "OK|1|20|0|0|2|jneg|-5|-1||2|p|q|j10|10|2|E10|1|x" "$(ev fetch "$P" A 10000 50 2 '' 1)"
+check "fetch without ack redelivers the batch in flight" "OK|1|20|0|0|2" "$(fh "$P" A 10000 50 2 '' 1)"
+check "redelivered: the same jobs in flight" "$INFLIGHT" "$(ev busy "$P")"
 check "ack with a wrong batch id acks nothing" "OK||20|0|0|0" "$(ev fetch "$P" A 10000 50 2 7 0)"
 check "busy still there" "2" "$(r HLEN "${P}busy")"
-check "ack + fetch in one call" "OK|2|100|0|2|1|j20|20|-1||1|x" "$(ev fetch "$P" A 10000 50 2 1 1)"
+check "ack + fetch in one call" "OK|2|100|0|2|1" "$(fh "$P" A 10000 50 2 1 1)"
+check "ack + fetch: the next job in flight" "1|j20|20|-1||1|x|1" "$(ev busy "$P")"
 check "ack: counters processed" "2" "$(r HGET "${P}counters" processed)"
 check "ack: busy keys of the acked batch gone" "0|0|0" \
   "$(bhas "$P" jneg)|$(r EXISTS "${P}busy:errors")|$(bhas "$P" j10)"
@@ -164,32 +188,34 @@ check "ack is idempotent (re-sent call)" "OK||100|0|0|0" "$(ev fetch "$P" A 1000
 check "ack batch 2, nothing due" "OK||100|0|1|0" "$(ev fetch "$P" A 10000 50 2 2 1)"
 check "counters processed 3" "3" "$(r HGET "${P}counters" processed)"
 check "limit 0 fetches nothing" "OK||100|0|0|0" "$(ev fetch "$P" A 10000 200 0 '' 1)"
-match "fetch rejects a bad limit" "limit must be an integer" "$(ev fetch "$P" A 10000 50 -1 '' 1)"
-match "fetch rejects nan now" "now must be a finite number" "$(ev fetch "$P" A 10000 nan 1 '' 1)"
-match "fetch rejects a bad lease_ms" "lease_ms must be a positive integer" "$(ev fetch "$P" A 0 50 1 '' 1)"
-# A queued id without a payload key is dropped, not fetched.
+refused "fetch rejects a bad limit" BADARG "limit must be an integer" "$(ev fetch "$P" A 10000 50 -1 '' 1)"
+refused "fetch rejects nan now" BADARG "now must be a finite number" "$(ev fetch "$P" A 10000 nan 1 '' 1)"
+refused "fetch rejects a bad lease_ms" BADARG "lease_ms must be a positive integer" "$(ev fetch "$P" A 0 50 1 '' 1)"
+# A queued id whose payloads do not decode is taken out of the queue: its
+# record goes to the host, which drops it (it leaves with the batch's ack).
 # (layout 2: a record that does not decode, in P later)
 r ZADD "${P}later" 1 ghost >/dev/null; r ZADD "${P}retries" -1 ghost >/dev/null
 r EVAL "redis.call('ZADD', KEYS[1] .. 'jobs', 0, 'ghost\\0\\0lxx')" 1 "$P" >/dev/null
-check "fetch drops an id without payloads" "OK||100|0|0|0" "$(ev fetch "$P" A 10000 50 5 '' 1)"
+check "fetch hands an id without payloads to the host" "OK|3|100|0|0|1" "$(fh "$P" A 10000 50 5 '' 1)"
 check "dropped id gone" "0|0" "$(r ZSCORE "${P}later" ghost | grep -c .)|$(r ZLEXCOUNT "${P}jobs" "[ghost" "(ghosu")"
 
 # Restore on a new holder, exactly once; merge with a job pushed meanwhile.
 r FLUSHALL >/dev/null
-ev push "$P" "" 50 x 10 1 5 p1 x 10 1 6 p2 y 11 -1 1 y >/dev/null
+ev push "$P" "" 1 x 10 1 5 p1 x 10 1 6 p2 y 11 -1 1 y >/dev/null # (in later: x with its error)
 r HSET "${P}errors" x EX >/dev/null
 check "A fetches x, y" "OK|1|" "$(ev fetch "$P" A 10000 50 5 '' 1 | cut -d'|' -f1-3)"
 ev push "$P" "" 50 x 1 -1 3 p1 x 1 -1 7 p3 >/dev/null
 check "pushed meanwhile: a separate queued job" "1|fresh" "$(qpin "$P" x)|$(rc "${P}" x)"
 r DEL "${P}lease" >/dev/null   # A's lease expires
-check "B acquires: restores 2 in-flight jobs, then fetches them" \
-  "OK|2||2|0|2|x|10|1|EX|3|p1|p2|p3|y|11|-1||1|y" "$(ev fetch "$P" B 10000 50 5 '' 1)"
+check "B acquires: restores 2 in-flight jobs, then fetches them" "OK|2||2|0|2" "$(fh "$P" B 10000 50 5 '' 1)"
+check "B's in flight: x merged with its pushed payload, its retry_count and error kept" \
+  "2|x|10|1|EX|3|p1|3|p2|6|p3|7|y|11|-1||1|y|1" "$(ev busy "$P")"
 check "holder is B" "B" "$(r GET "${P}holder")"
 check "B renews and acks: no second restore" "OK|||0|2|0" "$(ev fetch "$P" B 10000 50 5 2 0)"
 check "B acked them" "2" "$(r HGET "${P}counters" processed)"
 match "A is fenced out" "^LEASE\|[0-9]+$" "$(ev fetch "$P" A 10000 50 5 1 0)"
 # Restore without a fetch: restored jobs keep their perform_in/retry_count/error.
-ev push "$P" "" 50 z 5 3 1 zz >/dev/null
+ev push "$P" "" 1 z 5 3 1 zz >/dev/null # (in later, with its error)
 r HSET "${P}errors" z EZ >/dev/null
 ev fetch "$P" B 10000 50 5 '' 1 >/dev/null
 ev push "$P" "" 50 z 1 -1 0.5 zz >/dev/null
@@ -207,8 +233,8 @@ r FLUSHALL >/dev/null
 ev push "$P" "" 50 l1 1 -1 1 x l2 2 -1 1 x l3 3 -1 1 x >/dev/null
 B1=$(ev fetch "$P" A 10000 50 1 '' 1 | cut -d'|' -f2)
 ev fetch "$P" A 10000 50 1 "$B1" 1 >/dev/null
-check "re-sent ack+fetch redelivers batch 2 unacked" "OK|$((B1 + 1))|3|0|0|1|l2|2|-1||1|x" \
-  "$(ev fetch "$P" A 10000 50 1 "$B1" 1)"
+check "re-sent ack+fetch redelivers batch 2 unacked" "OK|$((B1 + 1))|3|0|0|1" "$(fh "$P" A 10000 50 1 "$B1" 1)"
+check "batch 2 in flight" "1|l2|2|-1||1|x|1" "$(ev busy "$P")"
 check "processed counts batch 1 once" "1" "$(r HGET "${P}counters" processed)"
 
 # Holder re-acquire: the lease expired, nobody took it, the same holder acks.
@@ -273,8 +299,8 @@ check "the unlisted id g is back with its own values" "500|fresh|g9|9" \
 r DEL "${P}lease" >/dev/null
 r SET "${P}holder" Z >/dev/null
 check "fail refused when the lease is free and another was the holder" "LEASE|-2" "$(ev fail "$P" A 10000 100 '' 3 E f 1)"
-match "fail rejects odd pairs" "ARGV must be" "$(ev fail "$P" Z 10000 100 '' 3 E f)"
-match "fail rejects a nan perform_in" "perform_in of 'f' must be a finite" "$(ev fail "$P" Z 10000 100 '' 3 E f nan)"
+refused "fail rejects odd pairs" BADARG "ARGV must be" "$(ev fail "$P" Z 10000 100 '' 3 E f)"
+refused "fail rejects a nan perform_in" BADARG "perform_in of 'f' must be a finite" "$(ev fail "$P" Z 10000 100 '' 3 E f nan)"
 # "done" ids: a batch performed in several perform calls (fetch_size > batch_size).
 D="$NS:{Q:9}:"
 ev push "$D" '' 10 a 1 -1 10 pa b 2 -1 10 pb c 3 -1 10 pc >/dev/null
@@ -353,9 +379,9 @@ check "failures groups a shard's queued errors" \
   "$(ev failures "$P" queued 0 500 "" 1 | sed 's/|q2|/|q1|/')"
 check "failures groups the dead ones" "0|2|order <n> not found|1|0|disk full|1|0" "$(ev failures "$P" dead 0 500 "" 0)"
 check "failures with a group: its ids" "0|d1" "$(ev failures "$P" dead 0 500 "order <n> not found" 0)"
-match "failures refuses a bad where" "where must be queued or dead" "$(ev failures "$P" busy 0 500 "" 0)"
-match "failures refuses a bad cursor" "cursor must be an integer" "$(ev failures "$P" dead x 500 "" 0)"
-match "failures refuses count 0" "count must be 1..10000" "$(ev failures "$P" dead 0 0 "" 0)"
+refused "failures refuses a bad where" BADARG "where must be queued or dead" "$(ev failures "$P" busy 0 500 "" 0)"
+refused "failures refuses a bad cursor" BADARG "cursor must be an integer" "$(ev failures "$P" dead x 500 "" 0)"
+refused "failures refuses count 0" BADARG "count must be 1..10000" "$(ev failures "$P" dead 0 0 "" 0)"
 r HSET "${P}errors" $(for i in $(seq 1 1000); do echo "x$i" "job-$i-failed"; done) >/dev/null
 first=$(ev failures "$P" queued 0 50 "job-<n>-failed" 0)
 match "failures on a big hash: one bounded step, then a cursor" "^[1-9][0-9]*\|x" "$first"
@@ -462,7 +488,8 @@ check "perform_in page across ready, later and the levels at 30" "3|r6|30|l3|30|
 r FLUSHALL >/dev/null
 ev push "$P" "" 50 g1 10 -1 10 x >/dev/null
 r EVAL 'redis.call("ZADD", KEYS[1] .. "jobs", 0, "jx\0\0r\193junk") redis.call("RPUSH", KEYS[1] .. "ready", "jx")' 1 "$P" >/dev/null
-check "fetch passes a junk record met in ready: g1 taken" "1|g1" "$(ev fetch "$P" A 10000 60 10 '' 1 | cut -d'|' -f6-7)"
+check "fetch passes a junk record met in ready: g1 taken" "1|1|g1" \
+  "$(fh "$P" A 10000 60 10 '' 1 | cut -d'|' -f6)|$(ev busy "$P" | cut -d'|' -f1-2)"
 check "the junk member goes with its ready entry" "0|0" "$(r ZCARD "${P}jobs")|$(r LLEN "${P}ready")"
 
 # ---------------------------------------------------------------- stats, heads, busy
@@ -518,12 +545,19 @@ check "range: fresh only, retried only, (-1 exclusive" "a,c,e|d,b,f|f,b,d" \
 r DEL "${R}retries" >/dev/null   # no retried job: the fresh page is a rank lookup
 check "rank path, asc and desc with offset" "c,d|e,d" \
   "$(ids_of "$(ev jobs "$R" queue retry_count asc -inf +inf 2 2)")|$(ids_of "$(ev jobs "$R" queue retry_count desc -inf +inf 1 2)")"
-match "bad score bound" "bad score bound" "$(ev jobs "$R" queue retry_count asc x +inf 0 10)"
+refused "bad score bound" BADRANGE "bad score bound" "$(ev jobs "$R" queue retry_count asc x +inf 0 10)"
 # push: retry_count >= 0 enters the index only for an id not queued, first occurrence wins
 ev push "$R" "" 60 a 1 5 1 y g 1 -1 1 y g 1 3 1 y h 1 4 1 y h 1 -1 1 y >/dev/null
 check "push rc >= 0: queued a keeps -1, g's first (-1) wins, new h gets 4" "fresh|fresh|4" "$(rc "$R" a)|$(rc "$R" g)|$(rc "$R" h)"
-match "jobs rejects a bad order" "bad what/order" "$(ev jobs "$P" queue updated_at asc - + 0 10)"
-match "jobs rejects a bad dir" "dir must be" "$(ev jobs "$P" queue id up - + 0 10)"
+refused "jobs rejects a bad order" BADRANGE "bad what/order" "$(ev jobs "$P" queue updated_at asc - + 0 10)"
+refused "jobs rejects a bad dir" BADRANGE "dir must be" "$(ev jobs "$P" queue id up - + 0 10)"
+refused "jobs: a bad bound of a set read by rank is the script's refusal, not Redis's" BADRANGE "bad score bound 'x'" \
+  "$(ev jobs "$P" morgue updated_at asc x +inf 0 10)"
+refused "jobs: a score bound with a trailing space (ZRANGEBYSCORE refuses it)" BADRANGE "bad score bound" \
+  "$(ev jobs "$P" queue perform_in asc '1 ' +inf 0 10)"
+refused "jobs: a bad lex bound" BADRANGE "bad lex bound 'x'" "$(ev jobs "$P" queue id asc x + 0 10)"
+match "jobs: exclusive infinite bounds, as ZRANGEBYSCORE takes them" "^[0-9]+" \
+  "$(ev jobs "$P" morgue updated_at asc '(-inf' '(+inf' 0 10)|$(ev jobs "$P" queue perform_in desc '(-inf' '(inf' 0 10)"
 mput "$P" ma 300 "" x 1 y 2
 mput "$P" mb 100 EMB z 1
 MA="ma|300||2|x|1|y|2"
@@ -536,9 +570,9 @@ check "morgue jobs by updated_at desc, offset" "1|$MB" "$(ev jobs "$P" morgue up
 # ---------------------------------------------------------------- scores survive
 r FLUSHALL >/dev/null
 ev push "$P" "" 1700000000.5 fl 1700000000.123456 -1 1700000000.25 x >/dev/null
-check "fractional perform_in comes back as a Redis score string" \
-  "OK|1||0|0|1|fl|1700000000.123456|-1||1|x" "$(ev fetch "$P" A 10000 1700000000.5 1 '' 1)"
-check "and the fractional score, in the busy listing" "1|fl|1700000000.123456|-1||1|x|1700000000.25" "$(ev busy "$P")"
+check "fetch of a fractional perform_in" "OK|1||0|0|1" "$(fh "$P" A 10000 1700000000.5 1 '' 1)"
+check "its perform_in and score in flight, as Redis score strings" "1|fl|1700000000.123456|-1||1|x|1700000000.25" \
+  "$(ev busy "$P")"
 
 # ---------------------------------------------------------------- tags, tagged
 r FLUSHALL >/dev/null
@@ -548,8 +582,8 @@ check "push with tags: the id's tags, sorted" $'a\nb' "$(r HGET "${P}tags" ta)"
 check "and one set per tag" "ta|ta" "$(r SMEMBERS "${P}tag:a")|$(r SMEMBERS "${P}tag:b")"
 ev push "$P" "" 10 ta 10 -1 10 y "" tags 1 $'a\nc' >/dev/null
 check "push of a queued id: union, sorted" $'a\nb\nc' "$(r HGET "${P}tags" ta)"
-match "push: bad tags refused" "tags must be" "$(ev push "$P" "" 10 tb 10 -1 10 x "" tags 1 $'a\n\nb')"
-match "push: a control character refused" "tags must be" "$(ev push "$P" "" 10 tb 10 -1 10 x "" tags 1 $'a\tb')"
+refused "push: bad tags refused" BADARG "tags must be" "$(ev push "$P" "" 10 tb 10 -1 10 x "" tags 1 $'a\n\nb')"
+refused "push: a control character refused" BADARG "tags must be" "$(ev push "$P" "" 10 tb 10 -1 10 x "" tags 1 $'a\tb')"
 check "and nothing written" "0" "$(r ZSCORE "${P}queue" tb | grep -c .)"
 check "tagged: id, state, tags (one a line)" '0|ta|queued|a|b|c' "$(ev tagged "$P" a 0 100)"
 ev delete "$P" ta >/dev/null
@@ -562,8 +596,8 @@ check "push of an id that is gone replaces its tags" "new|0" "$(r HGET "${P}tags
 ev delete "$P" tc >/dev/null
 ev push "$P" "" 10 tc 10 -1 10 x >/dev/null
 check "and a push without tags drops them" "0" "$(r HEXISTS "${P}tags" tc)"
-match "tagged: bad count refused" "count must be" "$(ev tagged "$P" a 0 0)"
-match "tagged: bad cursor refused" "cursor must be" "$(ev tagged "$P" a x 10)"
+refused "tagged: bad count refused" BADARG "count must be" "$(ev tagged "$P" a 0 0)"
+refused "tagged: bad cursor refused" BADARG "cursor must be" "$(ev tagged "$P" a x 10)"
 
 # ---------------------------------------------------------------- schedule
 r FLUSHALL >/dev/null
@@ -588,10 +622,16 @@ check "schedule: a due tick below the tail goes to later" "1|70" \
 check "schedule: a new schedule skips a tick over 60 s old (records it)" "0|0|10" \
   "$(ev schedule "$P" s4 10 400 "" j4 p)|$(qhas "$P" j4)|$(r HGET "${P}schedules" s4)"
 r SET "${P}shards" 7 >/dev/null
-match "schedule: routed with another shards_count: refused" "resharded: queue has 7 shards, the schedule used 5" \
+refused "schedule: routed with another shards_count: refused, the counts in the error" RESHARDED "^RESHARDED 7 5( |$)" \
   "$(ev schedule "$P" s1 900 900 "" j1 pay 5)"
-check "schedule: fetch takes them in perform_in order" "j3|j1" \
-  "$(ev fetch "$P" A 10000 450 10 '' 1 | tr '|' '\n' | grep -x 'j[0-9]' | paste -sd'|' -)"
+refused "push: routed with another shards_count: refused" RESHARDED "^RESHARDED 7 5( |$)" \
+  "$(ev push "$P" "" 900 jr 900 -1 900 x "" shards 5)"
+refused "push, the short form: routed with another shards_count: refused" RESHARDED "^RESHARDED 7 5( |$)" \
+  "$(ev push "$P" "" 900 "" ids 900 -1 900 x jr "" shards 5)"
+check "push: nothing written when refused; the shard's own count taken" "0|1" \
+  "$(qhas "$P" jr)|$(ev push "$P" "" 900 jr 900 -1 900 x "" shards 7 >/dev/null; qhas "$P" jr)"
+check "schedule: fetch takes them both" "OK|2" "$(fh "$P" A 10000 450 10 '' 1 | cut -d'|' -f1,6)"
+check "schedule: in flight in perform_in order" "j3|j1" "$(ev busy "$P" | tr '|' '\n' | grep -x 'j[0-9]' | paste -sd'|' -)"
 
 # ---------------------------------------------------------------- reshard
 # Shard 0 -> shard 1 of queue Q (token T): reshard_out stages, the host
@@ -610,7 +650,11 @@ r EVAL "redis.call('ZADD', KEYS[1] .. 'morgue:jobs', 0, 'c\0\0' .. cmsgpack.pack
 # payload and a lower score for pb2; c dead earlier
 ev push "$P1" "" 100 b 20 -1 0.5 pb2 b 20 -1 7 pbx "" priority 1 9 "" tags 1 t3 >/dev/null
 r EVAL "redis.call('ZADD', KEYS[1] .. 'morgue:jobs', 0, 'c\0\0' .. cmsgpack.pack('dead1', 5, 'dead3', 3)) redis.call('ZADD', KEYS[1] .. 'morgue', 65, 'c') redis.call('HSET', KEYS[1] .. 'morgue:errors', 'c', 'old')" 1 "$P1" >/dev/null
-match "reshard_out: refused without the lease" "not frozen and leased" "$(ev reshard_out "$P1" T a)"
+refused "reshard_out: refused without the lease" FENCED "not frozen and leased" "$(ev reshard_out "$P1" T a)"
+r SET "${P1}lease" T >/dev/null
+r HSET "${P1}busy" x y >/dev/null
+refused "reshard_out: refused while jobs are in flight" INFLIGHT "jobs are in flight" "$(ev reshard_out "$P1" T a)"
+r DEL "${P1}lease" "${P1}busy" >/dev/null
 check "reshard_out: ids with something staged" "a|b|c" "$(ev reshard_out "$P" T a b c nothing | tr '|' '\n' | grep -x '[a-z]*' | paste -sd'|' -)"
 check "reshard_out: the shard's keys emptied, a's ready entry stale" "0|0|0|0|0|1|0|0|0|0" \
   "$(r ZCARD "${P}jobs")|$(r ZCARD "${P}later")|$(r EXISTS "${P}queue:7")|$(r ZCARD "${P}morgue")|$(r ZCARD "${P}morgue:jobs")|$(r HGET "${P}stale" a)|$(r EXISTS "${P}retries")|$(r EXISTS "${P}errors")|$(r EXISTS "${P}tags")|$(r EXISTS "${P}expires:b")"
@@ -641,9 +685,9 @@ r FLUSHALL >/dev/null
 P='luakiq:{W:0}:'
 SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff
 ev push "$P" "" 100 a 100 -1 100 pa >/dev/null
-B=$(ev fetch "$P" A 10000 100 10 '' 1 0 members | cut -d'|' -f2)
+B=$(ev fetch "$P" A 10000 100 10 '' 1 0 | cut -d'|' -f2)
 check "a fetch of a shard that never awaited has no waits section" "OK|1|0|0|1|0" \
-  "$(ev fetch "$P" A 10000 100 10 '' 1 0 members | cut -d'|' -f1-2,4-6,8)|$(r EXISTS "${P}waits:seq")"
+  "$(ev fetch "$P" A 10000 100 10 '' 1 0 | cut -d'|' -f1-2,4-6,8)|$(r EXISTS "${P}waits:seq")"
 W=$(ev await "$P" A 10000 100 "$B" a 60 "" "" "" $SECRET)
 TOKEN=${W%%|*}
 match "await: token 1.b64url(queue).b64url(id).attempt.mac, attempt, deadline" '^1\.Vw\.YQ\.1\.[0-9a-f]{32}\|1\|160$' "$W"
@@ -658,11 +702,11 @@ match "another body: CONFLICT" "CONFLICT" "$(ev reply "$P" reply 101 "" "" token
 match "a forged token: UNKNOWN" "UNKNOWN" "$(ev reply "$P" reply 101 "" "" token "${TOKEN%?}x" '{}')"
 match "not JSON: BADJSON" "BADJSON" "$(ev reply "$P" reply 101 "" "" token "$TOKEN" '{x')"
 check "the ack: the job waits (not processed), its reply is handed back with the waits section" \
-  "0|1|waits|1|1|reply|1|{\"x\":1}" "$(ev fetch "$P" A 10000 102 10 "$B" 1 0 members | cut -d'|' -f5-6,8-)"
+  "0|1|waits|1|1|reply|1|{\"x\":1}" "$(ev fetch "$P" A 10000 102 10 "$B" 1 0 | cut -d'|' -f5-6,8-)"
 check "in flight as a reply call" "1|1|handling" "$(r SCARD "${P}waits:run")|$(r HLEN "${P}busy")|$(ev job "$P" a | cut -d'|' -f1 | sed 's/in_flight/handling/')"
 B=$(r GET "${P}batch")
 check "the reply call acked: processed, the wait over" "1|0|0|" \
-  "$(ev fetch "$P" A 10000 103 10 "$B" 1 0 members | cut -d'|' -f5)|$(r EXISTS "${P}waits")|$(r EXISTS "${P}waits:run")|$(ev job "$P" a)"
+  "$(ev fetch "$P" A 10000 103 10 "$B" 1 0 | cut -d'|' -f5)|$(r EXISTS "${P}waits")|$(r EXISTS "${P}waits:run")|$(ev job "$P" a)"
 match "the token is stale now" "STALE" "$(ev reply "$P" reply 104 "" "" token "$TOKEN" '{"x":1}')"
 check "stats: waiting, accepted, duplicate, conflict, stale, unknown" "0|1|1|1|1|1" "$(ev stats "$P" | cut -d'|' -f9-14)"
 

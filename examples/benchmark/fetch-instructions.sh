@@ -13,11 +13,12 @@
 # UUIDs: each is looked up alone); FETCH_IDS=spread the numbers 24, 48, ...
 # (one shard's of run.sh's 24-shard shape); FETCH_AWAITED=1 a shard that has
 # awaited (a worker that uses luakiq.await, none waiting), FETCH_AWAITED=N
-# with N - 1 other ids waiting; FETCH_FORM=records the reply form
-# of two elements a job (default: the host's, "members"; older trees know
-# only "records"); PUSH_COST=1 prints push.lua's cost a job instead (against
-# a server that is sent nothing), in the form PUSH_FORM names: ids (default),
-# pairs or groups. Redis runs with hz 1: its timers' work
+# with N - 1 other ids waiting; PUSH_COST=1 prints push.lua's
+# cost a job instead (against a server that is sent nothing), in the form
+# PUSH_FORM names: ids (default), pairs or groups. (The client calls fetch
+# through luakiq.runner.queue, read from LUAKIQ_SCRIPTS too: a tree from
+# before fetch's one reply form is counted with its own copy of this
+# script.) Redis runs with hz 1: its timers' work
 # grows with the wall time, which valgrind stretches, not with the work
 # counted. Needs valgrind.
 set -euo pipefail

@@ -1,7 +1,7 @@
 -- The client of fetch-instructions.sh: pushes N blank jobs into one shard
 -- (push.lua, calls of 1,000, ids in order, perform_in = now), then with
 -- MODE "fetch" fetches them LIMIT at a time, each call acking the batch
--- before (the host's "members" form; FETCH_FORM=records the other), then
+-- before (queue.fetch_cmd, queue.parse_fetch: as the host does), then
 -- shuts the server down.
 -- With FETCH_LATER=1 each call's perform_in is 1 us below the last one's
 -- (a producer whose clock lags): every job after the first call goes to
@@ -21,6 +21,7 @@
 -- "pairs" form (docs/redis.md, push.lua).
 -- Usage: luakiq lua fetch_instructions.lua PORT N MODE LIMIT
 local core = require "luakiq.core"
+local queue = require "luakiq.runner.queue"
 local port, N, MODE, LIMIT = arg[1], tonumber(arg[2]), arg[3], arg[4]
 local conn = assert(core.connect("redis://127.0.0.1:" .. port .. "/0", 30, "node"))
 local P = "bench:{Q:0}:"
@@ -66,12 +67,13 @@ if awaited > 0 then
     string.format("%.17g", now + 3600))
 end
 if MODE == "fetch" then
-  local at, got, ack = string.format("%.17g", core.now() + 1), 0, ""
+  local at, got, ack = string.format("%.17g", core.now() + 1), 0, nil
   while true do
-    local r = conn:script("fetch", P, "tok", "30000", at, LIMIT, ack, "1", "0", os.getenv("FETCH_FORM") or "members")
-    assert(r[1] == "OK", tostring(r[1]))
-    if tonumber(r[6]) == 0 then break end
-    got, ack = got + tonumber(r[6]), r[2]
+    local res = queue.parse_fetch(conn:pipeline({ queue.fetch_cmd(P, "tok", 30000, tonumber(LIMIT), ack, false, at) })[1],
+      { prefix = P })
+    assert(not res.leased, "the lease is held elsewhere")
+    if not res.batch then break end
+    got, ack = got + #res.jobs, res.batch
   end
   assert(got == N, "fetched " .. got .. " of " .. N)
 end

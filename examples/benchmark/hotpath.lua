@@ -1,7 +1,6 @@
 -- Redis CPU and memory per job of the hot path (push.lua, fetch.lua with
 -- acks) on one shard of a private redis-server, for whichever scripts the
--- running binary embeds (docs/benchmarks.md, "Layout 2 (issue 12): measured": layout 1 is
--- /work/main's build, layout 2 this branch's).
+-- running binary embeds (docs/benchmarks.md, "Layout 2 against layout 1").
 -- Usage: BIN lua examples/benchmark/hotpath.lua [QUEUED...]   (default 100000 1000000)
 -- Per QUEUED: push QUEUED blank jobs in calls of 1,000 (Redis CPU per job
 -- from INFO cpu, used_memory per queued job), then fetch 100,000 of them
@@ -41,6 +40,7 @@
 -- looked up alone, at any size).
 package.path = "spec/?.lua;" .. package.path
 local core = require "luakiq.core"
+local queue = require "luakiq.runner.queue"
 local redis = require "helpers.redis"
 
 local P, TOKEN = "bench:{Q:0}:", "bench-token" -- (P: the shard pushed and fetched)
@@ -85,16 +85,16 @@ end
 
 -- Fetches n jobs, limit at a time, acking each batch with the next call.
 local function fetch(srv, n, limit, now)
-  local now_s, lim = string.format("%.17g", now + 1), tostring(limit)
-  local got, ack = 0, ""
+  local now_s = string.format("%.17g", now + 1)
+  local got, ack = 0, nil
   while got < n do
-    local r = srv.conn:script("fetch", P, TOKEN, "30000", now_s, lim, ack, "1", "0", "members") -- (the host's form)
-    assert(r[1] == "OK", tostring(r[1]) .. " " .. tostring(r[2]))
-    local k = tonumber(r[6])
-    if k == 0 then break end
-    got, ack = got + k, r[2]
+    local r = srv.conn:pipeline({ queue.fetch_cmd(P, TOKEN, 30000, limit, ack, false, now_s) })[1]
+    local res = queue.parse_fetch(r, { prefix = P })
+    assert(not res.leased, "the lease is held elsewhere")
+    if not res.batch then break end
+    got, ack = got + #res.jobs, res.batch
   end
-  srv.conn:script("fetch", P, TOKEN, "30000", now_s, lim, ack, "0")
+  srv.conn:pipeline({ queue.fetch_cmd(P, TOKEN, 30000, 0, ack, false, now_s) })
   return got
 end
 

@@ -93,7 +93,7 @@ end
 -- as a running elastic host's (luakiq.runner.elastic; the thread of a shard depends
 -- on the host's token, random per start, so this is an example). `luakiq
 -- run` does not use the groups, only their count (threads), and gives every
--- thread every handler; each thread then takes its share (runner.lua).
+-- thread every handler; each thread then takes its share (luakiq.runner).
 function M.elastic(handlers, threads_per_node)
   check_args("elastic", 'splitter = "elastic"', handlers, threads_per_node)
   local elastic = require "luakiq.runner.elastic"

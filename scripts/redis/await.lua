@@ -35,18 +35,18 @@ local now = arg_finite("await", "now", ARGV[3])
 local timeout = arg_finite("await", "timeout", ARGV[6])
 local hb = ARGV[7] == "" and 0 or arg_finite("await", "heartbeat", ARGV[7])
 if not secret or not batch or not id or id == "" or not key or not rule then
-  error("luakiq await: ARGV must be token, lease_ms, now, batch, id, timeout, heartbeat, key, rule, secret", 0)
+  error("BADARG luakiq await: ARGV must be token, lease_ms, now, batch, id, timeout, heartbeat, key, rule, secret", 0)
 end
 if timeout <= 0 or hb < 0 then
-  error("luakiq await: timeout must be > 0 and heartbeat >= 0 seconds, got '" .. ARGV[6] .. "', '" .. ARGV[7] .. "'", 0)
+  error("BADARG luakiq await: timeout must be > 0 and heartbeat >= 0 seconds, got '" .. ARGV[6] .. "', '" .. ARGV[7] .. "'", 0)
 end
-if #key > 1024 then error("luakiq await: key must be at most 1024 bytes", 0) end
-if rule ~= "" and rule ~= "status" then error("luakiq await: rule must be \"\" or \"status\", got '" .. rule .. "'", 0) end
+if #key > 1024 then error("BADARG luakiq await: key must be at most 1024 bytes", 0) end
+if rule ~= "" and rule ~= "status" then error("BADARG luakiq await: rule must be \"\" or \"status\", got '" .. rule .. "'", 0) end
 if not secret:match("^" .. string.rep("%x", 64) .. "$") then
-  error("luakiq await: secret must be 64 hex digits", 0)
+  error("BADARG luakiq await: secret must be 64 hex digits", 0)
 end
 local queue = queue_of(P)
-if not queue then error("luakiq await: KEYS[1] must be a shard prefix NS:{QUEUE:SHARD}:", 0) end
+if not queue then error("BADARG luakiq await: KEYS[1] must be a shard prefix NS:{QUEUE:SHARD}:", 0) end
 
 local refused = hold_lease(K, token, lease_ms)
 if refused then return redis.error_reply("FENCED luakiq await: the shard's lease is another holder's (pttl " .. refused[2] .. " ms)") end

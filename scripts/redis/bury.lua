@@ -25,7 +25,7 @@ local token, batch = ARGV[1], ARGV[4]
 local lease_ms = arg_lease("bury", token, ARGV[2])
 local now = arg_finite("bury", "now", ARGV[3])
 if not batch or batch == "" or (#ARGV - 4) % 3 ~= 0 then
-  error("luakiq bury: ARGV must be token, lease_ms, now, batch, then id/payload/error triples", 0)
+  error("BADARG luakiq bury: ARGV must be token, lease_ms, now, batch, then id/payload/error triples", 0)
 end
 
 local refused = hold_lease(K, token, lease_ms)

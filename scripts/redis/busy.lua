@@ -6,6 +6,7 @@
 -- npayloads, payload, score, ...} (strings), then with "fetched_at" the time
 -- fetch.lua fetched the batch (its `now`; "" when unknown, nothing in flight).
 -- luakiq:include keys
+-- luakiq:include listing
 local P = KEYS[1]
 local K = shard_keys(P)
 local flat, jobs = redis.call("HGETALL", K.busy), {}
@@ -24,11 +25,7 @@ for _, j in ipairs(jobs) do
   out[#out + 1] = j[2]
   out[#out + 1] = j[3]
   out[#out + 1] = redis.call("HGET", K.busy_errors, j[1]) or ""
-  out[#out + 1] = tostring(#pl / 2)
-  for k = 1, #pl, 2 do
-    out[#out + 1] = pl[k]
-    out[#out + 1] = score_str(pl[k + 1])
-  end
+  put_payloads(out, pl)
 end
 if ARGV[1] == "fetched_at" then out[#out + 1] = #jobs > 0 and redis.call("GET", K.busy_fetched_at) or "" end
 return out

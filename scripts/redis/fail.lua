@@ -49,14 +49,14 @@ local lease_ms = arg_lease("fail", token, ARGV[2])
 local now = arg_finite("fail", "now", ARGV[3])
 local max_rc = arg_finite("fail", "max_retry_count", ARGV[5])
 if err == nil or #ARGV % 2 ~= 0 then
-  error("luakiq fail: ARGV must be token, lease_ms, now, batch, max_retry_count, error, then id/perform_in pairs", 0)
+  error("BADARG luakiq fail: ARGV must be token, lease_ms, now, batch, max_retry_count, error, then id/perform_in pairs", 0)
 end
 local listed = {}
 for i = 7, #ARGV, 2 do
   local at = ARGV[i + 1]:match("^at:(.*)$")
   local done, pin = ARGV[i + 1] == "done", tonumber(at or ARGV[i + 1])
   if not done and not finite(pin) then
-    error("luakiq fail: perform_in of '" .. ARGV[i] .. "' must be a finite number, got '" .. ARGV[i + 1] .. "'", 0)
+    error("BADARG luakiq fail: perform_in of '" .. ARGV[i] .. "' must be a finite number, got '" .. ARGV[i + 1] .. "'", 0)
   end
   listed[#listed + 1] = { ARGV[i], not done and string.format("%.17g", pin), at ~= nil }
 end

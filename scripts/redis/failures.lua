@@ -19,15 +19,15 @@
 local K = shard_keys(KEYS[1])
 local where, cursor = ARGV[1], ARGV[2]
 local hash = ({ queued = K.errors, dead = K.morgue_errors })[where]
-if not hash then error("luakiq failures: where must be queued or dead, got '" .. tostring(where) .. "'", 0) end
+if not hash then error("BADARG luakiq failures: where must be queued or dead, got '" .. tostring(where) .. "'", 0) end
 if not (cursor and string.match(cursor, "^%d+$")) then
-  error("luakiq failures: cursor must be an integer >= 0, got '" .. tostring(cursor) .. "'", 0)
+  error("BADARG luakiq failures: cursor must be an integer >= 0, got '" .. tostring(cursor) .. "'", 0)
 end
 local count = arg_count("failures", "count", ARGV[3])
-if count < 1 or count > 10000 then error("luakiq failures: count must be 1..10000, got '" .. ARGV[3] .. "'", 0) end
+if count < 1 or count > 10000 then error("BADARG luakiq failures: count must be 1..10000, got '" .. ARGV[3] .. "'", 0) end
 local group = ARGV[4] or ""
 local samples = arg_count("failures", "samples", ARGV[5] or "0")
-if samples > 100 then error("luakiq failures: samples must be 0..100, got '" .. ARGV[5] .. "'", 0) end
+if samples > 100 then error("BADARG luakiq failures: samples must be 0..100, got '" .. ARGV[5] .. "'", 0) end
 local r = redis.call("HSCAN", hash, cursor, "COUNT", count)
 local flat = r[2]
 if group ~= "" then

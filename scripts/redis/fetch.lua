@@ -3,8 +3,7 @@
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
 -- ARGV[1] token (this holder), [2] lease_ms, [3] now, [4] limit (max jobs),
 --      [5] ack: the batch id to ack ("" = no ack), [6] fetch: "1" or "0",
---      [7] (optional) "1": the worker's delivery is "at_most_once",
---      [8] (optional) "records" or "members": the reply forms the host reads (below).
+--      [7] (optional) "1": the worker's delivery is "at_most_once".
 -- Lease (fencing): if another token holds "lease" -> {"LEASE", pttl}, nothing
 -- done. If nobody holds it and "holder" is another token, this is a new
 -- acquisition: every in-flight job of the shard returns to the queue with its
@@ -24,26 +23,21 @@
 -- Reshard (P reshard holds another token): a new holder is refused, the
 -- holder's ack is done, its lease given back when nothing is in flight, and
 -- the reply is {"LEASE", "-2", "reshard", acked} (docs/redis.md, "Reshard").
--- Returns {"OK", batch, head, restored, acked, n, then per job: id,
--- perform_in, retry_count, error or "", npayloads, payload1, payload2, ...};
--- batch = id of the returned jobs ("" when n = 0), head = lowest perform_in
--- left in the queue (or ""), payloads in ascending score order. (No scores:
--- perform does not see them, and leaving them out saves ~12% of Redis's
--- time per job at batch 100; busy.lua lists them.)
--- With ARGV[8] = "records" a job is two elements: id and its busy record as
--- stored in P busy (docs/redis.md, "Records"), which the host decodes; the
--- errors of the jobs that have one come in a section after them, "errors"
--- (each element of a reply costs Redis ~1.3k instructions, and few jobs in
--- flight carry an error). With "members" (the host's form) a job is one
--- element: a fresh job taken from P ready is its member of P jobs as it is
--- (esc(id), "\0\0", its queued record: no string made for the reply), any
--- other esc(id) .. "\0\0b" .. its busy record; the sections as in
--- "records" (one element a job less: ~1k Redis instructions, docs/benchmarks.md).
+-- Returns {"OK", batch, head, restored, acked, n, then one element per job,
+-- then optional sections}; batch = id of the returned jobs ("" when n = 0),
+-- head = lowest perform_in left in the queue (or ""). A job is one element,
+-- which the host decodes (luakiq.runner.queue's parse_fetch): a fresh job
+-- taken from P ready is its member of P jobs as it is (esc(id), "\0\0", its
+-- queued record: no string made for the reply), any other esc(id) ..
+-- "\0\0b" .. its busy record as stored in P busy (docs/redis.md, "Records").
+-- The errors of the jobs that have one come in a section after them,
+-- "errors" (each element of a reply costs Redis ~1.3k instructions, and few
+-- jobs in flight carry an error). (No scores: perform does not see them;
+-- busy.lua lists them.)
 -- A fetched job's payload encodings are copied from its queued record into
 -- the busy record without being decoded in Redis (docs/benchmarks.md: ~1.5
--- us of Redis CPU per job). A record whose payloads do not decode reaches the host, which
--- drops it (the decoded form drops it here); either way it leaves with the
--- batch's ack.
+-- us of Redis CPU per job). A record whose payloads do not decode reaches
+-- the host, which drops it; it leaves with the batch's ack.
 -- Waits (lib/waits.lua; docs/redis.md, "Jobs that wait for a reply"), on a
 -- shard that awaited (P waits:seq): the ack makes the batch's awaited jobs
 -- wait (not counted as acked) and ends the waits of its reply calls; a
@@ -59,12 +53,10 @@
 local P = KEYS[1]
 local K = shard_keys(P)
 local token, ack, want, at_most_once = ARGV[1], ARGV[5], ARGV[6], ARGV[7] == "1"
-local members = ARGV[8] == "members"
-local records = members or ARGV[8] == "records"
 local lease_ms = arg_lease("fetch", token, ARGV[2])
 local now, limit = arg_finite("fetch", "now", ARGV[3]), arg_count("fetch", "limit", ARGV[4])
 if ack == nil or (want ~= "0" and want ~= "1") then
-  error("luakiq fetch: ARGV must be token, lease_ms, now, limit, ack batch id, fetch (0|1)", 0)
+  error("BADARG luakiq fetch: ARGV must be token, lease_ms, now, limit, ack batch id, fetch (0|1)", 0)
 end
 local busy, berrs = K.busy, K.busy_errors
 
@@ -93,9 +85,8 @@ if W then W.keys(K, P) end
 -- A reshard froze the shard (P reshard = its token; luakiq.ops.reshard): no
 -- holder but the reshard acquires it or fetches from it. Its holder may
 -- still ack (below), then gives the lease back so the reshard takes it.
--- (FENCE: layout 2's fence against layout-1 hosts, not a freeze)
 local frozen = lf[2]
-frozen = frozen and frozen ~= token and frozen ~= FENCE
+frozen = frozen and frozen ~= token
 local restored = 0
 if not cur and redis.call("GET", K.holder) ~= token then
   if frozen then return { "LEASE", "-2", "reshard" } end
@@ -183,19 +174,12 @@ local n, head = 0, nil -- jobs in the reply; the head when known on the way
 local out = { "OK", "", "", restored == 0 and "0" or tostring(restored), tostring(acked), "0" }
 -- (Redis's Lua formats every number argument with sprintf: the hot calls
 -- below pass strings.)
-local COUNT = { "1", "2", "3", "4" }
-local job_windows -- {job number, windows, ...} of the jobs that have their own
--- A job of the "records" form: id, busy record; its error, if any, to
--- the "errors" section.
+-- A job's error, if any, goes to the "errors" section.
 local job_errors -- {job number, error, ...} of the jobs that have one
--- Puts job k of the reply as id and busy record rec: one element in the
--- "members" form, two in "records" (out's first 6 are the header: no #).
+-- Puts job k of the reply as id and busy record rec (out's first 6 are the
+-- header: no #).
 local function put_record(k, id, rec)
-  if members then
-    out[6 + k] = esc(id) .. "\0\0b" .. rec
-  else
-    out[5 + 2 * k], out[6 + 2 * k] = id, rec
-  end
+  out[6 + k] = esc(id) .. "\0\0b" .. rec
 end
 local function add_record(id, err, rec)
   put_record(n + 1, id, rec) -- (n jobs in out so far)
@@ -203,22 +187,6 @@ local function add_record(id, err, rec)
     job_errors = job_errors or {}
     job_errors[#job_errors + 1] = tostring(n + 1)
     job_errors[#job_errors + 1] = err
-  end
-end
-local function add_job(id, pin, rc, err, pl, win)
-  local k = #out
-  out[k + 1] = id
-  out[k + 2] = pin
-  out[k + 3] = rc
-  out[k + 4] = err or ""
-  local np = #pl / 2
-  out[k + 5] = COUNT[np] or tostring(np)
-  k = k + 5
-  for j = 1, np do out[k + j] = pl[2 * j - 1] end
-  if win then
-    job_windows = job_windows or {}
-    job_windows[#job_windows + 1] = tostring(n + 1)
-    job_windows[#job_windows + 1] = win
   end
 end
 -- Variadic commands over a list of arguments (from list[from or 1]), at
@@ -496,7 +464,7 @@ local function store_batch(n, rem, fields)
 end
 
 -- The usual fetch, in one pass: a plain shard (none of P levels, windows,
--- stale and expiring) and the host's records form. Then every job taken is
+-- stale and expiring). Then every job taken is
 -- of priority 100 and without windows, and a ready job also without an
 -- error (a job gets one only where it is put back, in later or a level:
 -- shard.lua requeue) and fresh unless pushed with a retry_count (retried:
@@ -620,11 +588,7 @@ local function take_quiet(max, now_s, retried)
         end
         fields[nf + 1], fields[nf + 2] = id, rec
         nf = nf + 2
-        if members then
-          out[6 + nt] = m -- (its member: the host reads a fresh job from it)
-        else
-          put_record(nt, id, rec)
-        end
+        out[6 + nt] = m -- (its member: the host reads a fresh job from it)
         if retried then Tid[nt], Tps[nt], Th[nt] = id, pin_str(pin), #h end
       elseif m and not place then
         drop_junk(m, id) -- (as in take_default)
@@ -737,12 +701,7 @@ if W then
         redis.call("ZREM", K.waits_due, id)
         redis.call("SADD", K.waits_run, id)
         fields[#fields + 1], fields[#fields + 2] = id, w.job
-        if records then
-          add_record(id, nil, w.job)
-        else
-          local pin, rc, _, win, pl = busy_decode(w.job, now_s)
-          add_job(id, pin, rc, nil, pl or {}, win)
-        end
+        add_record(id, nil, w.job)
         n = n + 1
         note_wait(n, w)
       end
@@ -776,11 +735,7 @@ if want == "1" and limit > 0 then
     end)
     for _, j in ipairs(jobs) do
       local err = redis.call("HGET", berrs, j[1])
-      if records then
-        add_record(j[1], err, busy_record(j[2], j[3], j[7], j[5], j[6]))
-      else
-        add_job(j[1], j[2], j[3], err, j[6], j[5])
-      end
+      add_record(j[1], err, busy_record(j[2], j[3], j[7], j[5], j[6]))
       n = n + 1
       if W and redis.call("SISMEMBER", K.waits_run, j[1]) == 1 then
         local w = W.get(K, j[1])
@@ -812,12 +767,12 @@ if want == "1" and limit > 0 then
     -- or two more. On a plain shard rare counts P retries and P errors
     -- alone: 2 is both, as a failed job waiting in later leaves them.)
     local plain, retried = quiet, false
-    if not quiet and records and redis.call("EXISTS", K.levels, K.windows, K.stale, K.expiring) == 0 then
+    if not quiet and redis.call("EXISTS", K.levels, K.windows, K.stale, K.expiring) == 0 then
       K.has_levels, K.has_windows, plain = false, false, true
       retried = rare == 2 or redis.call("EXISTS", K.retries) == 1
     end
     local qn, qrem, qfields, qhead
-    if plain and records then qn, qrem, qfields, qhead = take_quiet(limit, now_s, retried) end
+    if plain then qn, qrem, qfields, qhead = take_quiet(limit, now_s, retried) end
     if qn then
       -- (take_quiet did it all: the batch written, as below)
       n, head = qn, qhead
@@ -898,13 +853,13 @@ if want == "1" and limit > 0 then
         if mem then nr = nr + 1 rem[nr] = mem end
         -- Its busy record, the payload bytes copied; an id without a record
         -- (junk, or every payload expired) is dropped.
-        -- (decoded only for the decoded form, or to drop expired payloads)
-        local prio, win, rec, pl = prios and prios[i], wins[i], nil, nil
+        -- (decoded only to drop expired payloads)
+        local prio, win, rec = prios and prios[i], wins[i], nil
         if nxt then
           local expires = expiring and redis.call("SISMEMBER", K.expiring, id) == 1
-          if expires or not records then
-            pl = select(3, job_decode(mem, esc(id)))
-            if pl and expires then pl = expire(id, pl, now_s) end
+          if expires then
+            local pl = select(3, job_decode(mem, esc(id)))
+            if pl then pl = expire(id, pl, now_s) end
             if pl and #pl > 0 then rec = busy_record(pin, rc, prio, win, pl) end
           else
             rec = busy_record_of(pin, rc, prio, win, mem, nxt, heads)
@@ -918,7 +873,7 @@ if want == "1" and limit > 0 then
           if err then redis.call("HSET", berrs, id, err) end
           fields[nf + 1], fields[nf + 2] = id, rec
           nf = nf + 2
-          if records then add_record(id, err, rec) else add_job(id, pin, rc, err, pl, win) end
+          add_record(id, err, rec)
           n = n + 1
         end
       end
@@ -935,20 +890,13 @@ elseif wdue and wdue[2] and (out[3] == "" or tonumber(wdue[2]) < tonumber(out[3]
   out[3] = score_str(tonumber(wdue[2]))
 end
 out[6] = tostring(n)
--- Optional sections after the jobs: "errors" (the "records" form), count,
--- then job number, error per job that has one; "windows" (the decoded
--- form), count, then job number,
--- windows per job that has its own; "best", the priority of the best due job
--- left ("" = none) when the shard has priorities.
+-- Optional sections after the jobs: "errors", count, then job number, error
+-- per job that has one; "best", the priority of the best due job left ("" =
+-- none) when the shard has priorities.
 if job_errors then
   out[#out + 1] = "errors"
   out[#out + 1] = tostring(#job_errors / 2)
   for _, v in ipairs(job_errors) do out[#out + 1] = v end
-end
-if job_windows then
-  out[#out + 1] = "windows"
-  out[#out + 1] = tostring(#job_windows / 2)
-  for _, v in ipairs(job_windows) do out[#out + 1] = v end
 end
 if has_levels(K) then
   out[#out + 1] = "best"

@@ -19,7 +19,7 @@ local K = shard_keys(P)
 -- the reshard wakes it when it is done), but a caller that still holds its
 -- lease should fetch once: that fetch gives the lease back to the reshard
 local frozen = redis.call("GET", K.reshard)
-if frozen and frozen ~= FENCE then -- (FENCE: layout 2's fence, not a freeze)
+if frozen then
   local mine = ARGV[1] ~= nil and ARGV[1] ~= "" and redis.call("GET", K.lease) == ARGV[1]
   return { "", mine and "1" or "0" }
 end

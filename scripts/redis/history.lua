@@ -8,12 +8,12 @@
 -- luakiq:include args
 local e = math.floor(arg_finite("history", "expire time", ARGV[1]))
 if #ARGV < 3 or #ARGV % 2 ~= 1 then
-  error("luakiq history: ARGV must be expire_at, then field/increment pairs", 0)
+  error("BADARG luakiq history: ARGV must be expire_at, then field/increment pairs", 0)
 end
 for i = 2, #ARGV, 2 do
   local kind, minute = ARGV[i]:match("^([pf]):(%d+)$")
   if not kind or tonumber(minute) >= 1440 then
-    error("luakiq history: field must be p:MINUTE or f:MINUTE (0..1439), got '" .. ARGV[i] .. "'", 0)
+    error("BADARG luakiq history: field must be p:MINUTE or f:MINUTE (0..1439), got '" .. ARGV[i] .. "'", 0)
   end
   arg_count("history", ARGV[i], ARGV[i + 1])
 end

@@ -7,7 +7,7 @@
 -- are dropped here (at most 100 a call). Returns how many were dropped.
 local token, info, timeout = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not token or token == "" or not info or not timeout or timeout < 1 then
-  error("luakiq hosts_beat: ARGV must be token, info JSON or \"\", timeout_ms", 0)
+  error("BADARG luakiq hosts_beat: ARGV must be token, info JSON or \"\", timeout_ms", 0)
 end
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

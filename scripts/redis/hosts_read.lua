@@ -2,7 +2,7 @@
 -- KEYS[1] = NS:{hosts}:beats, KEYS[2] = NS:{hosts}:info; ARGV[1] timeout_ms.
 -- Returns {token, info JSON, ms since its last beat, ...} by token.
 local timeout = tonumber(ARGV[1])
-if not timeout or timeout < 1 then error("luakiq hosts_read: ARGV must be timeout_ms", 0) end
+if not timeout or timeout < 1 then error("BADARG luakiq hosts_read: ARGV must be timeout_ms", 0) end
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local live = redis.call("ZRANGEBYSCORE", KEYS[1], now - timeout, "+inf", "WITHSCORES")

@@ -21,19 +21,11 @@
 -- luakiq:include shard
 WAITS_WANTED = redis.call("EXISTS", KEYS[1] .. WAITS_SEQ) == 1 -- (lib/waits.lua: a shard that awaited)
 -- luakiq:include waits
+-- luakiq:include listing
 local P, id = KEYS[1], ARGV[1]
 local K = shard_keys(P)
 if W then W.keys(K, P) end -- (lib/waits.lua)
-
-if type(id) ~= "string" then error("luakiq job: ARGV must be the id", 0) end
-
-local function payloads(pl, out)
-  out[#out + 1] = tostring(#pl / 2)
-  for i = 1, #pl, 2 do
-    out[#out + 1] = pl[i]
-    out[#out + 1] = score_str(pl[i + 1])
-  end
-end
+if type(id) ~= "string" then error("BADARG luakiq job: ARGV must be the id", 0) end
 
 local entry = redis.call("HGET", K.busy, id)
 local m, _, place, qpin, qpl = find_job(K, id)
@@ -43,8 +35,8 @@ if bpl then
   local out = { "in_flight", bpin, rc, redis.call("HGET", K.busy_errors, id) or "",
                 redis.call("GET", K.lease) or redis.call("GET", K.holder) or "",
                 redis.call("GET", K.busy_fetched_at) or "", bprio or "100", win or "" }
-  payloads(bpl, out)
-  if place then payloads(qpl, out) end
+  put_payloads(out, bpl)
+  if place then put_payloads(out, qpl) end
   return out
 end
 if place then
@@ -52,7 +44,7 @@ if place then
   local out = { "queued", score_str(qpin), redis.call("ZSCORE", K.retries, id) or "-1",
                 redis.call("HGET", K.errors, id) or "",
                 prio or "100", has_windows(K) and redis.call("HGET", K.windows, id) or "" }
-  payloads(qpl, out)
+  put_payloads(out, qpl)
   return out
 end
 local w = W and W.active(K, P) and W.get(K, id)
@@ -60,10 +52,10 @@ if w and w.state ~= "handling" then
   local pin, wrc, prio, wwin, pl = busy_decode(w.job or "")
   local out = { "waiting", tostring(w.attempt), w.state, score_str(w.since), score_str(w.deadline),
                 w.beat and score_str(w.beat) or "", w.key or "", pin or "", wrc or "-1", prio or "100", wwin or "" }
-  payloads(pl or {}, out)
+  put_payloads(out, pl or {})
   local E = esc(id)
   local h = find_member(K.held, E)
-  payloads(h and select(3, job_decode(h, E)) or {}, out)
+  put_payloads(out, h and select(3, job_decode(h, E)) or {})
   return out
 end
 local dead = redis.call("ZSCORE", K.morgue, id)
@@ -71,7 +63,7 @@ if dead then
   local E = esc(id)
   local dm = find_member(K.morgue_jobs, E)
   local out = { "dead", dead, redis.call("HGET", K.morgue_errors, id) or "" }
-  payloads(dm and morgue_decode(dm, E) or {}, out)
+  put_payloads(out, dm and morgue_decode(dm, E) or {})
   return out
 end
 return { "" }

@@ -30,6 +30,7 @@
 -- entries (stale ones skipped) are merged with P later and the levels.
 -- luakiq:include keys
 -- luakiq:include levels
+-- luakiq:include listing
 local P = KEYS[1]
 local K = shard_keys(P)
 local what, order, dir, min, max = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -42,26 +43,41 @@ local sources = {
 }
 local src = sources[what] and sources[what][order]
 if not src then
-  error("luakiq jobs: bad what/order '" .. tostring(what) .. "'/'" .. tostring(order) ..
+  error("BADRANGE luakiq jobs: bad what/order '" .. tostring(what) .. "'/'" .. tostring(order) ..
         "' (queue: id, perform_in, retry_count; morgue: id, updated_at)", 0)
 end
-if dir ~= "asc" and dir ~= "desc" then error("luakiq jobs: dir must be asc or desc", 0) end
-if not min or not max then error("luakiq jobs: min and max are required", 0) end
+if dir ~= "asc" and dir ~= "desc" then error("BADRANGE luakiq jobs: dir must be asc or desc", 0) end
+if not min or not max then error("BADRANGE luakiq jobs: min and max are required", 0) end
 for _, v in ipairs({ offset or -1, limit or -1 }) do
   if v ~= math.floor(v) or v < 0 or v > 1e9 then
-    error("luakiq jobs: offset and limit must be integers >= 0", 0)
+    error("BADRANGE luakiq jobs: offset and limit must be integers >= 0", 0)
   end
 end
 if limit == 0 then return { "0" } end
 -- A score bound ("-inf", "+inf", "x", "(x"): its value and whether it is
--- exclusive.
+-- exclusive. Refuses what Redis's ZRANGEBYSCORE refuses (a trailing space
+-- too, which tonumber would take).
 local function score_bound(b)
-  if b == "-inf" then return -math.huge, false end
-  if b == "+inf" or b == "inf" then return math.huge, false end
   local excl = b:sub(1, 1) == "("
-  local v = tonumber(excl and b:sub(2) or b)
-  if not v or v ~= v then error("luakiq jobs: bad score bound '" .. b .. "'", 0) end
+  local s = excl and b:sub(2) or b
+  local v
+  if s == "-inf" then v = -math.huge elseif s == "+inf" or s == "inf" then v = math.huge else v = tonumber(s) end
+  if not v or v ~= v or s:find("%s$") then error("BADRANGE luakiq jobs: bad score bound '" .. b .. "'", 0) end
   return v, excl
+end
+-- The bounds, checked before anything is read: one that a ZRANGEBYSCORE or
+-- ZRANGEBYLEX further down would refuse with Redis's own error is refused
+-- here, as BADRANGE like the script's other refusals.
+if order == "id" then
+  for _, b in ipairs({ min, max }) do
+    local c = b:sub(1, 1)
+    if b ~= "-" and b ~= "+" and c ~= "[" and c ~= "(" then
+      error("BADRANGE luakiq jobs: bad lex bound '" .. b .. "'", 0)
+    end
+  end
+else
+  score_bound(min)
+  score_bound(max)
 end
 
 -- One page of queued ids by retry_count (see the header).
@@ -432,7 +448,6 @@ elseif order == "id" then
   local function mb(b, lower)
     if b == "-" or b == "+" then return b end
     local c = b:sub(1, 1)
-    if c ~= "[" and c ~= "(" then error("luakiq jobs: bad lex bound '" .. b .. "'", 0) end
     local E = esc(b:sub(2))
     if lower then return c == "[" and "[" .. E .. "\0\0" or "[" .. E .. "\0\1" end
     return c == "[" and "(" .. E .. "\0\1" or "(" .. E .. "\0\0"
@@ -481,11 +496,7 @@ for i, id in ipairs(ids) do
     out[#out + 1] = first
     if what == "queue" then out[#out + 1] = redis.call("ZSCORE", K.retries, id) or "-1" end
     out[#out + 1] = redis.call("HGET", what == "queue" and K.errors or K.morgue_errors, id) or ""
-    out[#out + 1] = tostring(#pl / 2)
-    for k = 1, #pl, 2 do
-      out[#out + 1] = pl[k]
-      out[#out + 1] = score_str(pl[k + 1])
-    end
+    put_payloads(out, pl)
   end
 end
 out[1] = tostring(n)

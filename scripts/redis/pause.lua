@@ -8,7 +8,7 @@
 -- Returns 1 when the state changed, 0 when it already was so.
 local queue, pause, channel = ARGV[1], ARGV[2], ARGV[3]
 if type(queue) ~= "string" or queue == "" or (pause ~= "1" and pause ~= "0") or type(channel) ~= "string" then
-  error("luakiq pause: ARGV must be queue, 1|0, channel, prefixes...", 0)
+  error("BADARG luakiq pause: ARGV must be queue, 1|0, channel, prefixes...", 0)
 end
 if pause == "1" then return redis.call("HSET", KEYS[1], queue, "1") end
 local changed = redis.call("HDEL", KEYS[1], queue)

@@ -23,7 +23,7 @@
 --   "shards": one value, not pairs ("", "shards", COUNT): the shards_count
 --     the caller routed with. When a reshard recorded another count in the
 --     shard (P shards), the push is refused, nothing written
---     ("luakiq push: resharded: queue has N shards, the push used M").
+--     (the error "RESHARDED HAVE USED": the counts, the shard's first).
 -- Two shorter forms for the jobs of a call that share perform_in,
 -- retry_count and score (as jobs pushed together do), read as the groups
 -- of 5 they stand for (job n = the n-th id), sections after them alike:
@@ -67,7 +67,7 @@ end
 local function finite(v, what, n)
   local s = memo[v] or number_str(v)
   if s then return s end
-  error("luakiq push: " .. (n and "job " .. n .. " " or "") .. what .. " must be a finite number, got '" ..
+  error("BADARG luakiq push: " .. (n and "job " .. n .. " " or "") .. what .. " must be a finite number, got '" ..
     tostring(v) .. "'", 0)
 end
 -- Jobs that wait for a reply (lib/waits.lua, which push.lua does not
@@ -101,14 +101,14 @@ local function expand()
   local pairs_form = form == "pairs"
   local step, i, n = pairs_form and 2 or 1, pairs_form and 8 or 9, #ARGV
   if i - 1 > n then
-    error("luakiq push: the \"" .. form .. "\" form is \"\", \"" .. form .. "\", perform_in, retry_count, score" ..
+    error("BADARG luakiq push: the \"" .. form .. "\" form is \"\", \"" .. form .. "\", perform_in, retry_count, score" ..
       (pairs_form and ", then id, payload pairs" or ", payload, then ids"), 0)
   end
   local A, k = { ARGV[1], ARGV[2] }, 2
   while i <= n and ARGV[i] ~= "" do
     if pairs_form then
       payload = ARGV[i + 1]
-      if payload == nil then error("luakiq push: the \"pairs\" form needs a payload after id '" .. ARGV[i] .. "'", 0) end
+      if payload == nil then error("BADARG luakiq push: the \"pairs\" form needs a payload after id '" .. ARGV[i] .. "'", 0) end
     end
     A[k + 1], A[k + 2], A[k + 3], A[k + 4], A[k + 5] = ARGV[i], pin, rc, score, payload
     k, i = k + 5, i + step
@@ -173,7 +173,7 @@ local function short_way()
   if i <= n then
     -- (only "", "shards", COUNT after them)
     if not (n == i + 2 and ARGV[i + 1] == "shards" and ARGV[i + 2]:match("^%d+$")) then return nil end
-    local have = shards_of(redis.call("GET", K.shards))
+    local have = redis.call("GET", K.shards)
     if have and have ~= ARGV[i + 2] then return nil end
   end
   if nums[rc_a] >= 0 then return nil end
@@ -252,14 +252,14 @@ for i = 3, #ARGV, 5 do
         -- one value, not per job: "", "shards", COUNT
         shards = ARGV[j + 2]
         if not (shards and shards:match("^%d+$")) then
-          error("luakiq push: shards must be the queue's shards_count, got '" .. tostring(shards) .. "'", 0)
+          error("BADARG luakiq push: shards must be the queue's shards_count, got '" .. tostring(shards) .. "'", 0)
         end
         SECTIONS.shards = false
         j = j + 3
       elseif ARGV[j] == "" then
         local name = ARGV[j + 1]
         if not SECTIONS[name] then
-          error("luakiq push: unknown section '" .. tostring(name) .. "' (expires_at, priority, windows, tags, " ..
+          error("BADARG luakiq push: unknown section '" .. tostring(name) .. "' (expires_at, priority, windows, tags, " ..
             "shards)", 0)
         end
         vals = {}
@@ -271,13 +271,13 @@ for i = 3, #ARGV, 5 do
       else
         local n, v = tonumber(ARGV[j]), ARGV[j + 1]
         if not n or n % 1 ~= 0 or n < 1 or 3 + (n - 1) * 5 > last or v == nil then
-          error("luakiq push: " .. vals.name .. " for job '" .. tostring(ARGV[j]) .. "': no such job", 0)
+          error("BADARG luakiq push: " .. vals.name .. " for job '" .. tostring(ARGV[j]) .. "': no such job", 0)
         end
         if vals == expiry then
           v = finite(v, "expires_at", n)
         elseif vals == prio then
           if not v:match("^%-?%d+$") or math.abs(tonumber(v)) > 1e9 then
-            error("luakiq push: job " .. n .. " priority must be an integer from -1000000000 to 1000000000, got '" ..
+            error("BADARG luakiq push: job " .. n .. " priority must be an integer from -1000000000 to 1000000000, got '" ..
               v .. "'", 0)
           end
           v = string.format("%d", tonumber(v))
@@ -287,12 +287,12 @@ for i = 3, #ARGV, 5 do
           for t in string.gmatch(v .. "\n", "(.-)\n") do
             c = c + 1
             if t == "" or #t > 64 or t:find("%c") or c > 16 then
-              error("luakiq push: job " .. n .. " tags must be 1 to 16 tags of 1 to 64 bytes without control " ..
+              error("BADARG luakiq push: job " .. n .. " tags must be 1 to 16 tags of 1 to 64 bytes without control " ..
                 "characters, joined by \"\\n\"", 0)
             end
           end
         elseif v == "" or v:find("\n") then
-          error("luakiq push: job " .. n .. " windows must be one non-empty line", 0)
+          error("BADARG luakiq push: job " .. n .. " windows must be one non-empty line", 0)
         end
         vals[n] = v
         j = j + 2
@@ -302,16 +302,16 @@ for i = 3, #ARGV, 5 do
   end
 end
 if (last - 2) % 5 ~= 0 then
-  error("luakiq push: ARGV must be channel, now, then groups of 5, then optionally sections \"\", NAME and " ..
+  error("BADARG luakiq push: ARGV must be channel, now, then groups of 5, then optionally sections \"\", NAME and " ..
     "job/value pairs", 0)
 end
 finite(ARGV[2], "now")
 -- A queue resharded (luakiq.ops.reshard) records its count in each shard: a
 -- push routed with another count would put ids in the wrong shard.
 if shards then
-  local have = shards_of(redis.call("GET", K.shards))
+  local have = redis.call("GET", K.shards)
   if have and have ~= shards then
-    error("luakiq push: resharded: queue has " .. have .. " shards, the push used " .. shards, 0)
+    error("RESHARDED " .. have .. " " .. shards, 0)
   end
 end
 -- Validate everything before the first write: a script error does not roll
@@ -329,7 +329,7 @@ local ids, distinct, one_pin, in_order = {}, 0, ARGV[4], true
 local pa, pb, pc -- the group before's perform_in, retry_count, score
 for i = 3, last, 5 do
   local id, a, b, c = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  if id == "" then error("luakiq push: job " .. (i - 3) / 5 + 1 .. ": id is empty", 0) end
+  if id == "" then error("BADARG luakiq push: job " .. (i - 3) / 5 + 1 .. ": id is empty", 0) end
   if not ids[id] then ids[id], distinct = true, distinct + 1 end
   if in_order and i > 3 and not (ARGV[i - 5] < id) then in_order = false end
   if a ~= one_pin then one_pin = false end

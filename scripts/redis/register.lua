@@ -8,13 +8,13 @@
 -- The namespace's layout version is checked in the same call (layout.lua
 -- "check", docs/redis.md): a queue is registered only in a layout-2
 -- namespace (a new one is marked so first); otherwise nothing is written and
--- the reply is {"LAYOUT", version} ("1": layout 1, "1>2": a migration under
--- way, else a newer luakiq's).
+-- the reply is {"LAYOUT", version} ("1": queues registered without a
+-- version, else a newer luakiq's).
 -- luakiq:include keys
 local queue, count = ARGV[1], tonumber(ARGV[2])
-if not queue or queue == "" then error("luakiq register: queue name is empty", 0) end
+if not queue or queue == "" then error("BADARG luakiq register: queue name is empty", 0) end
 if not count or count ~= math.floor(count) or count < 1 or count > 1e9 then
-  error("luakiq register: shards_count must be an integer >= 1, got '" .. tostring(ARGV[2]) .. "'", 0)
+  error("BADARG luakiq register: shards_count must be an integer >= 1, got '" .. tostring(ARGV[2]) .. "'", 0)
 end
 local v = layout_version(KEYS[1])
 if v ~= "2" then return { "LAYOUT", v } end

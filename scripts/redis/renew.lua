@@ -10,7 +10,7 @@ local P = KEYS[1]
 local K = shard_keys(P)
 local token, lease_ms = ARGV[1], tonumber(ARGV[2])
 if not token or token == "" or not lease_ms or lease_ms < 1 then
-  error("luakiq renew: ARGV must be token, lease_ms", 0)
+  error("BADARG luakiq renew: ARGV must be token, lease_ms", 0)
 end
 local cur = redis.call("GET", K.lease)
 if cur == token or (not cur and redis.call("GET", K.holder) == token) then

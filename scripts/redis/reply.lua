@@ -38,12 +38,12 @@ local K = W.keys(shard_keys(P), P)
 local op, channel, shards, how = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
 local now = arg_finite("reply", "now", ARGV[2])
 if (op ~= "reply" and op ~= "heartbeat") or not channel or not shards or not how then
-  error("luakiq reply: ARGV must be reply|heartbeat, now, channel, shards, then token T | id ID ATTEMPT | " ..
+  error("BADARG luakiq reply: ARGV must be reply|heartbeat, now, channel, shards, then token T | id ID ATTEMPT | " ..
     "key KEY ID ATTEMPT, then the body", 0)
 end
 local nrefs = ({ token = 1, id = 2, key = 3 })[how]
 if not nrefs or #ARGV ~= 5 + nrefs + (op == "reply" and 1 or 0) then
-  error("luakiq reply: after shards: token T | id ID ATTEMPT | key KEY ID ATTEMPT, then the body (op reply)", 0)
+  error("BADARG luakiq reply: after shards: token T | id ID ATTEMPT | key KEY ID ATTEMPT, then the body (op reply)", 0)
 end
 local body = op == "reply" and ARGV[#ARGV] or nil
 local MAX_BODY = 262144
@@ -53,11 +53,11 @@ end
 
 -- A reshard moves the waits of the shard: not now
 local frozen = redis.call("GET", K.reshard)
-if frozen and frozen ~= FENCE then
+if frozen then
   return redis.error_reply("RESHARD luakiq reply: the queue is being resharded: call again in a second")
 end
 if shards ~= "" then
-  local have = shards_of(redis.call("GET", K.shards))
+  local have = redis.call("GET", K.shards)
   if have and have ~= shards then
     return redis.error_reply("RESHARDED " .. have .. " " .. shards .. " luakiq reply: the queue has " .. have ..
       " shards, the reply used " .. shards)

@@ -20,8 +20,7 @@
 --     that waits keeps in P held.
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = the reshard's token
 -- (the shard must be frozen by it), then pairs id, record. Returns the number
--- of records taken in. (Scores in a record may be numbers or score strings:
--- layout 1's records had strings.)
+-- of records taken in. (Scores in a record may be numbers or score strings.)
 -- luakiq:include keys
 -- luakiq:include levels
 -- luakiq:include tags
@@ -33,10 +32,10 @@ local K = shard_keys(P)
 if W then W.keys(K, P) end -- (lib/waits.lua)
 local token = ARGV[1]
 if not token or token == "" or #ARGV % 2 ~= 1 then
-  error("luakiq reshard_in: ARGV must be token, then pairs id, record", 0)
+  error("BADARG luakiq reshard_in: ARGV must be token, then pairs id, record", 0)
 end
 if redis.call("GET", K.reshard) ~= token then
-  error("luakiq reshard_in: the shard is not frozen by this reshard", 0)
+  error("FENCED luakiq reshard_in: the shard is not frozen by this reshard", 0)
 end
 -- A flat payload list {payload, score, ...} with the scores as numbers, or
 -- nil when it is not one.
@@ -67,7 +66,7 @@ for i = 2, #ARGV, 2 do
     r.d.pl = payload_list(r.d.pl)
     bad = not r.d.pl or not tonumber(r.d[1])
   end
-  if bad then error("luakiq reshard_in: bad record for id " .. ARGV[i], 0) end
+  if bad then error("BADARG luakiq reshard_in: bad record for id " .. ARGV[i], 0) end
   recs[#recs + 1] = { ARGV[i], r }
 end
 for _, e in ipairs(recs) do

@@ -12,7 +12,7 @@
 --   "renew", TTL_MS: 1 when the lock is (still) the token's, else 0.
 --   "end": the reshard is done: both keys go. Returns "OK".
 local op, token = ARGV[1], ARGV[2]
-if not token or token == "" then error("luakiq reshard_lock: token is empty", 0) end
+if not token or token == "" then error("BADARG luakiq reshard_lock: token is empty", 0) end
 local cur = redis.call("GET", KEYS[2])
 if op == "begin" then
   if cur and cur ~= token then return { "BUSY", cur } end
@@ -31,4 +31,4 @@ elseif op == "end" then
   if cur == token then redis.call("DEL", KEYS[2]) end
   return "OK"
 end
-error("luakiq reshard_lock: unknown operation '" .. tostring(op) .. "'", 0)
+error("BADARG luakiq reshard_lock: unknown operation '" .. tostring(op) .. "'", 0)

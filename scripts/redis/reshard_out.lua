@@ -33,11 +33,11 @@ local P = KEYS[1]
 local K = shard_keys(P)
 if W then W.keys(K, P) end -- (lib/waits.lua)
 local token = ARGV[1]
-if not token or token == "" then error("luakiq reshard_out: token is empty", 0) end
+if not token or token == "" then error("BADARG luakiq reshard_out: token is empty", 0) end
 if redis.call("GET", K.reshard) ~= token or redis.call("GET", K.lease) ~= token then
-  error("luakiq reshard_out: the shard is not frozen and leased by this reshard", 0)
+  error("FENCED luakiq reshard_out: the shard is not frozen and leased by this reshard", 0)
 end
-if redis.call("EXISTS", K.busy) == 1 then error("luakiq reshard_out: jobs are in flight", 0) end
+if redis.call("EXISTS", K.busy) == 1 then error("INFLIGHT luakiq reshard_out: jobs are in flight", 0) end
 local out = {}
 local expiring = redis.call("EXISTS", K.expiring) == 1
 for i = 2, #ARGV do

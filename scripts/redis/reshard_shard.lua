@@ -17,8 +17,8 @@
 --     Returns 1 when added, 0 when it had been.
 --   "counters_drop": deletes P reshard:counters. Returns "OK".
 --   "thaw", CHANNEL, REMOVED ("1": the shard is beyond the new count):
---     when P reshard is the token: sets it back to the layout-1 fence
---     (lib/keys.lua FENCE), deletes the reshard's lease and P reshard:got, and publishes the prefix on CHANNEL (idle hosts fetch at
+--     when P reshard is the token: deletes it, the reshard's lease and
+--     P reshard:got, and publishes the prefix on CHANNEL (idle hosts fetch at
 --     once). A removed shard also loses its holder, batch counter and tag
 --     entries (its jobs have gone), and when no job is left in P jobs its
 --     P ready, P stale and P tail (stale entries of the moved jobs: nobody
@@ -28,19 +28,19 @@
 local P = KEYS[1]
 local K = shard_keys(P)
 local op, token = ARGV[1], ARGV[2]
-if not token or token == "" then error("luakiq reshard_shard: token is empty", 0) end
+if not token or token == "" then error("BADARG luakiq reshard_shard: token is empty", 0) end
 if op == "freeze" then
   local n = ARGV[3]
-  if not (n and n:match("^[1-9]%d*$")) then error("luakiq reshard_shard: count must be a positive integer", 0) end
+  if not (n and n:match("^[1-9]%d*$")) then error("BADARG luakiq reshard_shard: count must be a positive integer", 0) end
   redis.call("SET", K.reshard, token)
-  redis.call("SET", K.shards, fenced_shards(n)) -- (lib/keys.lua FENCE: a layout-1 push is refused)
+  redis.call("SET", K.shards, n)
   -- a holder idle between calls fetches once more, and gives the lease back
   if ARGV[4] and ARGV[4] ~= "" and redis.call("GET", K.lease) then redis.call("PUBLISH", ARGV[4], P) end
   return "OK"
 end
 if redis.call("GET", K.reshard) ~= token then
   if op == "thaw" then return 0 end
-  error("luakiq reshard_shard: the shard is not frozen by this reshard", 0)
+  error("FENCED luakiq reshard_shard: the shard is not frozen by this reshard", 0)
 end
 if op == "drop" then
   if #ARGV < 3 then return 0 end
@@ -62,10 +62,7 @@ elseif op == "counters_drop" then
   redis.call("DEL", K.reshard_counters)
   return "OK"
 elseif op == "thaw" then
-  -- the fence against layout-1 hosts stays (lib/keys.lua FENCE), as
-  -- luakiq migrate left it
-  redis.call("SET", K.reshard, FENCE)
-  redis.call("DEL", K.reshard_got)
+  redis.call("DEL", K.reshard, K.reshard_got)
   if redis.call("GET", K.lease) == token then redis.call("DEL", K.lease) end
   if ARGV[4] == "1" then
     redis.call("DEL", K.holder, K.batch)
@@ -79,4 +76,4 @@ elseif op == "thaw" then
   if ARGV[3] and ARGV[3] ~= "" then redis.call("PUBLISH", ARGV[3], P) end
   return 1
 end
-error("luakiq reshard_shard: unknown operation '" .. tostring(op) .. "'", 0)
+error("BADARG luakiq reshard_shard: unknown operation '" .. tostring(op) .. "'", 0)

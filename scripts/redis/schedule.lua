@@ -5,7 +5,7 @@
 -- ARGV[1] schedule name, [2] tick (Unix time), [3] now, [4] wake channel
 -- ("" = none), [5] id, [6] payload (bytes), [7] (optional) the shards_count
 -- the caller routed the id with: when a reshard recorded another in the
--- shard (P shards), an error "luakiq schedule: resharded: ..." and nothing
+-- shard (P shards), the error "RESHARDED HAVE USED" and nothing
 -- changes (the caller claims the tick in the id's new shard).
 -- A tick not later than the schedule's last claimed one changes nothing
 -- (returns 0). A schedule seen for the first time records its tick and
@@ -29,12 +29,12 @@ if W then W.keys(K, P) end -- (lib/waits.lua)
 local name, tick, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local channel, id, payload = ARGV[4], ARGV[5], ARGV[6]
 if not name or not tick or not now or not channel or not id or id == "" or not payload then
-  error("luakiq schedule: ARGV must be name, tick, now, channel, id, payload", 0)
+  error("BADARG luakiq schedule: ARGV must be name, tick, now, channel, id, payload", 0)
 end
 if ARGV[7] then
-  local have = shards_of(redis.call("GET", K.shards))
+  local have = redis.call("GET", K.shards)
   if have and have ~= ARGV[7] then
-    error("luakiq schedule: resharded: queue has " .. have .. " shards, the schedule used " .. ARGV[7], 0)
+    error("RESHARDED " .. have .. " " .. ARGV[7], 0)
   end
 end
 local last = tonumber(redis.call("HGET", K.schedules, name))

@@ -13,10 +13,10 @@ local P = KEYS[1]
 local K = shard_keys(P)
 K.waits = P .. WAITS -- (job_state's "waiting": jobs that wait for a reply, lib/waits.lua)
 local tag, cursor, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if type(tag) ~= "string" or tag == "" then error("luakiq tagged: ARGV must be tag, cursor, count", 0) end
-if not (cursor and cursor:match("^%d+$")) then error("luakiq tagged: cursor must be an integer >= 0", 0) end
+if type(tag) ~= "string" or tag == "" then error("BADARG luakiq tagged: ARGV must be tag, cursor, count", 0) end
+if not (cursor and cursor:match("^%d+$")) then error("BADARG luakiq tagged: cursor must be an integer >= 0", 0) end
 if not count or count % 1 ~= 0 or count < 1 or count > 1000 then
-  error("luakiq tagged: count must be an integer from 1 to 1000", 0)
+  error("BADARG luakiq tagged: count must be an integer from 1 to 1000", 0)
 end
 local key = tag_key(P, tag)
 local r = redis.call("SSCAN", key, cursor, "COUNT", count)

@@ -12,7 +12,7 @@ local e1 = math.floor(arg_finite("timing", "expire time", ARGV[1]))
 local e2 = math.floor(arg_finite("timing", "expire time", ARGV[2]))
 local n = arg_count("timing", "the count of stats fields", ARGV[3])
 if 3 + 2 * n > #ARGV or (#ARGV - 3) % 2 ~= 0 then
-  error("luakiq timing: ARGV must be expire_at, expire_at_h, n, then field/increment pairs", 0)
+  error("BADARG luakiq timing: ARGV must be expire_at, expire_at_h, n, then field/increment pairs", 0)
 end
 for i = 4, #ARGV, 2 do
   if i < 4 + 2 * n then arg_finite("timing", ARGV[i], ARGV[i + 1])

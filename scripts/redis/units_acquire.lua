@@ -26,7 +26,7 @@ local limit = ARGV[3] ~= "" and tonumber(ARGV[3]) or math.huge
 local calls, version = opt_key(3), opt_key(4)
 if not member or not cost or cost < 0 or not limit or limit < 1 or not ttl or ttl < 1
   or (calls and (not version or not ARGV[5] or not ARGV[6])) then
-  error("luakiq units_acquire: ARGV must be member, cost >= 0, concurrency >= 1 or \"\", ttl_ms >= 1" ..
+  error("BADARG luakiq units_acquire: ARGV must be member, cost >= 0, concurrency >= 1 or \"\", ttl_ms >= 1" ..
     " (with KEYS calls and calls_version: then version, call JSON)", 0)
 end
 local now = drop_lapsed(KEYS[1], KEYS[2], calls)

@@ -21,9 +21,9 @@ local K = W.keys(shard_keys(P), P)
 local op = ARGV[1]
 if op == "list" then
   local cursor = ARGV[2]
-  if not cursor or not cursor:match("^%d+$") then error("luakiq waiting: cursor must be digits, got '" .. tostring(cursor) .. "'", 0) end
+  if not cursor or not cursor:match("^%d+$") then error("BADARG luakiq waiting: cursor must be digits, got '" .. tostring(cursor) .. "'", 0) end
   local count = arg_count("waiting", "count", ARGV[3])
-  if count < 1 or count > 1000 then error("luakiq waiting: count must be 1..1000, got '" .. ARGV[3] .. "'", 0) end
+  if count < 1 or count > 1000 then error("BADARG luakiq waiting: count must be 1..1000, got '" .. ARGV[3] .. "'", 0) end
   local r = redis.call("HSCAN", K.waits, cursor, "COUNT", tostring(count))
   local out, flat = { r[1] }, r[2]
   for i = 1, #flat, 2 do
@@ -41,7 +41,7 @@ if op == "list" then
   return out
 elseif op == "late" then
   local count = arg_count("waiting", "count", ARGV[2])
-  if count < 1 or count > 100 then error("luakiq waiting: count must be 1..100, got '" .. ARGV[2] .. "'", 0) end
+  if count < 1 or count > 100 then error("BADARG luakiq waiting: count must be 1..100, got '" .. ARGV[2] .. "'", 0) end
   local out = { "0" }
   for _, e in ipairs(redis.call("LRANGE", K.waits_late, 0, count - 1)) do
     local ok, at, id, attempt, what, body = pcall(cmsgpack.unpack, e)
@@ -56,4 +56,4 @@ elseif op == "late" then
   out[1] = tostring((#out - 1) / 5)
   return out
 end
-error("luakiq waiting: ARGV must be list, cursor, count or late, count", 0)
+error("BADARG luakiq waiting: ARGV must be list, cursor, count or late, count", 0)

@@ -33,18 +33,18 @@ local function parse(v)
   return a, tonumber(d), id
 end
 local function check_key(k)
-  if not k or k == "" or #k > 1024 then error("luakiq waitkey: key must be 1 to 1024 bytes", 0) end
+  if not k or k == "" or #k > 1024 then error("BADARG luakiq waitkey: key must be 1 to 1024 bytes", 0) end
 end
 if op == "secret" then
   local c = ARGV[2]
-  if not c or not c:match("^" .. string.rep("%x", 64) .. "$") then error("luakiq waitkey: secret must be 64 hex digits", 0) end
+  if not c or not c:match("^" .. string.rep("%x", 64) .. "$") then error("BADARG luakiq waitkey: secret must be 64 hex digits", 0) end
   redis.call("SET", Q.secret, c:lower(), "NX")
   return redis.call("GET", Q.secret)
 elseif op == "claim" then
   local key, attempt, id, expected = ARGV[2], ARGV[3], ARGV[4], ARGV[7]
   check_key(key)
   if not attempt or not attempt:match("^%d+$") or not id or id == "" then
-    error("luakiq waitkey: claim needs key, attempt (digits), id, deadline, now", 0)
+    error("BADARG luakiq waitkey: claim needs key, attempt (digits), id, deadline, now", 0)
   end
   local deadline = score_str(arg_finite("waitkey", "deadline", ARGV[5]))
   local now = arg_finite("waitkey", "now", ARGV[6])
@@ -68,7 +68,7 @@ elseif op == "drop" then
   return 0
 elseif op == "sweep" then
   local cursor = ARGV[2]
-  if not cursor or not cursor:match("^%d+$") then error("luakiq waitkey: cursor must be digits", 0) end
+  if not cursor or not cursor:match("^%d+$") then error("BADARG luakiq waitkey: cursor must be digits", 0) end
   local count = arg_count("waitkey", "count", ARGV[3])
   local now = arg_finite("waitkey", "now", ARGV[4])
   local r = redis.call("HSCAN", Q.waitkeys, cursor, "COUNT", tostring(math.max(1, math.min(count, 1000))))
@@ -82,4 +82,4 @@ elseif op == "sweep" then
   end
   return { r[1], tostring(dropped) }
 end
-error("luakiq waitkey: ARGV[1] must be secret, claim, lookup, drop or sweep", 0)
+error("BADARG luakiq waitkey: ARGV[1] must be secret, claim, lookup, drop or sweep", 0)

@@ -12,7 +12,6 @@
 --      dynamic; a HUP reloads an elastic host, which keeps its shards.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local web = require "web.support"
 local q = host.quote
@@ -62,7 +61,7 @@ describe("elastic hosts", function()
   end)
 
   describe("luakiq hosts and GET /api/v1/hosts", function()
-    local srv = redis.fixture()
+    local srv = host.fixture()
     local dir, procs
     before_each(function()
       procs = {}

@@ -5,14 +5,14 @@ local redis = require "helpers.redis"
 local host = require "helpers.host"
 local json = require "luakiq.json"
 local keys = require "luakiq.lib.keys"
+local queue = require "luakiq.runner.queue"
 local S = require "faults.support"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv, env = host.fixture()
 after_each(host.cleanup)
 
-local function env() return "REDIS_URL=" .. srv.url end
-local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
+local one_line = host.one_line
 local function spawn(dir) return S.spawn(srv, dir) end
 local function length(dir, worker)
   local rc, out, err = host.exec("stats " .. q(dir), nil, env())
@@ -249,13 +249,15 @@ describe("values in Redis that another producer wrote", function()
     srv.conn:call("SET", P .. "holder", "tok")
     srv.conn:call("SET", P .. "batch", "3")
     busy_records(P, { "j1", "abc", "xyz", "a", 1 }, { "j2", "12", "1", "b", 2 }, { "gone", "5", "0" })
-    local r = srv.conn:script("fetch", P, "tok", 30000, S.now(), 10, "", "1")
-    assert.are.equal("3", r[2])
-    assert.are.equal("2", r[6]) -- "gone" has no payloads: dropped
-    local byid = { [r[7]] = { r[8], r[9] }, [r[13]] = { r[14], r[15] } } -- records: 5 fields + 1 payload
-    assert.is_number(tonumber(byid.j1[1]))
-    assert.are.equal("-1", byid.j1[2])
-    assert.are.same({ "12", "1" }, byid.j2)
+    local r = srv.conn:pipeline({ queue.fetch_cmd(P, "tok", 30000, 10, nil, false, S.now()) })[1]
+    local res = queue.parse_fetch(r, { prefix = P, worker = "Rec", shard = 0 })
+    assert.are.equal("3", res.batch)
+    assert.are.equal(2, #res.jobs) -- "gone" has no payloads: dropped
+    local byid = {}
+    for _, job in ipairs(res.jobs) do byid[job.id] = job end
+    assert.is_number(byid.j1.perform_in)
+    assert.are.equal(-1, byid.j1.retry_count)
+    assert.are.same({ 12, 1 }, { byid.j2.perform_in, byid.j2.retry_count })
     busy_records(P, { "j3", "x", "y", "c", 3 })
     local f = srv.conn:script("fail", P, "tok", 30000, S.now(), "3", 5, "err", "j1", S.now() + 60)
     assert.are.equal("OK", f[1])

@@ -3,11 +3,10 @@
 -- the shards over at once, a kill -9 after lease_ttl; a batch longer than
 -- lease_ttl keeps its lease; by_node splits work and a duplicate node is
 -- harmless. Every host is the real binary in its own process.
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local S = require "faults.support"
 
-local srv = redis.fixture()
+local srv = host.fixture()
 after_each(host.cleanup)
 
 local function spawn(dir, env) return S.spawn(srv, dir, env) end

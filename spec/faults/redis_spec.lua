@@ -5,6 +5,7 @@ local json = require "luakiq.json"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
 local keys = require "luakiq.lib.keys"
+local queue = require "luakiq.runner.queue"
 local S = require "faults.support"
 
 local srv = redis.fixture { appendonly = true }
@@ -12,7 +13,7 @@ after_each(host.cleanup)
 
 local function spawn(dir, env) return S.spawn(srv, dir, env) end
 
-local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
+local one_line = host.one_line
 
 -- A worker whose batch for id "stall" waits (without touching Redis) until
 -- the file FLAG exists, then optionally calls Redis.
@@ -400,28 +401,30 @@ describe("a lost fetch reply (fetch.lua, by batch id)", function()
     S.push_range(srv, dir, 3, 1, 1)
     local P = keys.prefix("luakiq", "Rec", 0)
     local function fetch(ack, limit)
-      return srv.conn:script("fetch", P, "tok", 30000, S.now(), limit or 2, ack or "", "1")
+      local r = srv.conn:pipeline({ queue.fetch_cmd(P, "tok", 30000, limit or 2, ack, false, S.now()) })[1]
+      return queue.parse_fetch(r, { prefix = P, worker = "Rec", shard = 0 })
     end
     local r1 = fetch()
-    assert.are.equal("OK", r1[1])
-    assert.are.equal("2", r1[6])
+    assert.is_nil(r1.leased)
+    assert.are.equal(2, #r1.jobs)
     -- the reply is "lost": the caller asks again without an ack
     local r2 = fetch()
-    assert.are.same(r1, r2)
+    assert.are.same(r1.jobs, r2.jobs)
+    assert.are.equal(r1.batch, r2.batch)
     -- an ack naming another batch acks nothing and redelivers
-    local r3 = fetch(tostring(tonumber(r1[2]) - 1))
-    assert.are.equal("0", r3[5])
-    assert.are.equal(r1[2], r3[2])
+    local r3 = fetch(tostring(tonumber(r1.batch) - 1))
+    assert.are.equal(0, r3.acked)
+    assert.are.equal(r1.batch, r3.batch)
     -- the right id acks, and the rest comes
-    local r4 = fetch(r1[2])
-    assert.are.equal("2", r4[5])
-    assert.are.equal("1", r4[6])
-    assert.are_not.equal(r1[2], r4[2])
+    local r4 = fetch(r1.batch)
+    assert.are.equal(2, r4.acked)
+    assert.are.equal(1, #r4.jobs)
+    assert.are_not.equal(r1.batch, r4.batch)
     -- an ack re-sent after a lost ack reply acks nothing more
-    local r5 = srv.conn:script("fetch", P, "tok", 30000, S.now(), 0, r4[2], "0")
-    assert.are.equal("1", r5[5])
-    local r6 = srv.conn:script("fetch", P, "tok", 30000, S.now(), 0, r4[2], "0")
-    assert.are.equal("0", r6[5])
+    local r5 = fetch(r4.batch, 0)
+    assert.are.equal(1, r5.acked)
+    local r6 = fetch(r4.batch, 0)
+    assert.are.equal(0, r6.acked)
     assert.are.equal("3", srv.conn:call("HGET", P .. "counters", "processed"))
   end)
 end)

@@ -20,15 +20,16 @@
 local core = require "luakiq.core"
 local json = require "luakiq.json"
 local keys = require "luakiq.lib.keys"
+local errors = require "luakiq.lib.errors"
+local queue = require "luakiq.runner.queue"
 local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv, env = host.fixture()
 
-local function env() return "REDIS_URL=" .. srv.url end
 local function reshard(dir, args) return host.exec("reshard " .. q(dir) .. " " .. args, nil, env()) end
-local function one_line(s) return select(2, tostring(s):gsub("\n", "")) == 1 end
+local one_line = host.one_line
 
 -- Everything Redis holds of id in queue W under `count` shards (raw, as
 -- strings): its queued job, its dead job, tags, expiries; nil parts absent.
@@ -90,8 +91,8 @@ local function misplaced(conn, count, upto)
       end
     end
     for _, id in ipairs(conn:call("HKEYS", P .. "busy")) do bad[#bad + 1] = "busy " .. id .. " in " .. s end
-    -- (thawed: P reshard is back to the layout-1 fence, lib/keys.lua FENCE)
-    assert.are.equal("layout2", conn:call("GET", P .. "reshard"), "shard " .. s .. " thawed")
+    -- (thawed: P reshard is gone)
+    assert.are.equal(0, conn:call("EXISTS", P .. "reshard"), "shard " .. s .. " thawed")
     assert.are.equal(0, conn:call("EXISTS", P .. "reshard:out"), "leftovers in shard " .. s)
   end
   return bad
@@ -180,10 +181,9 @@ describe("luakiq reshard", function()
         end
         assert.are.same({ N, N, math.ceil(N / 7) }, { nq, np, nd })
         -- a holder that died with a batch in flight (its lease lapses in 0.3 s)
-        local r = conn:pipeline({ { script = "fetch", keys.prefix("luakiq", "W", 1), "dead:1:x", "300",
-                                    string.format("%.17g", core.now()), "40", "", "1" } })[1]
-        assert.are.equal("OK", r[1])
-        assert.are.equal("40", r[6])
+        local P1 = keys.prefix("luakiq", "W", 1)
+        local r = conn:pipeline({ queue.fetch_cmd(P1, "dead:1:x", 300, 40) })[1]
+        assert.are.equal(40, #queue.parse_fetch(r, { prefix = P1, worker = "W", shard = 1 }).jobs)
 
         -- paced, so that it is surely mid-way when killed
         local p = host.spawn("reshard " .. q(dir) .. " W 7 --batch 20 --pace 0.02", env())
@@ -200,9 +200,10 @@ describe("luakiq reshard", function()
         -- another count while it is unfinished: refused (once its lock lapsed)
         host.eventually(function() return conn:call("EXISTS", "luakiq:{W}:reshard:lock") == 0 end, 10, "lock lapse")
         -- the queue stays frozen, its leases lapsed too: no holder gets a shard
-        r = conn:pipeline({ { script = "fetch", keys.prefix("luakiq", "W", 0), "other:2:y", "1000",
-                              string.format("%.17g", core.now()), "10", "", "1" } })[1]
-        assert.are.same({ "LEASE", "-2", "reshard" }, r)
+        local P0 = keys.prefix("luakiq", "W", 0)
+        r = conn:pipeline({ queue.fetch_cmd(P0, "other:2:y", 1000, 10) })[1]
+        assert.are.same({ leased = true, pttl = -2, reshard = true },
+          queue.parse_fetch(r, { prefix = P0, worker = "W", shard = 0 }))
         local rc3, _, err3 = reshard(dir, "W 5")
         assert.are.equal(2, rc3)
         assert.are.equal("luakiq: an interrupted reshard of queue 'W' from 4 to 7 shards must finish first: " ..
@@ -238,7 +239,7 @@ describe("luakiq reshard", function()
         -- a push routed with an old count is refused by the shard (nothing written)
         local e = conn:pipeline({ { script = "push", keys.prefix("luakiq", "W", 5), "", "1", "z", "1", "-1", "1", "p",
                                     "", "shards", "7" } })[1]
-        assert.truthy(e.err and e.err:match("luakiq push: resharded: queue has 3 shards, the push used 7"), tostring(e.err))
+        assert.are.same({ "RESHARDED", "3 7" }, { errors.redis_code(e.err) }, tostring(e.err))
       end)
 
     it("moves the schedules' last ticks; a tick routed with the old count is refused", function()
@@ -257,8 +258,7 @@ describe("luakiq reshard", function()
       assert.are.equal("1800000000", conn:call("HGET", keys.prefix("luakiq", "W", new) .. "schedules", "s1"))
       local r = conn:pipeline({ { script = "schedule", keys.prefix("luakiq", "W", old), "s1", "1800003600",
                                   "1800003600", "", id, "p", "4" } })[1]
-      assert.truthy(r.err and r.err:match("luakiq schedule: resharded: queue has 9 shards, the schedule used 4"),
-        tostring(r.err))
+      assert.are.same({ "RESHARDED", "9 4" }, { errors.redis_code(r.err) }, tostring(r.err))
       r = conn:pipeline({ { script = "schedule", keys.prefix("luakiq", "W", new), "s1", "1800000000",
                             "1800000000", "", id, "p", "9" } })[1]
       assert.are.equal(0, r) -- claimed before the reshard: not again

@@ -6,6 +6,18 @@ local M = {}
 
 M.bin = os.getenv("LUAKIQ_BIN") or "build/luakiq"
 
+-- The set-up of a spec file that runs luakiq against a private Redis:
+-- `local srv, env = host.fixture()` gives helpers.redis's fixture (one
+-- redis-server for the file, flushed before each test) and env(), the
+-- environment of a luakiq command against it ("REDIS_URL=...").
+function M.fixture(opts)
+  local srv = require("helpers.redis").fixture(opts, getfenv(2))
+  return srv, function() return "REDIS_URL=" .. srv.url end
+end
+
+-- Whether s (a command's stderr) is one line, its newline at the end.
+function M.one_line(s) return tostring(s):gsub("\n$", ""):find("\n") == nil end
+
 local function sh(cmd)
   local ok = os.execute(cmd)
   return ok == 0 or ok == true

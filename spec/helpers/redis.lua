@@ -292,8 +292,10 @@ end
 -- The usual set-up of a spec file: one private server for the whole file,
 -- started now, flushed before each test (and started again first if a test
 -- left it down), stopped after the file. spec/run.lua stops it too if the run dies.
-function M.fixture(opts)
-  local spec = getfenv(2) -- busted's hooks live in the spec file's environment
+-- spec: the spec file's environment, where busted's hooks live (default:
+-- the caller's; helpers.host's fixture passes its caller's).
+function M.fixture(opts, spec)
+  spec = spec or getfenv(2)
   local srv = M.start(opts)
   spec.before_each(function()
     if not srv.conn then srv:up() end

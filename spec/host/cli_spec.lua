@@ -1,15 +1,13 @@
 -- The command line: exit codes, one-line errors, plan, enqueue validation.
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local json = require "luakiq.json"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv, env = host.fixture()
 
-local function env() return "REDIS_URL=" .. srv.url end
 local WORKER = "return { perform = function(batch) end }"
 
-local function one_line(s) return s:gsub("\n$", ""):find("\n") == nil end
+local one_line = host.one_line
 
 describe("luakiq plan", function()
   it("prints Lowkiq's README distribution for A,B,C,D with 3,4,1,2 shards on 3 threads", function()
@@ -196,6 +194,37 @@ sys.stdout.write(r.stdout); sys.stderr.write(r.stderr)]]
     assert.are.equal(5000, length())
   end)
 
+  it("through client middlewares, stops at the chunk a middleware refuses and says how far it got", function()
+    -- (the check of the first pass runs no middleware: the second pass
+    -- meets it, chunk by chunk of 2,000 jobs)
+    local d = host.scriptdir {
+      ["config.lua"] = [[return { client_middlewares = { function(worker, jobs, nxt)
+          for _, j in ipairs(jobs) do
+            if j.id == "t2500" then error("t2500 refused", 0) end
+            if j.id == "t4600" then j.score = "soon" end
+          end
+          nxt()
+        end } }]],
+      ["workers/A.lua"] = WORKER,
+    }
+    local lines = {}
+    for i = 1, 5000 do lines[i] = '{"id":"t' .. i .. '"}' end
+    local function run(from)
+      local rc, _, err = host.exec("enqueue " .. q(d) .. " A", table.concat(lines, "\n", from) .. "\n", env())
+      assert.is_true(one_line(err), err)
+      return rc, err
+    end
+    local rc, err = run(1)
+    assert.are.equal(1, rc, err)
+    assert.truthy(err:find("lines 2001-4000: t2500 refused; 2000 jobs enqueued before them (lines 1-2000)\n", 1, true), err)
+    -- a job the middleware made invalid: exit 2, the job named in its chunk
+    rc, err = run(2501)
+    assert.are.equal(2, rc, err)
+    assert.truthy(err:find("lines 2001-2500: job 100 (id t4600): score must be a finite number; " ..
+      "2000 jobs enqueued before them (lines 1-2000)", 1, true), err)
+    assert.are.equal(4000, json.decode(select(2, host.exec("stats " .. q(d), nil, env()))).by_worker.A.length)
+  end)
+
   it("rejects an unknown worker with exit 2", function()
     local rc, _, err = host.exec("enqueue " .. q(dir) .. " Nope", '{"id":1}', env())
     assert.are.equal(2, rc)
@@ -225,6 +254,83 @@ describe("luakiq stats", function()
   end)
 end)
 
+describe("a worker file that reads a secret from the environment when it loads", function()
+  -- Hook's file concatenates LUAKIQ_SPEC_HOOK_URL, as a webhook worker's file
+  -- might; the hosts have it, an operator at a terminal may not.
+  local FILES = {
+    ["workers/A.lua"] = WORKER,
+    ["workers/Hook.lua"] = [[return require("luakiq.workers.webhook") {
+      url = os.getenv("LUAKIQ_SPEC_HOOK_URL") .. "/hooks", shards_count = 3, max_retry_count = 0 }]],
+  }
+  local function secret() return env() .. " LUAKIQ_SPEC_HOOK_URL=http://127.0.0.1:1" end -- nothing listens
+
+  it("does not stop stats, morgue, failures and the other readers; run, enqueue and plan name the worker", function()
+    local dir = host.scriptdir(FILES)
+    local later = math.floor(require("luakiq.core").now()) + 86400 * 365
+    assert.are.equal(0, (host.exec("enqueue " .. q(dir) .. " Hook", '{"id":"dies"}\n{"id":"later","perform_in":' ..
+      later .. "}", secret())))
+    -- a host with the secret registers Hook's 3 shards and kills "dies" (connection refused, no retry)
+    local p = host.spawn("run " .. q(dir), secret())
+    host.eventually(function() return host.stats(dir, secret()).by_worker.Hook.morgue_length == 1 end, 20, "a dead job")
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(10))
+
+    local rc, out, err = host.exec("stats " .. q(dir), nil, env())
+    assert.are.equal(0, rc, err)
+    local s = json.decode(out).by_worker.Hook
+    assert.are.equal(1, s.length)
+    assert.are.equal(1, s.morgue_length)
+    assert.is_true(one_line(err), err)
+    assert.truthy(err:find("worker Hook stands in as queue 'Hook' with 3 shards (Redis's queue registry): " ..
+      dir .. "/workers/Hook.lua:2:", 1, true), err)
+    assert.truthy(err:find("inside perform", 1, true), err)
+    rc, out, err = host.exec("morgue " .. q(dir) .. " Hook list", nil, env())
+    assert.are.equal(0, rc, err)
+    assert.are.equal("dies", json.decode(out).id)
+    rc, out, err = host.exec("failures " .. q(dir), nil, env())
+    assert.are.equal(0, rc, err)
+    assert.are.same({ "dies" }, json.decode(out).workers.Hook.ids)
+    rc, out, err = host.exec("jobs " .. q(dir) .. " Hook queue", nil, env())
+    assert.are.equal(0, rc, err)
+    assert.are.equal("later", json.decode(out).id)
+    rc, out, err = host.exec("job " .. q(dir) .. " Hook later", nil, env())
+    assert.are.equal(0, rc, err)
+    assert.are.equal("queued", json.decode(out).state)
+    for _, cmd in ipairs { "timing " .. q(dir) .. " Hook", "hosts " .. q(dir), "pause " .. q(dir) .. " Hook",
+                           "resume " .. q(dir) .. " Hook", "admin " .. q(dir) .. " Hook perform-now" } do
+      rc, _, err = host.exec(cmd, nil, env())
+      assert.are.equal(0, rc, cmd .. ": " .. err)
+    end
+
+    -- what runs or checks the worker's code needs it: one line naming the worker and its file
+    for _, cmd in ipairs { "run " .. q(dir), "enqueue " .. q(dir) .. " Hook", "plan " .. q(dir) } do
+      rc, _, err = host.exec(cmd, '{"id":"x"}', env())
+      assert.are.equal(2, rc, cmd .. ": " .. err)
+      assert.is_true(one_line(err), err)
+      assert.truthy(err:find("luakiq: " .. dir .. "/workers/Hook.lua:2: attempt to concatenate", 1, true), err)
+      assert.truthy(err:find("; worker Hook did not load: if it reads the environment (os.getenv), set the " ..
+        "variable, or read it inside perform rather than when the file loads (docs/workers.md", 1, true), err)
+    end
+    assert.are.equal(1, host.stats(dir, env()).by_worker.Hook.length) -- nothing enqueued
+  end)
+
+  it("stands in with the default shards_count, and says so, where Redis's queue registry does not know it", function()
+    local dir = host.scriptdir(FILES)
+    local rc, out, err = host.exec("stats " .. q(dir), nil, env())
+    assert.are.equal(0, rc, err)
+    assert.are.equal(0, json.decode(out).by_worker.Hook.length)
+    assert.truthy(err:find("worker Hook stands in as queue 'Hook' with 5 shards (the default: Redis's queue " ..
+      "registry does not know the queue)", 1, true), err)
+  end)
+
+  it("a file that does not compile is refused by every command, not stood in", function()
+    local dir = host.scriptdir { ["workers/A.lua"] = WORKER, ["workers/Hook.lua"] = "return {" }
+    local rc, _, err = host.exec("stats " .. q(dir), nil, env())
+    assert.are.equal(2, rc, err)
+    assert.truthy(err:find("workers/Hook.lua:1", 1, true), err)
+  end)
+end)
+
 describe("LUAKIQ_SCRIPTS (development mode)", function()
   it("loads every Redis script from the tree exactly as the build embedded it, includes expanded", function()
     local dir = host.tmpdir()
@@ -251,10 +357,12 @@ describe("LUAKIQ_SCRIPTS (development mode)", function()
     host.write(args, "-- EDITED IN THE TREE\n" .. host.read(args))
     host.write(dir .. "/run.lua", [[
       local core = require "luakiq.core"
+      local queue = require "luakiq.runner.queue"
       local conn = core.connect(arg[1])
       io.write(core.script_source("fetch"), "\n==\n", core.script_source("push"), "\n==\n")
-      local r = conn:script("fetch", "dev:{Q:0}:", "tok", 1000, 1, 1, "", "1")
-      io.write(r[1], " ", r[6], "\n")
+      local P = "dev:{Q:0}:"
+      local r = conn:pipeline({ queue.fetch_cmd(P, "tok", 1000, 1, nil, false, 1) })[1]
+      io.write(#queue.parse_fetch(r, { prefix = P }).jobs, " jobs\n") -- (raises on an error reply)
       io.write(tostring(core.script_source("nope")), "\n")]])
     local rc, out, err = host.exec("lua " .. q(dir .. "/run.lua") .. " " .. q(srv.url), nil, "LUAKIQ_SCRIPTS=" .. q(tree))
     host.sh("rm -rf " .. q(dir))
@@ -262,6 +370,26 @@ describe("LUAKIQ_SCRIPTS (development mode)", function()
     local fetch, push, rest = out:match("^(.-)\n==\n(.-)\n==\n(.*)$")
     assert.truthy(fetch:find("-- EDITED IN THE TREE", 1, true), fetch)
     assert.falsy(push:find("-- EDITED IN THE TREE", 1, true))
-    assert.are.equal("OK 0\nnil\n", rest) -- EVALSHA ran the tree's text; unknown names stay unknown
+    assert.are.equal("0 jobs\nnil\n", rest) -- EVALSHA ran the tree's text; unknown names stay unknown
+  end)
+
+  it("loads an .html module (the dashboard) as the file's bytes, as the build embedded it, edits included", function()
+    local dir = host.tmpdir()
+    local tree = dir .. "/scripts"
+    assert(host.sh("cp -r scripts " .. q(tree)))
+    host.write(dir .. "/page.lua", [[io.write(require "luakiq.web.dashboard")]])
+    local rc1, embedded, err1 = host.exec("lua " .. q(dir .. "/page.lua"), nil, "LUAKIQ_SCRIPTS=")
+    local rc2, loaded, err2 = host.exec("lua " .. q(dir .. "/page.lua"), nil, "LUAKIQ_SCRIPTS=" .. q(tree))
+    local page = tree .. "/luakiq/web/dashboard.html"
+    host.write(page, host.read(page) .. "<!-- EDITED IN THE TREE -->\n")
+    local rc3, edited, err3 = host.exec("lua " .. q(dir .. "/page.lua"), nil, "LUAKIQ_SCRIPTS=" .. q(tree))
+    host.sh("rm -rf " .. q(dir))
+    assert.are.equal(0, rc1, err1)
+    assert.are.equal(0, rc2, err2)
+    assert.are.equal(0, rc3, err3)
+    assert.are.equal(host.read("scripts/luakiq/web/dashboard.html"), embedded)
+    assert.truthy(embedded:find("^<!doctype html>"))
+    assert.are.equal(embedded, loaded)
+    assert.are.equal(embedded .. "<!-- EDITED IN THE TREE -->\n", edited)
   end)
 end)

@@ -4,12 +4,10 @@
 -- shard, start and end, so the specs check both the overlap they expect
 -- (across shards) and the one they forbid (within a shard).
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
-local function env() return "REDIS_URL=" .. srv.url end
+local srv, env = host.fixture()
 
 local SLEEPY = [[
 local luakiq = require "luakiq"

@@ -7,7 +7,7 @@ local json = require "luakiq.json"
 local keys = require "luakiq.lib.keys"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv = host.fixture()
 
 local function env(extra) return "REDIS_URL=" .. srv.url .. (extra and (" " .. extra) or "") end
 

@@ -3,12 +3,10 @@
 -- machine's clock, shared by the hosts) in t:calls; overlaps are counted by
 -- a sweep over them.
 local core = require "luakiq.core"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
-local function env() return "REDIS_URL=" .. srv.url end
+local srv, env = host.fixture()
 
 local function worker(keys_lua, sleep)
   return ([[

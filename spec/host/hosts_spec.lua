@@ -4,12 +4,11 @@
 -- at once. Real hosts, a real Redis.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local web = require "web.support"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv = host.fixture()
 
 -- The job "long" waits in luakiq.sleep until t:go is set (a call parked in I/O).
 local WORKER = [[

@@ -5,7 +5,6 @@
 local luakiq = require "luakiq"
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local httpd = require "helpers.httpd"
 local q = host.quote
@@ -161,8 +160,7 @@ end)
 
 -- --- from workers of a real host ------------------------------------------------
 
-local srv = redis.fixture()
-local function env() return "REDIS_URL=" .. srv.url end
+local srv, env = host.fixture()
 
 local CALLER = [[
 local luakiq = require "luakiq"

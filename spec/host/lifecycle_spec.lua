@@ -3,12 +3,10 @@
 -- a real redis-server, real processes and signals.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
-local function env() return "REDIS_URL=" .. srv.url end
+local srv, env = host.fixture()
 
 local function job(dir, worker, id)
   local rc, out, err = host.exec("job " .. q(dir) .. " " .. worker .. " " .. q(id), nil, env())

@@ -3,11 +3,10 @@
 -- shards and within each, while every id keeps its own order.
 local json = require "luakiq.json"
 local keys = require "luakiq.lib.keys"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv = host.fixture()
 
 local WORKER = [[
 local luakiq = require "luakiq"

@@ -7,12 +7,10 @@
 -- perform call records its version and its jobs in Redis.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
-local function env() return "REDIS_URL=" .. srv.url end
+local srv, env = host.fixture()
 
 -- Worker W at version V: every payload of the call is recorded as "V ID C"
 -- (C: the payload, the enqueue round it came with) in t:ran, in the order

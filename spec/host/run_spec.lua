@@ -5,9 +5,8 @@ local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv, env = host.fixture()
 
-local function env() return "REDIS_URL=" .. srv.url end
 
 local function enqueue(dir, worker, lines)
   local rc, out, err = host.exec("enqueue " .. q(dir) .. " " .. worker, table.concat(lines, "\n"), env())
@@ -245,7 +244,7 @@ describe("luakiq run", function()
   end)
 
   -- fetch_size not set: each shard's fetch takes what its jobs perform in
-  -- about 10 ms (config.lua, runner.lua fetch_adapt), between batch_size
+  -- about 10 ms (config.lua, luakiq.runner.fetch's fetch_adapt), between batch_size
   -- and 300, starting at 10. Seen from a call: the busy hash holds the
   -- whole fetch in flight.
   it("adapts a shard's fetch to its jobs' time: fast jobs up to 300 at once, slow ones one", function()

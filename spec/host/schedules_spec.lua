@@ -3,12 +3,10 @@
 -- tick when its schedule.lua call claimed and enqueued it.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
-local function env() return "REDIS_URL=" .. srv.url end
+local srv, env = host.fixture()
 
 local WORKER = [[
 local luakiq = require "luakiq"

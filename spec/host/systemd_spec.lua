@@ -8,11 +8,10 @@
 -- JSON line.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv = host.fixture()
 
 local RECEIVER = [[
 import json, socket, struct, sys, time

@@ -7,12 +7,10 @@
 -- ended by replacing the process (same pid), after the other threads finish.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
-local function env() return "REDIS_URL=" .. srv.url end
+local srv, env = host.fixture()
 
 local TIMEOUT = 1
 
@@ -136,8 +134,8 @@ describe("a perform call past its timeout", function()
   it("fails in a pure Lua loop the JIT compiles (the process is replaced)", function()
     expect_timeout("jit", true)
   end)
-  -- The main VM fails the stuck call from its record (runner.lua,
-  -- call_record): an id with bytes 0 and 1 fails, the job performed before
+  -- The main VM fails the stuck call from its record (host/calls.c, from
+  -- core.call_begin's arguments): an id with bytes 0 and 1 fails, the job performed before
   -- it in the same fetch stays acked (not run again), the one after it runs.
   it("fails a call the process replacement ends from its record: odd ids, the fetch's earlier job acked", function()
     local id = "jit\0\1\0\2x"
@@ -156,7 +154,7 @@ describe("a perform call past its timeout", function()
   -- A call parked in luakiq's I/O on the thread that gets stuck goes back
   -- to the queue from its record (not failed: it was waiting), and the job
   -- performed before it in its fetch stays acked: the thread keeps the done
-  -- ids per shard apart from the records (runner.c, runner_call_done).
+  -- ids per shard apart from the records (host/calls.c, calls_done).
   it("puts a parked call of the replaced thread back, the job done before it in its fetch acked", function()
     -- (the fixture's host, stopped once it runs: a TERM before its signal
     -- handling is set up ends it by the signal, 143)

@@ -5,13 +5,12 @@
 -- waits are hours long without waiting for them.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local web = require "web.support"
 local timing = require "luakiq.ops.timing"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv = host.fixture()
 
 -- Each job's payload says how long its call sleeps (batch_size 1: one job,
 -- one call).

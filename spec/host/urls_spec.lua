@@ -1,4 +1,4 @@
--- The one URL redactor (host/store.c store_redact_url, core.redact_url,
+-- The one URL redactor (host/url.c url_redact, core.redact_url,
 -- luakiq.lib.runtime.redact): one case per URL form, then where URLs are shown,
 -- tried as a new user would (the CLI's errors, the dashboard's JSON, a
 -- password with an unencoded '@'), against real redis-servers.

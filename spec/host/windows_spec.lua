@@ -3,11 +3,10 @@
 -- the spec runs at 09:59:57 in Berlin without waiting for it.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local q = host.quote
 
-local srv = redis.fixture()
+local srv = host.fixture()
 
 local WORKER = [[
 local luakiq = require "luakiq"

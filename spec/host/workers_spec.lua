@@ -4,13 +4,11 @@
 -- luakiq.process.run and the failure values luakiq.permanent/retry_after.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
-local redis = require "helpers.redis"
 local host = require "helpers.host"
 local httpd = require "helpers.httpd"
 local q = host.quote
 
-local srv = redis.fixture()
-local function env() return "REDIS_URL=" .. srv.url end
+local srv, env = host.fixture()
 
 local function jobs(dir, worker, which) return host.jobs(dir, worker, which, env()) end
 local function length(dir) return host.stats(dir, env()).total end

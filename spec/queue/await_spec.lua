@@ -31,10 +31,11 @@ describe("waits", function()
   -- {kind, attempt, value}.
   local function fetch(o)
     o = o or {}
-    local r = env.conn:script("fetch", P, o.token or S.TOKEN, o.lease_ms or 30000, o.now or now(), o.limit or 10,
-      o.ack or "", o.fetch == false and "0" or "1", o.at_most_once and "1" or "0", "members")
+    local cmd = queue.fetch_cmd(P, o.token or S.TOKEN, o.lease_ms or 30000, o.fetch == false and 0 or o.limit or 10,
+      o.ack, o.at_most_once, o.now or now())
+    local r = env.conn:pipeline({ cmd })[1]
     if r[1] == "LEASE" then return { lease = true } end
-    local res = queue.parse_fetch(r, { prefix = P, worker = "Test", shard = 0 }, "members")
+    local res = queue.parse_fetch(r, { prefix = P, worker = "Test", shard = 0 })
     res.batch, res.restored, res.acked = r[2], tonumber(r[4]), tonumber(r[5])
     res.ids, res.waits = {}, {}
     for i, j in ipairs(res.jobs) do res.ids[i] = j.id end

@@ -4,6 +4,7 @@
 -- and 2), so the cross-shard merge is exercised too.
 local S = require "queue.support"
 local admin = require "luakiq.ops.admin"
+local errors = require "luakiq.lib.errors"
 
 local BOTH = { "Test", "Multi" }
 
@@ -210,7 +211,24 @@ describe("queries", function()
       local ok, err = pcall(env.conn.script, env.conn, "jobs", env:prefix("Test"), "queue", "score", "asc",
         "-inf", "+inf", 0, 10)
       assert.is_false(ok)
-      assert.truthy(tostring(err):find("luakiq jobs: bad what/order", 1, true))
+      local code, why = errors.redis_code(err)
+      assert.are.equal("BADRANGE", code, tostring(err))
+      assert.truthy(why:find("^luakiq jobs: bad what/order"), why)
+    end)
+
+    it("answers a bound Redis would refuse as the caller's mistake, in the script's words", function()
+      -- (by updated_at the script reads the morgue by rank: without its own
+      -- check Redis's ZRANGEBYSCORE refused the bound, in Redis's words)
+      for _, case in ipairs {
+        { "queue", "perform_in", "soon", "bad score bound 'soon'" },
+        { "morgue", "updated_at", "1 ", "bad score bound '1 '" },
+        { "queue", "id", "x", "bad lex bound 'x'" },
+      } do
+        local list = case[1] == "queue" and env.list or env.morgue
+        local ok, err = pcall(list, env, "Test", case[2], "asc", case[3], case[2] == "id" and "+" or "+inf")
+        assert.is_false(ok)
+        assert.are.same({ "input", "bad listing request: " .. case[4] }, { errors.describe(err) })
+      end
     end)
   end)
 

@@ -4,6 +4,8 @@
 -- merge rules of docs/redis.md ("Merge rules") where they differ from Lowkiq's code.
 local S = require "queue.support"
 local admin = require "luakiq.ops.admin"
+local client = require "luakiq.client"
+local errors = require "luakiq.lib.errors"
 
 describe("queue", function()
   local env = S.lifecycle()
@@ -305,6 +307,35 @@ describe("queue", function()
       assert.are.same({ "", "x" }, seen)
       local r = env.conn:script("job", env:prefix("Test"), "1")
       assert.are.equal("<>", r[8])
+    end)
+  end)
+
+  -- luakiq.client.pusher: a push of jobs handed over one at a time
+  -- (luakiq.ops.feed), in chunks; what happened comes back as data.
+  describe("client.pusher", function()
+    local chunk = client.PUSHER_CHUNK
+    before_each(function() client.PUSHER_CHUNK = 3 end)
+    after_each(function() client.PUSHER_CHUNK = chunk end)
+
+    it("pushes chunk by chunk, one in flight, and returns how many were stored", function()
+      local p = client.pusher(env.conn, env.cfg, "Multi")
+      for i = 1, 7 do p:add({ id = "p" .. i, payload = i }, i * 10) end
+      assert.are.equal(3, p.stored) -- (the first chunk landed when the second went; that one is in flight)
+      assert.are.equal(7, p:close())
+      assert.are.equal(7, env:stats("Multi").length)
+    end)
+
+    it("names the chunk that failed and counts what was stored, its kind of error kept", function()
+      local p = client.pusher(env.conn, env.cfg, "Multi")
+      for i = 1, 3 do p:add({ id = "q" .. i }, i * 10) end
+      p:add({ id = "q4" }, 40)
+      p:add({ id = "q5", score = "soon" }, 50)
+      local ok, err = pcall(p.add, p, { id = "q6" }, 60)
+      assert.is_false(ok)
+      assert.are.same({ "input", "job 2 (id q5): score must be a finite number" }, { errors.describe(err) })
+      assert.are.same({ from = 40, to = 60, stored = 0 }, p.failed)
+      assert.are.equal(3, p.stored) -- the chunk before, landed before the refusal
+      assert.are.equal(3, env:stats("Multi").length)
     end)
   end)
 end)

@@ -9,6 +9,7 @@ local keys = require "luakiq.lib.keys"
 local runtime = require "luakiq.lib.runtime"
 local host = require "helpers.host"
 local admin = require "luakiq.ops.admin"
+local queue = require "luakiq.runner.queue"
 
 describe("scripts", function()
   local env = S.lifecycle()
@@ -361,10 +362,9 @@ describe("scripts", function()
       assert.are.same({}, env.conn:call("KEYS", "*"))
     end)
 
-    -- fetch.lua's "records" form (docs/redis.md): the busy records as stored,
-    -- decoded by the host (queue.parse_fetch), against the decoded form on the
-    -- same shard (DUMP/RESTORE between the two fetches).
-    it("the records form delivers what the decoded form does, and junk only the host drops", function()
+    -- fetch.lua's reply (docs/redis.md): each job a member of P jobs or a
+    -- busy record, decoded by the host (queue.parse_fetch).
+    it("delivers every kind of job as the host reads it, and junk only the host drops", function()
       local p = env:prefix("Test")
       env:push("Test", { { id = "f", payload = "r" } })
       local got = env:fetch("Test", 0)
@@ -382,53 +382,45 @@ describe("scripts", function()
       -- (perform_in 0, a one-byte MessagePack integer; 0xc1 is never valid)
       env.conn:call("ZADD", p .. "jobs", 0, "j\0\0r\0\193")
       env.conn:call("RPUSH", p .. "ready", "j")
-      local dumps = {}
-      for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do dumps[k] = env.conn:call("DUMP", k) end
       local at = now() + 2
-      local function restore()
-        for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do env.conn:call("DEL", k) end
-        for k, v in pairs(dumps) do env.conn:call("RESTORE", k, 0, v) end
+      local function fetch()
+        local r = env.conn:pipeline({ queue.fetch_cmd(p, S.TOKEN, 30000, 20, nil, false, at) })[1]
+        return queue.parse_fetch(r, { prefix = p, worker = "Test", shard = 0 })
       end
-      -- the decoded form, read here
-      local r = env.conn:script("fetch", p, S.TOKEN, 30000, at, 20, "", "1")
-      local decoded, i = {}, 7
-      for _ = 1, tonumber(r[6]) do
-        local job = { id = r[i], perform_in = tonumber(r[i + 1]), retry_count = tonumber(r[i + 2]),
-                      error = r[i + 3] ~= "" and r[i + 3] or nil, payloads = {} }
-        for k = 1, tonumber(r[i + 4]) do job.payloads[k] = { r[i + 4 + k] } end
-        decoded[#decoded + 1] = job
-        i = i + 5 + tonumber(r[i + 4])
-      end
-      if r[i] == "windows" then
-        for k = 1, tonumber(r[i + 1]) do decoded[tonumber(r[i + 2 * k])].windows = r[i + 2 * k + 1] end
-      end
-      restore()
-      local q = require "luakiq.runner.queue"
-      local args = { "fetch", p, S.TOKEN, 30000, at, 20, "", "1", "0", "records" }
-      local raw = env.conn:script(unpack(args))
-      local res = q.parse_fetch(raw, { prefix = p, worker = "Test", shard = 0 }, "records")
-      assert.are.equal(7, #decoded) -- d (priority 50) first, then b, f, a, c, e, g\0z; not j
-      assert.are.same(decoded, res.jobs)
-      assert.are.equal("d", res.jobs[1].id)
+      local res = fetch()
+      -- d (priority 50) first, then b, f, a, c, e, g\0z; not j
+      local ids, pins = {}, {}
+      for i, job in ipairs(res.jobs) do ids[i], pins[i] = job.id, job.perform_in end
+      assert.are.same({ "d", "b", "f", "a", "c", "e", "g\0z" }, ids)
+      for i = 3, #pins do assert.is_true(pins[i - 1] <= pins[i], "perform_in order") end
+      assert.is_true(pins[2] < now() - 9)
+      assert.are.same({ { '"hi"' } }, res.jobs[1].payloads)
+      assert.are.same({ { '"x"' } }, res.jobs[2].payloads)
+      assert.are.same({ { '"r"' } }, res.jobs[3].payloads)
       assert.are.same({ { "1" }, { "2" }, { "3" } }, res.jobs[4].payloads)
-      assert.are.same({ 0, "moob" }, { res.jobs[3].retry_count, res.jobs[3].error }) -- (Test stores errors reversed)
-      assert.are.equal("UTC|00:00-24:00", res.jobs[5].windows)
+      assert.are.same({ { '"w"' } }, res.jobs[5].payloads)
       assert.are.same({ { '"new"' } }, res.jobs[6].payloads)
-      assert.are.equal("g\0z", res.jobs[7].id)
+      assert.are.same({ { '"zero byte"' } }, res.jobs[7].payloads)
+      assert.are.same({ 0, "moob" }, { res.jobs[3].retry_count, res.jobs[3].error }) -- (Test stores errors reversed)
+      for i, job in ipairs(res.jobs) do
+        if i ~= 3 then assert.are.same({ -1, nil }, { job.retry_count, job.error }, job.id) end
+        if i ~= 5 then assert.is_nil(job.windows, job.id) end
+      end
+      assert.are.equal("UTC|00:00-24:00", res.jobs[5].windows)
       assert.is_true(res.windows)
-      -- j's record reached the host in this form (8 records), which dropped it;
+      -- j's record reached the host (8 records in flight), which dropped it;
       -- it is in flight with the batch, and leaves with its ack
-      assert.are.equal("8", raw[6])
       assert.are.equal(8, env.conn:call("HLEN", p .. "busy"))
       -- a lost reply: the batch comes again, the same jobs (in perform_in
       -- order: d's priority no longer counts)
-      local again = q.parse_fetch(env.conn:script(unpack(args)), { prefix = p, worker = "Test", shard = 0 }, "records")
+      local again = fetch()
       local function by_id(list)
         table.sort(list, function(x, y) return x.id < y.id end)
         return list
       end
+      assert.are.equal(res.batch, again.batch)
       assert.are.same(by_id(res.jobs), by_id(again.jobs))
-      env:fetch("Test", 0, { ack = raw[2], fetch = false })
+      env:fetch("Test", 0, { ack = res.batch, fetch = false })
       assert.are.equal(0, env.conn:call("EXISTS", p .. "busy", p .. "jobs"))
       assert.are.same({ "1" }, { env.conn:call("HGET", p .. "counters", "expired") })
     end)
@@ -457,14 +449,22 @@ describe("scripts", function()
       return t
     end
 
+    -- The host's fetch of shard p (queue.fetch_cmd: the batch ack acked, up
+    -- to limit jobs at time at), as the host reads it (queue.parse_fetch).
+    local function fetch_at(p, at, limit, ack)
+      local r = env.conn:pipeline({ queue.fetch_cmd(p, S.TOKEN, 30000, limit, ack, false, at) })[1]
+      return queue.parse_fetch(r, { prefix = p, worker = "Test", shard = 0 })
+    end
+
     -- Restores shard p from dumps (key -> DUMP) and fetches it empty at time
-    -- at, limit at a time, each call acking the batch before (the host's
-    -- form); general: with an unrelated P windows field, which sends every
-    -- fetch down the general path (take_default) instead of the one pass.
-    -- Returns the replies, and the keys (shard_state, less the windows
-    -- field) with the first batch in flight and at the end. form: the
-    -- reply's, "records" by default.
-    local function drain_shard(p, dumps, at, limit, general, form)
+    -- at, limit at a time, each call acking the batch before; general: with
+    -- an unrelated P windows field, which sends every fetch down the general
+    -- path (take_default) instead of the one pass. Returns the replies as
+    -- the host reads them ({jobs, head, batch, whether the records had
+    -- bytes}: a fresh job comes as its member of P jobs from the one pass,
+    -- as its busy record from the general path), and the keys (shard_state,
+    -- less the windows field) with the first batch in flight and at the end.
+    local function drain_shard(p, dumps, at, limit, general)
       for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do env.conn:call("DEL", k) end
       for k, v in pairs(dumps) do env.conn:call("RESTORE", k, 0, v) end
       if general then env.conn:call("HSET", p .. "windows", "nobody", "UTC|00:00-24:00") end
@@ -475,30 +475,19 @@ describe("scripts", function()
       end
       local replies, ack, first = {}, "", nil
       for step = 1, 200 do
-        local r = env.conn:script("fetch", p, S.TOKEN, 30000, at, limit, ack, "1", "0", form or "records")
-        replies[step] = r
+        local res = fetch_at(p, at, limit, ack)
+        replies[step] = { res.jobs, res.head, res.batch, res.bytes > 0 }
         if step == 1 then first = state() end
-        if r[2] == "" then break end
-        ack = r[2]
+        if not res.batch then break end
+        ack = res.batch
       end
       return replies, state(), first
     end
 
-    -- The jobs the host reads from each reply of a drain of shard p, in
-    -- form ("records" or "members").
-    local function decoded(p, replies, form)
-      local q, out = require "luakiq.runner.queue", {}
-      for i, r in ipairs(replies) do
-        local res = q.parse_fetch(r, { prefix = p, worker = "Test", shard = 0 }, form)
-        out[i] = { res.jobs, res.head, res.batch, res.bytes > 0 }
-      end
-      return out
-    end
-
     it("takes a plain shard's ready jobs in one pass as the general path does, whatever the limit", function()
       -- fetch.lua's one pass (take_quiet) runs when the shard has none of
-      -- stale, expiring, levels, windows and nothing due in later, for the
-      -- records form; an unrelated P windows field sends the same shard down
+      -- stale, expiring, levels, windows and nothing due in later; an
+      -- unrelated P windows field sends the same shard down
       -- the general path (take_default). Both must give the same replies,
       -- batch by batch, and leave the same keys: on a quiet shard, and on one
       -- with a job waiting for a retry with an error (in later, not due) and a
@@ -547,12 +536,9 @@ describe("scripts", function()
       end
       -- (the retry count r05 was delivered with, from the replies)
       local function rc5_of(replies)
-        local q = require "luakiq.runner.queue"
         for _, r in ipairs(replies) do
-          if r[2] ~= "" then
-            for _, job in ipairs(q.parse_fetch(r, { prefix = p, worker = "Test", shard = 0 }, "records").jobs) do
-              if job.id == "r05" then return job.retry_count end
-            end
+          for _, job in ipairs(r[1]) do
+            if job.id == "r05" then return job.retry_count end
           end
         end
       end
@@ -567,24 +553,16 @@ describe("scripts", function()
             assert.are.same(r2, r1, what)
             assert.are.same(f2, f1, what)
             assert.are.same(s2, s1, what)
-            -- the host's form ("members": a fresh ready job is its member
-            -- as it is, any other esc(id) "\0\0b" and its busy record), by
-            -- both paths: the same jobs read, the same keys left
-            for _, general in ipairs({ false, true }) do
-              local r3, s3, f3 = drain_shard(p, dumps, at, limit, general, "members")
-              assert.are.same(decoded(p, r1, "records"), decoded(p, r3, "members"), what)
-              assert.are.same(f1, f3, what)
-              assert.are.same(s1, s3, what)
-            end
-            -- every due job but r20's and the junk head's, in order; then the head
+            -- every due job but r20's, the junk head's and q's (its junk
+            -- payloads reach the host, which drops it), in order; then the head
             local ids = {}
             for _, r in ipairs(r1) do
-              for j = 1, tonumber(r[6]) do ids[#ids + 1] = r[5 + 2 * j] end
+              for _, job in ipairs(r[1]) do ids[#ids + 1] = job.id end
             end
-            local due = at < T and 44 or 46
+            local due = at < T and 43 or 45
             assert.are.equal(due, #ids, what)
-            assert.are.same({ "r01", "r21", "r40", "b2", "m5", "a0", "n\0x", "q" },
-              { ids[1], ids[20], ids[39], ids[40], ids[41], ids[42], ids[43], ids[44] }, what)
+            assert.are.same({ "r01", "r21", "r40", "b2", "m5", "a0", "n\0x" },
+              { ids[1], ids[20], ids[39], ids[40], ids[41], ids[42], ids[43] }, what)
             assert.is_nil(s1[p .. "busy"], what)
             assert.are.equal(retried and 1 or -1, rc5, what)
             if retried then
@@ -592,10 +570,10 @@ describe("scripts", function()
               assert.are.same({ w = "boom" }, s1[p .. "errors"], what)
             end
             if at < T then
-              assert.are.equal(tostring(T - 10), r1[#r1][3], what)
+              assert.are.equal(T - 10, r1[#r1][2], what)
               assert.are.same({ "s1", "s2" }, s1[p .. "ready"], what)
             else
-              assert.are.equal(tostring(retried and T + 500 or T + 1000), r1[#r1][3], what)
+              assert.are.equal(retried and T + 500 or T + 1000, r1[#r1][2], what)
               assert.is_nil(s1[p .. "ready"], what)
             end
           end
@@ -630,7 +608,7 @@ describe("scripts", function()
         assert.are.same(r2, r1, "limit " .. limit)
         assert.are.same(f2, f1, "limit " .. limit)
         assert.are.same(s2, s1, "limit " .. limit)
-        assert.are.same({ "a1", "a2" }, { r1[1][7], r1[1][9] }, "limit " .. limit)
+        assert.are.same({ "a1", "a2" }, { r1[1][1][1].id, r1[1][1][2].id }, "limit " .. limit)
         assert.are.same({ extra, "0" }, s1[p .. "jobs"], "limit " .. limit)
       end
     end)
@@ -669,7 +647,7 @@ describe("scripts", function()
         assert.are.same(f2, f1, "limit " .. limit)
         assert.are.same(s2, s1, "limit " .. limit)
         local n = 0
-        for _, r in ipairs(r1) do n = n + tonumber(r[6]) end
+        for _, r in ipairs(r1) do n = n + #r[1] end
         assert.are.equal(60, n, "limit " .. limit)
         assert.are.equal(71, #s1[p .. "jobs"] / 2, "limit " .. limit) -- the later jobs' members are left
       end
@@ -689,15 +667,12 @@ describe("scripts", function()
       -- later with an error, deletes that leave stale entries; then the
       -- shard drained at a random limit and time as it is (the one pass
       -- wherever it applies) and with an unrelated P windows field (the
-      -- general path throughout). Replies and keys must agree, and the jobs
-      -- read from the host's form ("members") with them.
+      -- general path throughout). The jobs the host reads and the keys must
+      -- agree.
       local p = "luakiq:{OnePassRandom:0}:"
       local T = now()
       local function clear()
         for _, k in ipairs(env.conn:call("KEYS", p .. "*")) do env.conn:call("DEL", k) end
-      end
-      local function fetch(at, limit, ack, fetch_)
-        return env.conn:script("fetch", p, S.TOKEN, 30000, at, limit, ack, fetch_ or "1", "0", "records")
       end
       local plain_runs, merged_runs = 0, 0
       for seed = 1, 60 do
@@ -725,15 +700,15 @@ describe("scripts", function()
             assert.is_nil(type(r) == "table" and r.err or nil)
           elseif op <= 9 then
             -- some of a batch fail back into later (with an error), the rest are acked
-            local r = fetch(T - 50, R(1, 20), "")
-            if r[2] ~= "" then
+            local res = fetch_at(p, T - 50, R(1, 20))
+            if res.batch then
               local pairs_ = {}
-              for j = 1, tonumber(r[6]) do
-                pairs_[#pairs_ + 1] = r[5 + 2 * j]
+              for _, job in ipairs(res.jobs) do
+                pairs_[#pairs_ + 1] = job.id
                 pairs_[#pairs_ + 1] = R(2) == 1 and "done" or R(5) == 1 and T - R(0, 100) or T + R(1, 100)
               end
-              env.conn:script("fail", p, S.TOKEN, 30000, T - 50, r[2], 25, "boom", unpack(pairs_))
-              fetch(T - 50, 1, r[2], "0")
+              env.conn:script("fail", p, S.TOKEN, 30000, T - 50, res.batch, 25, "boom", unpack(pairs_))
+              fetch_at(p, T - 50, 0, res.batch)
             end
           else
             env.conn:script("delete", p, rid())
@@ -752,13 +727,6 @@ describe("scripts", function()
         assert.are.same(r2, r1, "seed " .. seed)
         assert.are.same(f2, f1, "seed " .. seed)
         assert.are.same(s2, s1, "seed " .. seed)
-        -- the host's form, by both paths: the same jobs, the same keys
-        for _, general in ipairs({ false, true }) do
-          local r3, s3, f3 = drain_shard(p, dumps, at, limit, general, "members")
-          assert.are.same(decoded(p, r1, "records"), decoded(p, r3, "members"), "seed " .. seed)
-          assert.are.same(f1, f3, "seed " .. seed)
-          assert.are.same(s1, s3, "seed " .. seed)
-        end
       end
       -- (most seeds start on the one pass, some of them with due jobs in
       -- later to merge: the draws above lean that way)
@@ -789,11 +757,10 @@ describe("scripts", function()
         for _, v in ipairs({ "k1" .. i .. "z", now() + 1000, -1, now(), '""' }) do filler[#filler + 1] = v end
       end
       assert.are.equal(80, env.conn:pipeline({ filler })[1][1])
-      local ra = env.conn:script("fetch", a, S.TOKEN, 30000, now() + 1, 100, "", "1", "0", "records")
-      local rb = env.conn:script("fetch", b, S.TOKEN, 30000, now() + 1, 100, "", "1", "0", "records")
-      rb[3] = ra[3] -- (the head: b's fillers are queued)
-      assert.are.same(rb, ra)
-      assert.are.equal("32", ra[6]) -- k1..k30, k2\0\1 and the junk record (which the host drops)
+      local ra, rb = fetch_at(a, now() + 1, 100), fetch_at(b, now() + 1, 100)
+      -- (the heads differ: b's fillers are queued)
+      assert.are.same({ rb.jobs, rb.batch, rb.bytes }, { ra.jobs, ra.batch, ra.bytes })
+      assert.are.equal(31, #ra.jobs) -- k1..k30, k2\0\1; the junk record reached the host, which dropped it
       assert.are.same(env.conn:call("HGETALL", b .. "busy"), env.conn:call("HGETALL", a .. "busy"))
       assert.are.same({ 0, 0, 0, 0 }, { env.conn:call("ZCARD", a .. "jobs"), env.conn:call("LLEN", a .. "ready"),
                                         env.conn:call("LLEN", b .. "ready"), env.conn:call("ZCARD", b .. "jobs") - 80 })

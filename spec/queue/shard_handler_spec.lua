@@ -43,7 +43,7 @@ describe("shard handler", function()
   end)
 
   it("runs a thread's perform calls in one coroutine, never again in one whose call raised", function()
-    -- (runner.lua's spare coroutine: made once, resumed with each call)
+    -- (luakiq.runner.call's spare coroutine: made once, resumed with each call)
     env:push("Test", { { id = 1 }, { id = 2 }, { id = 3 }, { id = 4 } })
     local t, h, w = thread()
     local seen = {}
@@ -344,8 +344,8 @@ describe("shard handler", function()
     assert.is_true((runner.process(t2, h2)))
     runner.flush(t2)
     -- host-1 wakes up: its failure is refused (host-2 holds the lease)...
-    h1.batch = stale
-    assert.are.same({}, queue.fail(t1.conn, h1, t1, now(), 5, "late", { { id = "1", retry_count = -1 } }, { now() }))
+    local late = queue.in_flight(t1.conn, h1.prefix, t1.token, t1.lease_ms, stale, h1.worker, h1.shard)
+    assert.are.same({}, queue.fail(late, now(), 5, "late", { { id = "1", retry_count = -1 } }, { now() }))
     -- ...and once host-2 has released the shard, host-1 takes it over with nothing to restore.
     queue.release(t2.conn, t2.handlers, t2.token)
     w1.perform = function() performed = performed + 1 end

@@ -102,19 +102,18 @@ local function load_job(cfg, job)
   return job
 end
 
--- fetch.lua called directly. o: token, lease_ms, now, limit, ack, fetch (false = only ack),
--- form (the reply's: "members", the host's, by default; or "records").
--- Returns {batch, head, restored, acked, jobs} or {lease = true, pttl}.
+-- fetch.lua called directly (queue.fetch_cmd, queue.parse_fetch). o: token,
+-- lease_ms, now, limit, ack, fetch (false = only ack).
+-- Returns {batch ("" when none), head, restored, acked, jobs} or {lease = true, pttl}.
 function E:fetch(worker, shard, o)
   o = o or {}
   local p = self:prefix(worker, shard)
-  local form = o.form or "members"
-  local r = self.conn:script("fetch", p, o.token or S.TOKEN, o.lease_ms or 30000, o.now or core.now(),
-    o.limit or 10, o.ack or "", o.fetch == false and "0" or "1", "0", form)
-  if r[1] == "LEASE" then return { lease = true, pttl = tonumber(r[2]) } end
-  local res = queue.parse_fetch(r, { prefix = p, worker = worker, shard = shard or 0 }, form)
+  local cmd = queue.fetch_cmd(p, o.token or S.TOKEN, o.lease_ms or 30000, o.fetch == false and 0 or o.limit or 10,
+    o.ack, false, o.now)
+  local res = queue.parse_fetch(self.conn:pipeline({ cmd })[1], { prefix = p, worker = worker, shard = shard or 0 })
+  if res.leased then return { lease = true, pttl = res.pttl } end
   for _, job in ipairs(res.jobs) do load_job(self.cfg, job) end
-  res.batch, res.restored, res.acked = r[2], tonumber(r[4]), tonumber(r[5])
+  res.batch = res.batch or ""
   return res
 end
 

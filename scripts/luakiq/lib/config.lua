@@ -9,6 +9,15 @@
 -- error(msg, 0) with one line starting with the file's path and naming the
 -- key, e.g. "app/workers/Mail.lua: unknown key 'shard_count' (did you mean
 -- 'shards_count'?)".
+--
+-- Settings only (load's third argument; the CLI's commands that read or
+-- change queues, which never perform): a worker file whose code raises while
+-- it runs (a secret read from the environment at load, a library missing on
+-- the operator's machine) does not stop the load; the worker stands in with
+-- its file's name and the default settings, marked `unloaded` (the error),
+-- and the caller takes its shards_count from Redis's queue registry. A file
+-- that does not compile, or returns a table that fails validation, is still
+-- refused: that is a broken file, not a missing secret.
 local splitters = require "luakiq.splitters"
 local schedulers = require "luakiq.schedulers"
 local json = require "luakiq.json"
@@ -144,7 +153,7 @@ local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25
 -- max(batch_size, FETCH_AHEAD) and then takes what the shard's jobs have
 -- been performing in about FETCH_TIME seconds, and whose records come to
 -- about FETCH_BYTES, between batch_size and max(batch_size, FETCH_MAX)
--- (runner.lua). So a fetch of fast jobs is one Redis call per FETCH_MAX
+-- (luakiq.runner.fetch). So a fetch of fast jobs is one Redis call per FETCH_MAX
 -- jobs, what a fetch holds back from merging (a push for an id fetched but
 -- not performed yet waits apart) is about FETCH_TIME of work whatever the
 -- jobs cost, and what it holds in memory about FETCH_BYTES whatever their
@@ -208,15 +217,25 @@ local function where(file, err)
   return file .. ": " .. msg
 end
 
--- Runs a Lua file that must return a table.
-local function run_file(file)
+-- Runs a Lua file that must return a table. A file that does not compile,
+-- or returns something else, raises; when its code raises, the one-line error
+-- is raised too, or, with `ran` given, returned (nil, msg) for it to handle.
+local function run_file(file, ran)
   local chunk, err = loadfile(file)
   if not chunk then fail(where(file, err)) end
   local ok, t = pcall(chunk)
-  if not ok then fail(where(file, t)) end
+  if not ok then
+    if ran then return nil, where(file, t) end
+    fail(where(file, t))
+  end
   if type(t) ~= "table" then fail(file .. ": must return a table, got " .. type(t)) end
   return t
 end
+
+-- What a worker file that raised while loading should do instead; the CLI
+-- repeats it when it stands such a worker in.
+M.SECRETS_HINT = "if it reads the environment (os.getenv), set the variable, or read it inside perform " ..
+  "rather than when the file loads (docs/workers.md, \"Secrets in worker files\")"
 
 local function exists(path)
   local f = io.open(path, "r")
@@ -257,9 +276,16 @@ local function windows_of(file, name, t)
   return w
 end
 
--- Builds one worker def from its file.
-local function load_worker(file, stem)
-  local t = run_file(file)
+-- Builds one worker def from its file. settings_only: a file whose code
+-- raises gives a stand-in (the module's head comment) instead of an error.
+local function load_worker(file, stem, settings_only)
+  local t, ran_err = run_file(file, true)
+  if not t then
+    if not settings_only then
+      fail(ran_err .. "; worker " .. stem .. " did not load: " .. M.SECRETS_HINT)
+    end
+    t = { perform = function() error(ran_err, 0) end }
+  end
   validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, fetch_size, " ..
     "max_retry_count, retry_in, perform, retries_exhausted, timeout, concurrent_shards, delivery, concurrency, cost, " ..
     "throttle, label, windows, timezone")
@@ -309,6 +335,7 @@ local function load_worker(file, stem)
     timeout = t.timeout,         -- nil: config.lua's timeout (set by M.load)
     concurrent_shards = t.concurrent_shards, -- nil: every shard of a thread may be in a call
     file = file,
+    unloaded = ran_err,          -- settings_only: the error its file raised (a stand-in)
   }
   return w
 end
@@ -335,10 +362,11 @@ function M.ready_made_options(what, opts, own)
   return mine, w
 end
 
--- load(dir [, list_dir]) -> cfg. list_dir(path) -> names | nil, err (the host
--- passes a C one; without it, `ls` through io.popen is used). Raises
--- error(msg, 0) with a one-line msg starting with the offending file's path.
-function M.load(dir, list_dir)
+-- load(dir [, list_dir [, settings_only]]) -> cfg. list_dir(path) -> names |
+-- nil, err (the host passes a C one; without it, `ls` through io.popen is
+-- used). Raises error(msg, 0) with a one-line msg starting with the offending
+-- file's path. settings_only: see the head of this module.
+function M.load(dir, list_dir, settings_only)
   if type(dir) ~= "string" or dir == "" then fail("config: the script directory must be a non-empty path") end
   dir = dir:gsub("(.)/+$", "%1")
   list_dir = list_dir or popen_list_dir
@@ -377,7 +405,7 @@ function M.load(dir, list_dir)
   local defs, by_name, by_queue = {}, {}, {}
   for _, n in ipairs(files) do
     local file = wdir .. "/" .. n
-    local w = load_worker(file, n:sub(1, -5))
+    local w = load_worker(file, n:sub(1, -5), settings_only)
     local other = by_name[w.name]
     if other then fail(string.format("%s: name '%s' is already used by %s", file, w.name, other.file)) end
     other = by_queue[w.queue_name]

@@ -5,6 +5,7 @@
 --   config (an error in the script directory: exit 2)
 --   missing (a job id that is nowhere: exit 1, HTTP 404)
 -- Anything else (Redis down, a bug) is a runtime failure: exit 1, HTTP 500.
+-- Also the one reader of Redis errors by their code word (redis_code).
 local M = {}
 
 local mt = { __tostring = function(e) return e.msg end }
@@ -23,6 +24,44 @@ function M.missing(msg) return setmetatable({ kind = "missing", msg = msg }, mt)
 function M.describe(err)
   if type(err) == "table" and getmetatable(err) == mt then return err.kind, err.msg end
   return "runtime", tostring(err)
+end
+
+-- The code word of a Redis error and the rest of its first line: the one
+-- way the host reads an error of Redis or of luakiq's scripts (callers
+-- compare the code, never search the text). err: an error reply's text
+-- ({err = ...} from conn:pipeline or conn:recv) or what conn:call and
+-- conn:script raise ("redis: " and that text). Redis's own errors start
+-- with their code (NOSCRIPT, OOM, MOVED 3999 host:port). A script's
+-- error("CODE details", 0) (docs/redis.md, "Errors") comes back wrapped
+-- by Redis, "ERR CODE details script: SHA, on @user_script:N." (Redis >= 7)
+-- or "ERR Error running script (call to f_SHA): @user_script:N: CODE
+-- details" (6.2): unwrapped here. Returns code, rest ("RESHARDED", "12 6";
+-- "BADARG", "luakiq push: ..."); nil and the line when it has no code word
+-- (an I/O error: "redis: connection lost").
+function M.redis_code(err)
+  local line = tostring(err):match("^[^\n]*")
+  local s = line:gsub("^redis: ", "")
+  local script
+  s, script = s:gsub(" script: %x+, on @user_script:%d+%.?$", "")
+  if script == 0 then s, script = s:gsub("^ERR Error running script %(call to f_%x+%): @user_script:%d+: ", "ERR ") end
+  local code, rest = s:match("^(%u[%u%d_]*) (.*)$")
+  if not code then code, rest = s:match("^(%u[%u%d_]*)$"), "" end
+  if code == "ERR" and script > 0 then
+    local inner, more = rest:match("^(%u[%u%d_]+) (.*)$")
+    if not inner then inner, more = rest:match("^(%u[%u%d_]+)$"), "" end
+    if inner then return inner, more end
+  end
+  if not code then return nil, line end
+  return code, rest
+end
+
+-- The error as one line for a person, unwrapped as redis_code does: the
+-- code word and the rest ("BADARG luakiq push: job 2 perform_in must be a
+-- finite number, got 'nan'", "OOM command not allowed ...").
+function M.redis_text(err)
+  local code, rest = M.redis_code(err)
+  if not code then return rest end
+  return rest == "" and code or code .. " " .. rest
 end
 
 return M

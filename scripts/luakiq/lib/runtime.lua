@@ -15,8 +15,9 @@ M.ctx = {}
 
 -- Loads DIR with overrides ({redis=, threads=, ...}); raises a one-line
 -- error naming the file and key on bad config (callers map it to exit 2).
-function M.load(dir, overrides)
-  local ok, cfg = pcall(config.load, dir, core.list_dir)
+-- settings_only: worker files whose code raises stand in (luakiq.lib.config).
+function M.load(dir, overrides, settings_only)
+  local ok, cfg = pcall(config.load, dir, core.list_dir, settings_only)
   if not ok then errors.config(tostring(cfg)) end
   if overrides then
     local ok2, err = pcall(config.apply_overrides, cfg, overrides)
@@ -130,30 +131,26 @@ end
 -- register.lua found it), nil for "2".
 local function layout_refusal(cfg, v)
   if v == "2" then return nil end
-  local ns, cmd = cfg.namespace, "luakiq migrate " .. tostring(cfg.dir)
   if v == "1" then
-    return string.format("namespace '%s' in Redis is in layout 1 (written by an older luakiq) and this luakiq " ..
-      "reads layout 2: convert it with `%s` (docs/operations.md, 'Upgrading from layout 1')", ns, cmd)
-  elseif v == "1>2" then
-    return string.format("namespace '%s' in Redis is being converted to layout 2 (a migration is running or was " ..
-      "interrupted): run `%s` to finish it", ns, cmd)
+    return string.format("namespace '%s' in Redis has queues registered but no layout version, and this luakiq " ..
+      "reads layout 2 only", cfg.namespace)
   end
   return string.format("namespace '%s' in Redis has layout '%s', written by a newer luakiq; this one reads layout 2",
-    ns, tostring(v))
+    cfg.namespace, tostring(v))
 end
 
 -- Whether this luakiq may use cfg's namespace: the layout version
 -- (layout.lua "check", once per entry point: `luakiq run` before any
 -- thread starts, every CLI command that reads or writes queues). A new
 -- namespace is marked layout 2 by the check. Returns nil (go), or the
--- one-line reason to refuse (docs/redis.md, "Migration from layout 1").
+-- one-line reason to refuse (docs/redis.md, "Layout version").
 -- A Redis whose strings compare by a language (its LC_COLLATE) is refused
 -- by every queue script (scripts/redis/lib/keys.lua): said here in one line
 -- with the server's address instead of as a script's error.
 function M.layout_refusal(conn, cfg)
   local ok, v = pcall(conn.script, conn, "layout", keys.registry(cfg.namespace), "check")
   if not ok then
-    if tostring(v):find("luakiq needs byte order", 1, true) then
+    if errors.redis_code(v) == "BYTEORDER" then
       return string.format("Redis at %s orders strings by a language (its LC_COLLATE), and luakiq's scripts need " ..
         "byte order: start redis-server with LC_ALL=C (docs/redis.md, 'Byte order')", tostring(cfg.redis))
     end

@@ -175,9 +175,9 @@ local function shard_parts(conn, cfg, prefs, what, order, dir, min, max, offs, l
   local per = {}
   for s, r in ipairs(conn:pipeline(cmds)) do
     -- a bad range or order is the caller's mistake (exit 2 / HTTP 400), not a failure
-    if type(r) == "table" and r.err and (r.err:match("min or max") or r.err:match("luakiq jobs:")) then
-      local why = r.err:gsub("^ERR ", ""):gsub("^luakiq jobs: ", ""):gsub(" script: %x+, on @user_script:%d+%.$", "")
-      errors.input("bad listing request: " .. why:match("^[^\n]*"))
+    if type(r) == "table" and r.err then
+      local code, why = errors.redis_code(r.err)
+      if code == "BADRANGE" then errors.input("bad listing request: " .. why:gsub("^luakiq jobs: ", "")) end
     end
     check(r, "jobs")
     local list = {}

@@ -25,7 +25,6 @@ usage: luakiq COMMAND ...
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
   reshard DIR WORKER N                 change WORKER's shards_count to N while hosts run (moves its jobs)
-  migrate DIR [--page N]               convert the namespace from layout 1 (older luakiq) to layout 2, online
   schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
   hosts DIR                            the running hosts: threads, shards, calls (JSON lines)
   timing DIR WORKER [--day YYYY-MM-DD] wait and run times of one UTC day: count, mean, std, histogram (JSON)
@@ -90,17 +89,6 @@ after a kill. Prints {"worker","queue","from","to","moved","restored","waited",
 "paused","seconds","passes"} (seconds). Then set shards_count = N in the worker
 file: a host started with the old count is refused (docs/operations.md,
 "Resharding"). --batch: ids per move call (default 200).]],
-  migrate = [[usage: luakiq migrate DIR [--page N] [--redis URL]
-Converts DIR's namespace (every registered queue) from layout 1, written by
-a luakiq before layout 2, to layout 2, while layout-1 hosts may still run:
-each shard is fenced (layout-1 hosts stop taking it, layout-1 pushes are
-refused), its batch in flight converted once its lease is free (a layout-2
-host restores it), then its queued and dead jobs --page at a time (default
-500), each page one atomic call. Resumable: killed, run it again. Hosts and
-commands of this luakiq refuse the namespace until it is done. Progress on a
-terminal; prints one summary line. On a layout-2 namespace it sweeps in
-jobs a layout-1 producer wrote late, if any (docs/operations.md,
-"Upgrading from layout 1").]],
   job = [[usage: luakiq job DIR WORKER ID [--redis URL]
 Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","retry_count","error",
 "payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
@@ -185,7 +173,7 @@ local function connect_failed(err)
   error(err, 0)
 end
 
--- any_layout: no layout check (luakiq migrate; a host replacing itself).
+-- any_layout: no layout check (a host replacing itself).
 local function connect(cfg, retry_for, any_layout)
   local conn, err = runtime.connect(cfg, retry_for)
   if not conn then connect_failed(err) end
@@ -196,16 +184,37 @@ local function connect(cfg, retry_for, any_layout)
   return conn
 end
 
+-- Says on stderr which workers stand in for a file that raised while it
+-- loaded (luakiq.lib.config, settings only), and where their shards_count
+-- comes from: the registry's when a host or a reshard wrote one
+-- (runtime.follow_registry took it), else the default.
+local function report_stand_ins(conn, cfg)
+  for _, w in ipairs(cfg.workers) do
+    if w.unloaded then
+      local known = conn:call("HGET", keys.registry(cfg.namespace), w.queue_name)
+      io.stderr:write(string.format("luakiq: worker %s stands in as queue '%s' with %d shards (%s): %s; %s\n",
+        w.name, w.queue_name, w.shards_count,
+        known and "Redis's queue registry" or "the default: Redis's queue registry does not know the queue",
+        w.unloaded, require("luakiq.lib.config").SECRETS_HINT))
+    end
+  end
+end
+
 -- Loads the script directory, connects, and returns cfg, conn. Commands
--- that read or change a queue use the registry's shards_count (a reshard may
--- have changed it since the worker files were written); `reshard` itself
--- passes need_redis = "as_files".
+-- that read or change a queue (need_redis = true) never perform: they need
+-- each worker's settings, not its code, so they load the worker files for
+-- settings only (a worker whose file raised while loading, e.g. for a secret
+-- this operator lacks, stands in; run, enqueue, plan and reshard refuse it)
+-- and use the registry's shards_count (a reshard may have changed it since
+-- the worker files were written); `reshard` itself passes need_redis = "as_files".
 local function open(dir, opt, need_redis)
   if not dir then usage("missing DIR") end
-  local cfg = runtime.load(dir, overrides(opt))
+  local settings_only = need_redis == true
+  local cfg = runtime.load(dir, overrides(opt), settings_only)
   if not need_redis then return cfg end
   local conn = connect(cfg, 0)
   if need_redis ~= "as_files" then runtime.follow_registry(conn, cfg) end
+  if settings_only then report_stand_ins(conn, cfg) end
   return cfg, conn
 end
 
@@ -412,23 +421,6 @@ function commands.reshard(argv)
   return 0
 end
 
-function commands.migrate(argv)
-  local pos, opt = parse(argv, 2, { redis = true, page = true, pace = true })
-  if not pos[1] or pos[2] then usage("usage: luakiq migrate DIR [--page N]") end
-  local page = opt.page and tonumber(opt.page)
-  if opt.page and (not page or page < 1 or page > 10000 or page % 1 ~= 0) then
-    usage("--page must be an integer from 1 to 10000")
-  end
-  local cfg = open(pos[1], opt, false)
-  local conn = connect(cfg, 0, true)
-  local migrate = require "luakiq.ops.migrate"
-  -- (--pace SECONDS, not in the help: a pause after each page call, for specs)
-  local sum = migrate.run(conn, cfg, { page = page, pace = opt.pace and tonumber(opt.pace),
-    progress = require("luakiq.ops.feed").progress(core.isatty(2)), wake = runtime.wake_arg(conn, cfg) })
-  io.stdout:write(migrate.summary_line(sum), "\n")
-  return 0
-end
-
 function commands.job(argv)
   local pos, opt = parse(argv, 2, { redis = true })
   local dir, worker, id = pos[1], pos[2], pos[3]
@@ -494,7 +486,7 @@ local function replace(cfg, argv, token, stuck, signalled, code)
   local runner = require "luakiq.runner"
   local conn = connect(cfg, 10, true)
   for _, s in ipairs(stuck) do
-    local ok, err = pcall(runner.fail_stuck, cfg, conn, token, s.record, s.parked)
+    local ok, err = pcall(runner.fail_stuck, cfg, conn, token, s)
     if not ok then log.error("cannot fail a stuck call's jobs (they come back after lease_ttl): " .. tostring(err)) end
   end
   local fatal = core.fatal_message()

@@ -6,12 +6,12 @@
 -- and checks it as the enqueue would (JSON, every field, the payload dumped
 -- against max_payload_bytes) and sends nothing; one bad line stops it with
 -- "line N: ..." and nothing is enqueued. Only then the second pass sends
--- the jobs, M.CHUNK lines per push (one pipeline of push.lua calls per
--- chunk; with client middlewares, luakiq.client.push, chunk after chunk;
--- without, the next chunk is read while Redis stores one). What the first pass
--- cannot see (a middleware raising or making a job invalid, Redis failing)
--- stops the second at a chunk: the error then says how many jobs, of which
--- lines, were enqueued before it. stdin is spooled to a temporary file
+-- the jobs through a luakiq.client.pusher (chunks of its PUSHER_CHUNK jobs,
+-- one pipeline of push.lua calls per chunk; without client middlewares the
+-- next chunk is read while Redis stores one). What the first pass cannot
+-- see (a middleware raising or making a job invalid, Redis failing) stops
+-- the second at a chunk: the error then says how many jobs, of which lines,
+-- were enqueued before it (the pusher's counts). stdin is spooled to a temporary file
 -- first (so it can be read twice), never held in memory.
 -- A JSON array (input whose first non-space byte is "[") is read whole, as
 -- one document (lua-cjson has no streaming decoder): use JSON lines for big
@@ -23,9 +23,6 @@ local client = require "luakiq.client"
 
 local M = {}
 
--- Lines per push. Measured on 300,000 jobs of ~200 bytes: 2,000 peaks at
--- 16 MB of RSS (13.6 MB for one job) in 6.8 s; 10,000 at 33 MB in 7.4 s.
-M.CHUNK = 2000
 local BLOCK = 1048576
 
 -- One progress line on stderr, at most every 0.25 s, only on a terminal.
@@ -112,66 +109,41 @@ function M.lines(connect, cfg, worker_name, f, tty)
       if total % 1000 == 0 then show("checked " .. thousands(total) .. " jobs") end
     end
   end
-  -- pass 2: send, CHUNK lines at a time. Without client middlewares a
-  -- chunk is decoded and checked while Redis stores the one before (one
-  -- chunk in flight: its replies are read before the next is sent, so an
-  -- error still names the lines of the chunk that failed).
+  -- pass 2: send, through a pusher (its chunks: one in flight at most, its
+  -- replies read before the next is sent, so an error names the lines of
+  -- the chunk that failed)
   f:seek("set", 0)
-  local conn = connect()
-  local parts = not client.has_middlewares(cfg)
-  local started, sent, chunk, first = core.mono(), 0, {}, 1
-  local inflight -- {v, first, last}: a chunk sent, its replies unread
-  local function failed(err, from, to)
-    -- the same kind of error (exit code), with where the file stopped
-    local kind, why = errors.describe(err)
-    why = why:match("^[^\n]*")
-    local msg = ("lines %d-%d: %s; %s"):format(from, to, why, from == 1 and "nothing enqueued before them" or
-      ("%d jobs enqueued before them (lines 1-%d)"):format(sent, from - 1))
-    local some = tonumber(why:match("%((%d+) of the %d+ jobs were stored%)$"))
-    if some and some > 0 then msg = msg .. (", %d in all"):format(sent + some) end
-    if kind == "runtime" or kind == "missing" then error(msg, 0) end
-    errors[kind](msg)
-  end
-  local function done(count)
-    sent = sent + count
+  local p = client.pusher(connect(), cfg, worker_name)
+  local started, shown = core.mono(), 0
+  local function done()
+    shown = p.stored
     local dt = core.mono() - started
-    show(("enqueued %s / %s jobs, %s jobs/s"):format(thousands(sent), thousands(total),
-      thousands(dt > 0 and sent / dt or 0)), sent == total)
+    show(("enqueued %s / %s jobs, %s jobs/s"):format(thousands(shown), thousands(total),
+      thousands(dt > 0 and shown / dt or 0)), shown == total)
   end
-  local function land()
-    if not inflight then return end
-    local ok, err = pcall(client.finish_push, conn, cfg, inflight[1])
-    if not ok then failed(err, inflight[2], inflight[3]) end
-    done(inflight[1].n)
-    inflight = nil
-  end
-  local function flush(last)
-    if #chunk == 0 then return end
-    if parts then
-      local ok, v = pcall(client.validate_push, cfg, worker_name, chunk)
-      if ok then ok, v = pcall(client.build_push, conn, cfg, v) end
-      land()
-      if ok then ok, v = pcall(client.start_push, conn, cfg, v) end
-      if not ok then failed(v, first, last) end
-      inflight = { v, first, last }
-    else
-      local ok, err = pcall(client.push, conn, cfg, worker_name, chunk)
-      if not ok then failed(err, first, last) end
-      done(#chunk)
+  local ok, err = pcall(function()
+    n = 0
+    for line in f:lines() do
+      n = n + 1
+      if filled(line) then
+        p:add(decode(line, n), n)
+        if p.stored ~= shown then done() end
+      end
     end
-    chunk = {}
-  end
-  n = 0
-  for line in f:lines() do
-    n = n + 1
-    if filled(line) then
-      chunk[#chunk + 1] = decode(line, n)
-      if #chunk == M.CHUNK then flush(n) first = n + 1 end
-    end
-  end
-  flush(n)
-  land()
-  return sent
+    p:close()
+    if p.stored ~= shown then done() end
+  end)
+  if ok then return p.stored end
+  local at = p.failed
+  if not at then error(err, 0) end -- (not the push's: a line that no longer decodes)
+  -- the same kind of error (exit code), with where the file stopped
+  local kind, why = errors.describe(err)
+  local before = p.stored - at.stored
+  local msg = ("lines %d-%d: %s; %s"):format(at.from, at.to, why:match("^[^\n]*"), before == 0 and
+    "nothing enqueued before them" or ("%d jobs enqueued before them (lines 1-%d)"):format(before, at.from - 1))
+  if at.stored > 0 then msg = msg .. (", %d in all"):format(p.stored) end
+  if kind == "runtime" or kind == "missing" then error(msg, 0) end
+  errors[kind](msg)
 end
 
 return M

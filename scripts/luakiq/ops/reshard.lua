@@ -29,6 +29,7 @@
 local core = require "luakiq.core"
 local errors = require "luakiq.lib.errors"
 local keys = require "luakiq.lib.keys"
+local queue = require "luakiq.runner.queue"
 
 local M = {}
 
@@ -36,8 +37,10 @@ M.LOCK_TTL = 5       -- seconds: a killed reshard's lock lapses within this
 M.PAGE = 1000        -- ids read per ZRANGEBYLEX
 M.BATCH = 200        -- ids per reshard_out.lua call (--batch)
 
+-- r, or raises one line naming the call: a script's refusal (FENCED,
+-- INFLIGHT: docs/redis.md, "Errors") or any other error of Redis.
 local function check(r, what)
-  if type(r) == "table" and r.err then error("redis: " .. what .. ": " .. r.err, 0) end
+  if type(r) == "table" and r.err then error("redis: " .. what .. ": " .. errors.redis_text(r.err), 0) end
   return r
 end
 
@@ -143,24 +146,24 @@ function M.run(conn, cfg, worker_name, n_text, opts)
   conn:call("HSET", reg, Q, tostring(B))
 
   -- 4. every shard's lease (restoring what dead holders left in flight)
-  local amo = w.delivery == "at_most_once" and "1" or nil
+  local amo = w.delivery == "at_most_once"
   local waited = core.mono()
   while true do
     cmds = {}
     local which = {}
     for s = 0, S - 1 do
       if not held[s] then
-        cmds[#cmds + 1] = { script = "fetch", prefix[s], token, tostring(lease_ms), string.format("%.17g", core.now()),
-                            "0", "", "0", amo }
+        cmds[#cmds + 1] = queue.fetch_cmd(prefix[s], token, lease_ms, 0, nil, amo)
         which[#cmds] = s
       end
     end
     if #cmds == 0 then break end
     for i, x in ipairs(conn:pipeline(cmds)) do
       check(x, "fetch")
-      if x[1] == "OK" then
+      local res = queue.parse_fetch(x, { prefix = prefix[which[i]] })
+      if not res.leased then
         held[which[i]] = true
-        stats.restored = stats.restored + (tonumber(x[4]) or 0)
+        stats.restored = stats.restored + res.restored
       end
     end
     local left = 0

@@ -16,7 +16,7 @@
 -- its own (HOST:PID:RANDOM/tN), so fetch.lua refuses a shard to a thread of
 -- any host while another thread holds it, and a thread that no longer owns
 -- a shard finishes its call, acks and releases the lease before the new
--- owner's fetch can take it (runner.lua).
+-- owner's fetch can take it (luakiq.runner's elastic_tick).
 local core = require "luakiq.core"
 
 local M = {}

@@ -205,7 +205,7 @@ function M.admit(t, h, loaded, batch)
 end
 
 -- The call of h is over: its units and registration go back with the
--- thread's next Redis call (t.releases, sent by the runner's pending_acks).
+-- thread's next Redis call (t.releases, sent by luakiq.runner.fetch's pending_acks).
 function M.done(t, h)
   local q = h.units
   if not q then return end

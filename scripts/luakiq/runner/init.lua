@@ -1,56 +1,86 @@
 -- luakiq.runner: the loop of one worker thread (runs in that thread's own VM).
 --
--- The thread owns a group of shards (from the splitter). Its scheduler picks
--- the next shard; process() runs one batch of it:
---   fetch.lua (acks the previous batch in the same call) -> load payloads ->
---   server middlewares around perform -> on error, fail.lua (one atomic step).
--- A successful batch is acked by its shard's next fetch when that comes
--- within poll_interval / 10, else by the next Redis call this thread makes
--- (another shard's fetch, or the flush before it waits), so the steady state
--- costs one round trip and one script call per batch. Leases
+-- The thread owns a group of shards (from the splitter). Its scheduler
+-- (luakiq.schedulers) picks the next shard; one fetch of it runs as a task,
+-- its calls one after another, and a call that waits in luakiq's I/O parks
+-- the task while the thread goes on with other shards. Leases
 -- (docs/guarantees.md) fence every shard.
 --
--- Calls in flight: each fetch-and-perform of a shard runs as a *task* (a
--- coroutine). A perform call that waits in luakiq's I/O (luakiq.lib.wait) parks
--- its task; the thread goes on with other shards (at most one task per shard,
--- so per-id order and exclusion hold) and resumes the task when its wait is
--- over or its deadline comes. Redis calls of the runner itself never yield.
+-- The runner's modules, each requiring only those after it (one direction,
+-- no cycle, no require inside a function):
+--   init   (this file) open and run (the thread's loop), setup (the thread's
+--          state) and the handler (a shard's state: new_handler), the queue
+--          registry (a reshard met while running), elastic hosts' shares,
+--          schedules
+--   tasks  the task loop: parked calls, the scheduler's ctx, busy shards
+--   fetch  one fetch of a shard (process), its acks (pending, flush), the
+--          size of an adapting fetch
+--   call   one perform call: payloads, job windows, flow control, the call
+--          under its timeout, delivery ids, failures (fail.lua), the call
+--          record and fail_stuck
+--   flow   concurrency units and the throttle (luakiq.runner.flow)
+--   queue  the calls of the queue scripts and their replies (luakiq.runner.queue)
+-- elastic (the pure share of shards among hosts and threads, which the
+-- main VM's splitter and the CLI use too) and unacked are init's alone.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
 local keys = require "luakiq.lib.keys"
 local log = require "luakiq.lib.log"
 local middleware = require "luakiq.lib.middleware"
+local runtime = require "luakiq.lib.runtime"
+local cron = require "luakiq.lib.cron"
+local errors = require "luakiq.lib.errors"
+local timing = require "luakiq.ops.timing"
+local hosts = require "luakiq.ops.hosts"
+local client = require "luakiq.client"
+local luakiq = require "luakiq"
 local queue = require "luakiq.runner.queue"
 local unacked = require "luakiq.runner.unacked"
-local runtime = require "luakiq.lib.runtime"
-local wait = require "luakiq.lib.wait"
-local timing = require "luakiq.ops.timing"
-local failure = require "luakiq.lib.failure"
-local flow = require "luakiq.runner.flow"
-local retry = require "luakiq.lib.retry"
-local windows = require "luakiq.lib.windows"
-local luakiq = require "luakiq"
-local new_table = require "table.new" -- (LuaJIT's: a table sized at once)
+local elastic = require "luakiq.runner.elastic"
+local call = require "luakiq.runner.call"
+local fetch = require "luakiq.runner.fetch"
+local tasks = require "luakiq.runner.tasks"
 
 -- The worker thread's states, named once (host/runner.c) and exported as numbers.
 local STATE = core.states
 
+local traceback, flush = call.traceback, fetch.flush
+
 local M = {}
 
-local POLL_EVERY = 0.002 -- seconds between mailbox checks of a busy thread (ctx.poll)
-
-local function traceback(e)
-  if type(e) == "string" then return debug.traceback(e, 2) end
-  return e
-end
-
--- A handler: the thread's state of one shard it serves (or may serve).
+-- A handler: the thread's state of one shard it serves (or may serve). Every
+-- field a handler has is here; the runner's modules (and luakiq.runner.flow)
+-- set them, none adds another.
 function M.new_handler(t, w, shard)
   return {
-    worker = w.name, shard = shard, def = w, index = 0,
-    prefix = keys.prefix(t.cfg.namespace, w.queue_name, shard),
-    timing = t.timing,
+    -- the shard
+    worker = w.name,   -- its worker's name
+    shard = shard,     -- its number
+    def = w,           -- its worker (config.lua's table)
+    prefix = keys.prefix(t.cfg.namespace, w.queue_name, shard), -- its keys' prefix, NS:{QUEUE:SHARD}:
+    index = 0,         -- its place in t.handlers, the scheduler's index (setup, set_active)
+    timing = t.timing, -- the thread's timing observations (luakiq.ops.timing)
+    -- perform with the server middlewares around it
     perform = middleware.chain(t.cfg.middlewares, function(worker, batch, call) return worker.perform(batch, call) end),
+    -- its fetch (luakiq.runner.fetch)
+    batch = nil,       -- the id of its batch in flight (fetch.lua's; nil: none)
+    done = nil,        -- {batch =, ids = {id -> true}}: the ids of that batch performed (a fetch of several calls)
+    later = nil,       -- {{id, at}...}: ids of the fetch that go back at a time (the throttle's, closed job windows)
+    held = nil,        -- true: the throttle or flow control's units held jobs of the fetch back
+    job_windows = nil, -- true: a job of the fetch has windows of its own
+    best_due = nil,    -- the priority of its best due job left (priorities; the scheduler reads it)
+    fetch_n = nil,     -- an adapting fetch's size for its next fetch (fetch_adapt)
+    per_job = nil,     -- an adapting fetch's moving average of a job's seconds
+    job_bytes = nil,   -- an adapting fetch's moving average of a job's busy record's bytes
+    -- its calls (luakiq.runner.call, luakiq.runner.tasks)
+    task = nil,        -- the coroutine of its fetch in flight (a task; nil: none)
+    lease_until = nil, -- mono: how long its lease holds for its calls (core.call_begin's fence)
+    done_slot = nil,   -- C's slot of the shard's done ids (core.call_begin)
+    rec_done = nil,    -- the done list C keeps the ids of (host/calls.c: the call record's tail)
+    -- flow control (luakiq.runner.flow)
+    units = nil,       -- the queue whose units its call holds (given back after the call)
+    units_until = nil, -- mono: no fetch before then (a held or refused call's back-off)
+    snapshot = nil,    -- running_read.lua's reply for its next throttled call
   }
 end
 
@@ -63,7 +93,9 @@ local function setup(boot)
     cfg = cfg, conn = conn, token = boot.token,
     host = (boot.token or ""):match("^(.*):[^:]*$") or boot.token, -- HOST:PID (throttle's running list)
     lease_ms = math.floor(cfg.lease_ttl * 1000),
-    handlers = {}, by_prefix = {},
+    handlers = {},   -- the handlers it serves now, the scheduler's (elastic: set_active)
+    by_prefix = {},  -- shard prefix -> index in handlers (wake-ups)
+    all = {},        -- every handler (elastic: every shard; their state survives a move out and back)
     pending = {},    -- handlers whose last batch succeeded and awaits its ack -> when it is due (pending_acks)
     waiting = {},    -- handler -> {req = wait request, deadline = mono} of its parked task
     ntasks = 0,      -- tasks in flight (parked)
@@ -77,10 +109,16 @@ local function setup(boot)
     -- the per-batch debug line is built only when it is printed (its fields
     -- cost more than a blank job's whole batch otherwise)
     debug = boot.log_level == "debug",
+    el = nil,        -- an elastic host's thread's state (below; nil: a fixed plan)
+    registry_at = nil, -- mono: the next look at the queue registry (registry_tick)
+    dropped = nil,   -- handler -> true: shards of resharded queues a fixed thread gives back (settle_dropped)
+    replan = false,  -- true: a reshard changed handlers, run() makes the scheduler anew
+    sched = nil,     -- schedule name -> {tick =, next =, claimed =} (thread 0 with schedules; schedules_tick)
+    sched_at = nil,  -- wall time: the next look at the schedules
+    tick_every = nil, -- seconds: how often the schedules are looked at (caps the thread's waits)
   }
   -- Elastic hosts (luakiq.runner.elastic): boot.handlers is every shard; the thread
   -- serves its share, t.handlers, recomputed every beat (elastic_tick).
-  -- t.all keeps every handler (their state survives a move out and back).
   local el = boot.elastic
   if el then
     t.el = {
@@ -90,9 +128,9 @@ local function setup(boot)
       held = {},         -- handler -> true while this thread holds its lease
       leaving = {},      -- handler -> true: no longer ours, its lease to give back once its call is over
       changed = false,   -- t.handlers changed: run() makes the scheduler anew
+      held_text = nil,   -- the held shards as last told to the main thread (publish_held)
     }
   end
-  t.all = {}
   for i, h in ipairs(boot.handlers) do
     local handler = M.new_handler(t, cfg.by_name[h.worker], h.shard)
     handler.index = i
@@ -103,986 +141,6 @@ local function setup(boot)
     end
   end
   return t
-end
-
--- How long a finished batch's ack may wait for its shard's next fetch to
--- carry it (a fraction of poll_interval): a thread that serves several
--- shards goes round them, and an ack sent on its own is one more script
--- call (fetch.lua, limit 0) for Redis, ~220k instructions, where riding
--- with the fetch costs nothing. A fetch that took longer than that is acked
--- by the thread's next call, as always; a shorter one's finished work waits
--- until poll_interval / ACK_WAIT_PART after it was fetched at most
--- (docs/guarantees.md).
-local ACK_WAIT_PART = 10
-
--- The ack calls of the pending handlers but `except` (one fetch.lua call
--- each, limit 0) whose ack is due (t.pending[h], a core.mono time: a batch
--- fetched more than poll_interval / ACK_WAIT_PART ago; force: all), and
--- the handlers they are for. The others stay pending: their shard's next
--- fetch acks them in the same call, or this thread's next call after they
--- are due, or flush before it sleeps.
--- Pending unit releases (concurrency) ride after the acks, one
--- units_release.lua call per queue: their replies come after the acks'.
--- The thread's timing observations (luakiq.ops.timing) ride last, at most once a
--- second (force: now, when there are any); the third result is the index of
--- the first of them (nil: none).
-local function pending_acks(t, except, force)
-  local cmds, hs = {}, {}
-  local now = not force and next(t.pending) and core.mono()
-  for h, due in pairs(t.pending) do
-    if h ~= except and (force or due <= now) then
-      hs[#hs + 1] = h
-      cmds[#cmds + 1] = queue.fetch_cmd(h, t, 0, true)
-    end
-  end
-  for q, members in pairs(t.releases) do cmds[#cmds + 1] = flow.release_cmd(t, q, members) end
-  t.releases = {}
-  local tcmds, tfrom = timing.cmds(t.timing, t.cfg.namespace, force), nil
-  if tcmds then
-    tfrom = #cmds + 1
-    for _, c in ipairs(tcmds) do cmds[#cmds + 1] = c end
-  end
-  return cmds, hs, tfrom
-end
-
--- Takes in h's fetch.lua reply: h.batch (the id of its batch in flight) and
--- t.refused (shards another holder leases, to log the change once). Returns
--- queue.parse_fetch's result, or nil when the lease is held elsewhere.
-local function took(t, h, r)
-  local res = queue.parse_fetch(r, h)
-  if res.leased then
-    h.batch = nil
-    if t.el then t.el.held[h] = nil end
-    if not t.refused[h.prefix] then
-      if res.reshard then
-        log.info("shard frozen by a reshard of its queue; waiting for it", { worker = h.worker, shard = h.shard })
-      elseif t.el then
-        -- a hand-over in progress: the previous holder finishes its call first
-        log.info("shard is still held by its previous holder; waiting for it", { worker = h.worker, shard = h.shard })
-      else
-        log.warn("shard is leased by another host; skipping it", { worker = h.worker, shard = h.shard })
-      end
-      t.refused[h.prefix] = true
-    end
-    return nil
-  end
-  if t.el then t.el.held[h] = true end
-  if t.refused[h.prefix] then
-    log.info("shard lease acquired", { worker = h.worker, shard = h.shard })
-    t.refused[h.prefix] = nil
-  end
-  h.batch = res.batch
-  return res
-end
-
--- Sends the pending acks (if any) alone; used before sleeping and at stop.
--- An ack Redis refused (an error reply: out of memory, say) stays pending,
--- to be sent again; the first such error is raised after the others were
--- taken in.
-local function flush(t)
-  if not next(t.pending) and not next(t.releases) and not t.timing.any then return end
-  local cmds, hs, tfrom = pending_acks(t, nil, true)
-  local r = t.conn:pipeline(cmds)
-  local failed
-  for i, h in ipairs(hs) do
-    local ok, err = pcall(took, t, h, r[i])
-    if ok then t.pending[h] = nil else failed = failed or err end
-  end
-  if failed then error(failed, 0) end
-  timing.check(cmds, r, tfrom)
-end
-
--- Calls the worker's retries_exhausted with dead ({id=, payloads=, error=}
--- per morgued payload). Its errors are logged, luakiq.FATAL goes through.
-local function exhausted(w, dead)
-  local okx, e = xpcall(w.retries_exhausted, traceback, dead)
-  if not okx then
-    if e == luakiq.FATAL then error(e, 0) end
-    log.error("retries_exhausted failed: " .. tostring(e), { worker = w.name })
-  end
-end
-
--- Fails a batch: retry_in per job, then fail.lua (morgue at max_retry_count).
-local function fail(t, h, jobs, err, tb, done)
-  local cfg, w = t.cfg, h.def
-  local ok, msg = pcall(cfg.format_error, err, tb)
-  if not ok or type(msg) ~= "string" then msg = tostring(err) end
-  local dumped = msg
-  ok, dumped = pcall(cfg.dump_error, msg)
-  if not ok or (dumped ~= nil and type(dumped) ~= "string") then dumped = msg end
-  local now = core.now()
-  local retry_at = {}
-  -- luakiq.permanent: as if the retries were exhausted (max_retry_count 0
-  -- in fail.lua: the morgue rule at once); luakiq.retry_after: its delay
-  -- delivery = "at_most_once": every payload of the call to the morgue
-  -- (fail.lua with max_retry_count -1)
-  local f = failure.of(err)
-  local max_rc = w.max_retry_count
-  if w.delivery == "at_most_once" then max_rc = -1 elseif f and f.permanent then max_rc = 0 end
-  for i, job in ipairs(jobs) do
-    local count = job.retry_count + 1
-    local okr, delay = true, f and f.retry_in
-    if not delay then okr, delay = pcall(w.retry_in, count) end
-    if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
-      log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
-      delay = retry.default(count)
-    end
-    retry_at[i] = now + delay
-  end
-  local morgued = queue.fail(t.conn, h, t, now, max_rc, dumped or "", jobs, retry_at, done, h.later)
-  h.batch, h.later, h.held = nil, nil, nil
-  if tb then log.debug(tb) end
-  log.warn("batch failed: " .. msg:match("^[^\n]*"), {
-    worker = w.name, shard = h.shard, ids = queue.ids(jobs), morgued = #morgued })
-  if #morgued > 0 and w.retries_exhausted then
-    -- one entry per id (at most once morgues every payload of an id)
-    local by_id, list = {}, {}
-    for _, m in ipairs(morgued) do
-      local e = by_id[m.id]
-      if not e then
-        e = { id = m.id, error = msg, payloads = {} }
-        by_id[m.id], list[#list + 1] = e, e
-      end
-      local okp, v = pcall(cfg.load_payload, m.payload)
-      e.payloads[#e.payloads + 1] = { okp and v or m.payload, m.score }
-    end
-    exhausted(w, list)
-  end
-end
-
--- Loads the payloads of fetched jobs with load_payload. A payload that
--- cannot be loaded will never load: it goes to the morgue at once, with the
--- error (bury.lua, one atomic step; retrying it would hold back the id's other
--- payloads for max_retry_count retries), and the rest of the batch runs
--- without it. Returns the jobs left and their payloads by id (jobs with no
--- payload left are dropped), or nil when the lease was lost meanwhile.
-local function load_batch(t, h, jobs)
-  local cfg, w = t.cfg, h.def
-  -- (the usual fetch loads every payload: then no table but the batch and
-  -- each job's list is made, and the jobs come back as they are)
-  -- (sized at once: a table that grows allocates again as it grows)
-  local batch, bad, dropped = new_table(0, #jobs), nil, false
-  for i = 1, #jobs do
-    local job = jobs[i]
-    local pls = job.payloads
-    local list, good = new_table(#pls, 0), nil
-    for k = 1, #pls do
-      local p = pls[k]
-      local ok, v = pcall(cfg.load_payload, p[1])
-      if ok then
-        list[#list + 1] = v
-        if good then good[#good + 1] = p end
-      else
-        if v == luakiq.FATAL then error(v, 0) end
-        if not good then good = { unpack(pls, 1, k - 1) } end
-        bad = bad or {}
-        bad[#bad + 1] = { id = job.id, payload = p[1],
-                          message = "load_payload failed: " .. tostring(v):match("^[^\n]*") }
-      end
-    end
-    if #list > 0 or #pls == 0 then -- (fetch.lua never sends a job without payloads)
-      if good then job.payloads = good end
-      batch[job.id] = list
-    else
-      dropped = true
-    end
-  end
-  if not bad then return jobs, batch end
-  local kept = jobs
-  if dropped then
-    kept = {}
-    for i = 1, #jobs do
-      if batch[jobs[i].id] then kept[#kept + 1] = jobs[i] end
-    end
-  end
-  for _, b in ipairs(bad) do
-    local ok, dumped = pcall(cfg.dump_error, b.message)
-    b.error = (ok and type(dumped) == "string") and dumped or b.message
-  end
-  local ok = queue.bury(t.conn, h, t, core.now(), bad)
-  if not ok then
-    h.batch = nil
-    return nil
-  end
-  local bad_ids = {}
-  for i, b in ipairs(bad) do bad_ids[i] = b.id end
-  log.error("payloads that cannot be loaded went to the morgue: " .. bad[1].message,
-    { worker = w.name, shard = h.shard, ids = bad_ids })
-  if w.retries_exhausted then
-    local dead = {}
-    for i, b in ipairs(bad) do dead[i] = { id = b.id, payloads = { { b.payload, b.score } }, error = b.message } end
-    exhausted(w, dead)
-  end
-  return kept, batch
-end
-
--- What the main VM needs to fail a call's jobs should the call never come
--- back (a call past its timeout that cannot be stopped: M.fail_stuck), made
--- for every perform call, so cheap: netstrings (`<length>:<bytes>`) of the
--- worker, shard, batch, token, the number of jobs, each job's id and
--- retry_count, then the ids done before it. C keeps it as a C string, so
--- bytes 0 and 1 are written 1 1 and 1 2 (the length counts them so).
--- (JSON through lua-cjson cost ~1.9 us a call, this ~0.2 us.)
--- token: the thread's lease token (elastic threads each have their own).
--- Returns the record up to the jobs, and the ids done since h's last call
--- (delta) and whether the done ids start over (reset: another fetch's
--- list): C keeps the done ids per shard and ends the record with them
--- (core.call_begin), so a fetch of n calls encodes and copies each done id
--- once. (The whole record each call made a fetch of 300 blank jobs at
--- batch 1 cost the host ~4.7k instructions a job more: docs/benchmarks.md.)
-local ESC = { ["\0"] = "\1\1", ["\1"] = "\1\2" }
-local UNESC = { ["\1\1"] = "\0", ["\1\2"] = "\1" }
-local function netstring(v)
-  v = tostring(v)
-  -- (plain finds: a pattern's class costs ~0.1 us a call here)
-  if v:find("\0", 1, true) or v:find("\1", 1, true) then v = v:gsub("[%z\1]", ESC) end
-  return #v .. ":" .. v
-end
-local RC_NS = {} -- retry_count -> its netstring
-local function rc_netstring(rc)
-  local rs = RC_NS[rc]
-  if not rs then
-    rs = netstring(rc)
-    RC_NS[rc] = rs
-  end
-  return rs
-end
-local function call_record(h, jobs, done, token)
-  -- (the fields before the jobs change only with the fetch: kept on h)
-  local head = h.rec_head
-  if not head or h.rec_batch ~= h.batch or h.rec_token ~= token then
-    head = netstring(h.worker) .. netstring(h.shard) .. netstring(h.batch or "") .. netstring(token or "")
-    h.rec_head, h.rec_batch, h.rec_token = head, h.batch, token
-  end
-  -- done grows by each call of the fetch (up to fetch_size ids): C has
-  -- h.rec_sent of them when h.rec_done is done (no done: none)
-  local delta, reset = "", done == nil or h.rec_done ~= done
-  if reset then h.rec_done, h.rec_sent = done, 0 end
-  local nd, k = done and #done or 0, h.rec_sent
-  if k + 1 == nd then
-    delta = netstring(done[nd])
-  elseif k < nd then
-    local more = {}
-    for i = k + 1, nd do more[i - k] = netstring(done[i]) end
-    delta = table.concat(more)
-  end
-  h.rec_sent = nd
-  local njobs = #jobs
-  if njobs == 1 then -- (batch 1: no table)
-    local job = jobs[1]
-    return head .. "1:1" .. netstring(job.id) .. rc_netstring(job.retry_count), delta, reset
-  end
-  local parts = { head, netstring(njobs) }
-  for i = 1, njobs do
-    local job = jobs[i]
-    parts[2 * i + 1] = netstring(job.id)
-    parts[2 * i + 2] = rc_netstring(job.retry_count)
-  end
-  return table.concat(parts), delta, reset
-end
-
--- call_record's fields, as strings in order. Raises on a malformed record.
-local function read_record(record)
-  local out, i, n = {}, 1, #record
-  while i <= n do
-    local colon = record:find(":", i, true)
-    local len = colon and tonumber(record:sub(i, colon - 1))
-    if not len or colon + len > n then error("fail_stuck: malformed call record", 0) end
-    local v = record:sub(colon + 1, colon + len)
-    if v:find("\1", 1, true) then v = v:gsub("\1[\1\2]", UNESC) end
-    out[#out + 1] = v
-    i = colon + len + 1
-  end
-  return out
-end
-
--- A wait of a call that cannot park its task (no task: the call runs from
--- the specs or a scheduler without ctx.on_done): waits in place, never past
--- the call's deadline. Returns the answer for the call.
-local function wait_here(req, deadline)
-  if req.kind == "http" then
-    while not req.transfer:done() do
-      local left = deadline - core.mono()
-      if left <= 0 then return wait.TIMEOUT end
-      core.http_wait(math.min(left, 1), false)
-    end
-    return true
-  elseif req.kind == "proc" then
-    local stop = req["until"] and math.min(req["until"], deadline) or deadline
-    while not req.proc:done() do
-      local left = stop - core.mono()
-      if left <= 0 then return stop < deadline and true or wait.TIMEOUT end
-      req.proc:wait(math.min(left, 1))
-    end
-    return true
-  elseif req.kind == "sleep" then
-    local now = core.mono()
-    if req["until"] >= deadline then
-      core.sleep(deadline - now)
-      return wait.TIMEOUT
-    end
-    core.sleep(req["until"] - now)
-    return true
-  end
-  error("luakiq: unknown wait " .. tostring(req.kind), 0)
-end
-
--- A call's coroutine runs perform calls one after another: it yields
--- CALL_DONE after each, and the next call resumes it with its own function
--- and arguments. The thread keeps one idle (spare_call): a coroutine made
--- per call cost the host ~0.25 us and its garbage per perform call, ~10 %
--- of a blank job's host CPU at batch 1 (LuaJIT's profiler, one thread). A
--- call that raised or yielded on its own leaves its coroutine dead or
--- stuck: never reused.
-local CALL_DONE = {}
-local spare_call
-local function call_body(fn, w, batch, call)
-  while true do
-    fn(w, batch, call)
-    -- (nothing of the call stays referenced while the coroutine is idle)
-    fn, w, batch, call = nil, nil, nil, nil
-    fn, w, batch, call = coroutine.yield(CALL_DONE)
-  end
-end
-
--- Runs one perform call (with the server middlewares) in a coroutine of its
--- own (a spare one, above), bounded by the worker's timeout
--- (core.call_begin/call_end: past it, a hook raises "timeout: ..." in the
--- call; luakiq's own waits end themselves). A wait in luakiq's I/O parks h's
--- task (the thread loop answers it) or, with no task, waits in place.
--- Returns ok, err, traceback, fenced (the call was stopped because its lease
--- may have run out: h.lease_until, core.fence).
-local function run_call(h, w, batch, njobs, call, record, delta, reset)
-  local co = spare_call or coroutine.create(call_body)
-  spare_call = nil
-  local m0 = core.mono()
-  local started, deadline, slot = core.call_begin(w.timeout, record, h.lease_until, h.prefix, delta, reset, h.done_slot)
-  h.done_slot = slot
-  wait.current = co
-  local ok, a, req = coroutine.resume(co, h.perform, w, batch, call)
-  while ok and a ~= CALL_DONE and coroutine.status(co) == "suspended" do
-    if a ~= wait.WAIT then
-      ok, a = false, "perform yielded: coroutine.yield outside a coroutine of its own"
-      break
-    end
-    core.call_pause()
-    wait.current = nil
-    local answer
-    if h.task and coroutine.running() == h.task then
-      answer = coroutine.yield(req, deadline) -- to the thread loop (task_step)
-    else
-      answer = wait_here(req, deadline)
-    end
-    -- the fence: past its lease bound, the call must not run on (the
-    -- shard's next holder may already run its jobs)
-    if not core.call_resume(started, deadline, w.timeout) then answer = wait.FENCED end
-    wait.current = co
-    ok, a, req = coroutine.resume(co, answer)
-  end
-  wait.current = nil
-  local expired, lease_until, fenced = core.call_end(njobs)
-  if ok and a == CALL_DONE and not spare_call then spare_call = co end
-  h.lease_until = lease_until
-  if h.timing then
-    local now = core.now()
-    timing.observe(h.timing, w.queue_name, "r", core.mono() - m0, now)
-    if ok or not fenced then timing.count(h.timing, w.queue_name, ok and "p" or "f", njobs, now) end
-  end
-  if ok then return true end
-  local err = a
-  local tb = type(err) == "string" and debug.traceback(co, err) or debug.traceback(co, tostring(err))
-  if fenced then return false, err, tb, true end
-  if expired and err ~= luakiq.FATAL then
-    if not (type(err) == "string" and err:find("^timeout")) then
-      err = "timeout: " .. tostring(err) -- past the deadline, whatever the call raised on its way out
-    end
-    core.count_timeout(w.name)
-  end
-  return false, err, tb
-end
-
--- perform's second argument, {worker =, shard =, delivery =}. delivery is
--- an id of the call's jobs as they are: queue, then per job (in id order)
--- its id, perform_in and payloads (hex of SHA-256, 32 digits). The same
--- jobs delivered again after a kill -9 (restored with their own perform_in)
--- give the same id, so receivers can de-duplicate on it; the same payloads
--- enqueued again later (a new perform_in) give another. Computed only when
--- read (a blank job should not pay for a hash).
-local function delivery_id(queue_name, jobs)
-  local list = {}
-  for i, job in ipairs(jobs) do list[i] = job end
-  table.sort(list, function(a, b) return a.id < b.id end)
-  local parts = { queue_name }
-  for _, job in ipairs(list) do
-    parts[#parts + 1] = #job.id .. ":" .. job.id .. string.format("%.17g", job.perform_in) .. "#" .. #job.payloads
-    for _, p in ipairs(job.payloads) do parts[#parts + 1] = #p[1] .. ":" .. p[1] end
-  end
-  return core.sha256(table.concat(parts, "\n")):sub(1, 32)
-end
-local CALL_MT = {
-  __index = function(t, k)
-    if k ~= "delivery" then return nil end
-    local d = delivery_id(rawget(t, "queue_"), rawget(t, "jobs_"))
-    rawset(t, "delivery", d)
-    return d
-  end,
-}
-
--- The part of a call that runs: run (some of loaded) and their payloads.
-local function only(run, loaded, batch)
-  if #run == #loaded then return loaded, batch end
-  local some = {}
-  for _, job in ipairs(run) do some[job.id] = batch[job.id] end
-  return run, some
-end
-
--- Jobs with windows of their own (job field windows) that are closed now
--- do not run: each goes back at the next time both its windows and its
--- worker's are open (h.later; not a retry, no error). Returns the jobs that
--- run now.
-local function in_windows(h, w, loaded)
-  local now, run = core.now(), {}
-  for _, job in ipairs(loaded) do
-    local at = now
-    if job.windows then
-      local jw, why = windows.of_text(job.windows)
-      if jw then
-        at = windows.next_both(jw, w.windows_spec, now)
-        if not at then
-          at = now + 86400
-          log.warn("the job's windows never meet the worker's: asked again in a day", { worker = w.name, id = job.id })
-        end
-      else
-        log.warn("the job's windows are ignored: " .. why, { worker = w.name, id = job.id })
-      end
-    end
-    if at > now then
-      h.later = h.later or {}
-      h.later[#h.later + 1] = { job.id, at }
-    else
-      run[#run + 1] = job
-    end
-  end
-  return run
-end
-
--- Performs jobs (a slice of h's batch in flight) as one perform call. done:
--- the ids of the batch already performed. Returns ok, err, traceback; ok is
--- true too when nothing was left to perform, nil when the lease went, "held"
--- when the throttle held all of them, "units" when flow control refused the
--- call (the rest of the fetch waits too). Raises luakiq.FATAL.
-local function perform(t, h, jobs, done)
-  local w = h.def
-  local loaded, batch = load_batch(t, h, jobs)
-  if not loaded then return nil end -- lease lost while burying
-  if #loaded == 0 then return true, loaded end -- every payload was unloadable
-  if h.job_windows then
-    loaded, batch = only(in_windows(h, w, loaded), loaded, batch)
-    if #loaded == 0 then return "held" end
-  end
-  if w.concurrency or w.throttle then
-    -- flow control: the jobs that may run now (h.later, h.held: the others)
-    local run, ferr, refused = flow.admit(t, h, loaded, batch)
-    if not run then return false, loaded, ferr, nil end -- the throttle raised: the call fails
-    if #run == 0 then return refused and "units" or "held" end
-    loaded, batch = only(run, loaded, batch)
-  end
-  local njobs = #loaded
-  core.set_state(STATE.performing, w.name, h.shard,
-    njobs == 1 and loaded[1].id or table.concat(queue.ids(loaded), ","), h.prefix)
-  local started = core.now()
-  local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
-  local ok, err, tb, fenced = run_call(h, w, batch, njobs, call, call_record(h, loaded, done, t.el and t.token or nil))
-  flow.done(t, h)
-  if fenced then
-    -- nothing is recorded: the fetch stays in flight for the shard's holder
-    -- (another host restores it; this host, if it still holds the shard,
-    -- redelivers it: heads.lua), as after a kill -9
-    log.warn("call stopped: " .. tostring(err):match("^[^\n]*"),
-      { worker = w.name, shard = h.shard, ids = queue.ids(loaded) })
-    core.set_state(STATE.fetching, w.name, h.shard)
-    return nil
-  end
-  core.set_state(STATE.fetching, w.name, h.shard)
-  -- A luakiq.redis wait the deadline cut short leaves the thread's connection
-  -- broken: make it again now, so the failure is recorded at once.
-  if t.conn:broken() then t.conn:reconnect() end
-  if ok then
-    if t.debug then
-      log.debug("batch done",
-        { worker = w.name, shard = h.shard, ids = queue.ids(loaded), duration = core.now() - started })
-    end
-    return true, loaded
-  end
-  if err == luakiq.FATAL then error(err, 0) end
-  return false, loaded, err, tb
-end
-
--- How many jobs h's next fetch takes: the worker's fetch_size, or, when it
--- adapts (config.lua, fetch_auto), what h's jobs performed in about
--- fetch_time (h.fetch_n, from fetch_adapt), starting at fetch_start.
-local function fetch_limit(h)
-  local w = h.def
-  if not w.fetch_auto then return w.fetch_size end
-  -- (clamped again: a reload may have changed the worker's bounds)
-  return math.max(w.batch_size, math.min(h.fetch_n or w.fetch_start, w.fetch_size))
-end
-
--- The moving average an adapting fetch is sized by: so one slow call does
--- not shrink the fetch at once, nor one fast call grow it.
-local function moving(avg, x) return avg and (0.7 * avg + 0.3 * x) or x end
-
--- After a fetch of an adapting worker: n jobs performed in `took` seconds
--- (wall time, parked waits included) set the size of h's next fetch, also
--- bounded by the bytes its jobs' records weigh (h.job_bytes, fetched_bytes).
-local function fetch_adapt(h, n, took)
-  local w = h.def
-  if not w.fetch_auto or n <= 0 then return end
-  h.per_job = moving(h.per_job, math.max(took, 0) / n)
-  local want = h.per_job > 0 and math.floor(w.fetch_time / h.per_job) or w.fetch_size
-  local jb = h.job_bytes
-  if jb and jb > 0 then want = math.min(want, math.floor(w.fetch_bytes / jb)) end
-  h.fetch_n = math.max(w.batch_size, math.min(w.fetch_size, want))
-end
-
--- A fetch of an adapting worker brought n jobs whose busy records weigh
--- bytes: the moving average of a job's bytes, which bounds h's next fetch
--- to about the worker's fetch_bytes (a fetch of jobs with large payloads
--- is held whole in the thread's memory, and in Redis's reply).
-local function fetched_bytes(h, n, bytes)
-  if not h.def.fetch_auto or n <= 0 then return end
-  h.job_bytes = moving(h.job_bytes, bytes / n)
-end
-
--- One fetch of shard h: up to fetch_size due jobs, performed batch_size ids
--- per perform call, in perform_in order. Returns ok (jobs ran and all
--- succeeded), head (the shard's earliest perform_in left, or nil).
--- The fetched jobs are one batch in flight in Redis. All done: acked by the
--- shard's next fetch, or this thread's next Redis call (pending_acks). A
--- perform call fails: one fail.lua call fails its ids, acks the ones done
--- before and puts the rest back unchanged. Stopping,
--- or poll_interval after the fetch with jobs still to perform: the same call
--- without failures (queue.settle), so a stop never waits for more than the
--- perform in progress, and at most ~poll_interval of finished work is ever
--- unacked (what a kill -9 would rerun).
-local function process(t, h)
-  local ack_same = t.pending[h] ~= nil
-  local cmds, acked, tfrom = pending_acks(t, h)
-  cmds[#cmds + 1] = queue.fetch_cmd(h, t, fetch_limit(h), ack_same)
-  local nfetch = #cmds
-  -- a throttled worker's snapshot of the running calls, in the same round trip
-  if h.def.throttle then cmds[#cmds + 1] = flow.read_cmd(t, h) end
-  local sent = core.mono()
-  local replies = t.conn:pipeline(cmds)
-  timing.check(cmds, replies, tfrom)
-  -- fetch.lua leased the shard for lease_ttl from no earlier than now: the
-  -- calls of this fetch hold it until then, or as the renewals extend it
-  h.lease_until = sent + t.cfg.lease_ttl
-  -- An ack Redis refused stays pending (sent again by batch id, so nothing
-  -- runs twice); the error then goes to the loop's back-off, and this
-  -- fetch's batch, if any, is redelivered to this holder by the next fetch.
-  local failed
-  for i, p in ipairs(acked) do
-    local ok, err = pcall(took, t, p, replies[i])
-    if ok then t.pending[p] = nil else failed = failed or err end
-  end
-  h.later, h.held = nil, nil
-  if failed then error(failed, 0) end
-  local res = took(t, h, replies[nfetch])
-  t.pending[h] = nil
-  if not res then return false, nil end -- lease held elsewhere
-  h.best_due = res.best
-  h.snapshot = replies[nfetch + 1]
-  local jobs = res.jobs
-  h.job_windows = res.windows
-  if #jobs == 0 then return false, res.head end
-  fetched_bytes(h, #jobs, res.bytes)
-  local size = h.def.batch_size
-  -- h.done: ids of the batch in flight already performed with success. When
-  -- the fail.lua/settle call that would have acked them never reached Redis,
-  -- the next fetch delivers the same batch again: those ids are not rerun.
-  -- (Only a fetch with several perform calls needs it.)
-  local ran
-  if #jobs > size then
-    if not h.done or h.done.batch ~= h.batch then h.done = { batch = h.batch, ids = {} } end
-    ran = h.done.ids
-  end
-  -- done: the ids performed so far, for a fetch that may end in a partial
-  -- ack (several calls, or flow control holding some jobs back)
-  local fetched, started = core.now(), core.mono()
-  local done = (ran or h.def.throttle or h.def.concurrency) and {} or nil
-  for first = 1, #jobs, size do
-    if first > 1 and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval) then
-      fetch_adapt(h, first - 1, core.mono() - started)
-      queue.settle(t.conn, h, t, done, h.later)
-      h.batch, h.done, h.later, h.held = nil, nil, nil, nil
-      local head = res.head
-      if not head or jobs[first].perform_in < head then head = jobs[first].perform_in end
-      return true, head
-    end
-    local slice = #jobs <= size and jobs or (size == 1 and { jobs[first] })
-      or { unpack(jobs, first, math.min(first + size - 1, #jobs)) }
-    if ran and next(ran) then
-      -- (a table only when some job of the slice already ran: a fetch
-      -- delivered again; the usual slice has none)
-      local again = false
-      for i = 1, #slice do
-        if ran[slice[i].id] then again = true break end
-      end
-      if again then
-        local todo = {}
-        for _, job in ipairs(slice) do
-          if ran[job.id] then done[#done + 1] = job.id else todo[#todo + 1] = job end
-        end
-        slice = todo
-      end
-    end
-    local ok, performed, err, tb = true, slice, nil, nil
-    if #slice > 0 then
-      -- the wait: from due to the start of the job's call (a job a fetch put
-      -- back unperformed is counted when it runs, once)
-      local now, qn = core.now(), h.def.queue_name
-      for i = 1, #slice do timing.observe(t.timing, qn, "w", now - slice[i].perform_in, now) end
-      ok, performed, err, tb = perform(t, h, slice, done)
-    end
-    if ok == nil then return false, nil end
-    -- the throttle held every job of this call: they go back at the end of
-    -- the fetch, and its next calls are asked about
-    if ok == "held" then ok, performed = true, {} end
-    if ok == "units" then
-      -- no units or the throttle held the call: the fetch goes back (what
-      -- ran is acked; the throttle's "later"s are requeued) and h waits a
-      -- moment; nil: not a failure, not an empty shard
-      queue.settle(t.conn, h, t, done, h.later)
-      h.batch, h.done, h.later, h.held = nil, nil, nil, nil
-      return nil
-    end
-    if not ok then
-      fail(t, h, performed, err, tb, done)
-      h.done = nil
-      return false, nil -- fail.lua moved jobs: the head is unknown, re-probe
-    end
-    if done then
-      for _, job in ipairs(performed) do
-        done[#done + 1] = job.id
-        if ran then ran[job.id] = true end
-      end
-    end
-  end
-  if h.later or h.held then
-    -- the throttle kept some jobs: not an ack of the whole fetch, a partial
-    -- one (the held jobs go back unchanged, the later ones at their time)
-    local held = h.held
-    queue.settle(t.conn, h, t, done, h.later)
-    h.batch, h.done, h.later, h.held = nil, nil, nil, nil
-    if held then return nil end
-    return false, nil
-  end
-  fetch_adapt(h, #jobs, core.mono() - started)
-  -- (from the fetch, not from its end: so what a thread ran but has not
-  -- acked is what it ran since poll_interval / ACK_WAIT_PART before its
-  -- current fetch, plus that fetch's own, docs/guarantees.md)
-  t.pending[h] = started + t.cfg.poll_interval / ACK_WAIT_PART
-  return true, res.head
-end
-
--- --- tasks: calls in flight ---------------------------------------------------
-
--- Whether h may start a fetch now: not while its own task is in flight, nor
--- while its worker has concurrent_shards of this thread's shards in a call.
--- Paused queues (NS:paused), read at most every PAUSE_CHECK seconds: a
--- pause stops new calls on every host within that (plus one call's end).
-local PAUSE_CHECK = 0.5
-local function paused(t)
-  local now = core.mono()
-  if now - t.paused_at >= PAUSE_CHECK then
-    t.paused_at = now
-    local ok, flat = pcall(t.conn.call, t.conn, "HGETALL", keys.paused(t.cfg.namespace))
-    if ok then
-      local set = {}
-      for i = 1, #flat, 2 do set[flat[i]] = true end
-      t.paused = set
-    end -- Redis away: keep the last known state (the fetch will fail anyway)
-  end
-  return t.paused
-end
-
--- Time windows (worker keys windows, timezone): whether h's worker is
--- outside them now. Cached per worker: while open, looked at again at the
--- next minute; while closed, until its next opening, when the thread's wait
--- ends (t.wake_at) so that the backlog starts on time.
-local function closed(t, h)
-  local wins = h.def.windows_spec
-  if not wins then return false end
-  local now = core.now()
-  local st = t.win[h.worker]
-  if st and now < st.recheck then return st.closed end
-  if wins:inside(now) then
-    st = { closed = false, recheck = math.floor(now / 60) * 60 + 60 }
-  else
-    local open = wins:next_open(now) or (now + 60)
-    st = { closed = true, recheck = open }
-    local at = core.mono() + (open - now)
-    if not t.wake_at or at < t.wake_at then t.wake_at = at end
-  end
-  t.win[h.worker] = st
-  return st.closed
-end
-
-local function busy(t, h)
-  if h.task then return true end
-  if closed(t, h) then return true end
-  if h.units_until then
-    if core.mono() < h.units_until then return true end
-    h.units_until = nil
-  end
-  if paused(t)[h.def.queue_name] then return true end
-  local limit = h.def.concurrent_shards
-  return limit ~= nil and (t.in_call[h.worker] or 0) >= limit
-end
-
-local function task_end(t, h)
-  h.task = nil
-  t.waiting[h] = nil
-  t.ntasks = t.ntasks - 1
-  t.in_call[h.worker] = t.in_call[h.worker] - 1
-end
-
--- Resumes h's task with ...; returns true, ok, head when it ended, false when
--- it parked again on a wait (t.waiting[h]). A task that raised (a Redis
--- error, luakiq.FATAL) is over; the error goes up to the thread loop.
-local function task_step(t, h, ...)
-  local ok, a, b = coroutine.resume(h.task, ...)
-  if not ok then
-    task_end(t, h)
-    error(a, 0)
-  end
-  if coroutine.status(h.task) == "dead" then
-    task_end(t, h)
-    return true, a, b
-  end
-  t.waiting[h] = { req = a, deadline = b } -- from run_call: the call's wait request and deadline
-  return false
-end
-
--- When a parked task's wait is over (mono seconds): its own end (a sleep's,
--- a process's timeout) or the call's deadline, whichever comes first.
-local function due_at(w)
-  local at = w.deadline
-  local u = w.req["until"]
-  if u and u < at then at = u end
-  return at
-end
-
--- True when the I/O a parked task waits for has finished.
-local function io_done(req)
-  if req.kind == "http" then return req.transfer:done() end
-  if req.kind == "proc" then return req.proc:done() end
-  return false
-end
-
--- Resumes every parked task whose wait is over; on_done(h, ok, head) for each
--- task that ended. Returns true when a task was resumed. (The main thread
--- renews the leases of parked calls' shards, as of the running one's.)
--- The answer is true when the I/O finished or the wait's own end came
--- before the call's deadline, wait.TIMEOUT when the deadline came first.
-local function service(t, on_done)
-  if not next(t.waiting) then return false end
-  if core.http_active() > 0 then core.http_pump() end
-  local now, ready = core.mono(), nil
-  for h, w in pairs(t.waiting) do
-    if due_at(w) <= now or io_done(w.req) then
-      ready = ready or {}
-      ready[#ready + 1] = h
-    end
-  end
-  if not ready then return false end
-  for _, h in ipairs(ready) do
-    local w = t.waiting[h]
-    local u, answer = w.req["until"], wait.TIMEOUT
-    if io_done(w.req) or (u and u <= now and u <= w.deadline) then answer = true end
-    local ended, ok, head = task_step(t, h, answer)
-    -- (a shard an elastic thread gave up meanwhile is no longer the scheduler's)
-    if ended and on_done and t.handlers[h.index] == h then on_done(h, ok, head) end
-  end
-  return true
-end
-
--- The fds of parked calls' child processes (polled with the mailbox and
--- libcurl's sockets), or nil when no call waits on a process.
-local function proc_fds(t)
-  local fds
-  for _, w in pairs(t.waiting) do
-    if w.req.kind == "proc" then
-      fds = fds or {}
-      for _, fd in ipairs { w.req.proc:fds() } do fds[#fds + 1] = fd end
-    end
-  end
-  return fds
-end
-
--- Seconds until the first parked task's wait is over (nil: none parked).
-local function next_due(t)
-  local at
-  for _, w in pairs(t.waiting) do
-    local d = due_at(w)
-    if not at or d < at then at = d end
-  end
-  return at and math.max(at - core.mono(), 0)
-end
-
--- Waits up to `timeout` seconds for parked calls' I/O only (libcurl's
--- sockets, their children's fds), not the mailbox: ctx.wait while stopping,
--- and drive_parked.
-local function io_wait(timeout, fds)
-  if core.http_active() > 0 or fds then core.http_wait(timeout, false, fds) else core.sleep(timeout) end
-end
-
--- The thread loop's back-off after a Redis error, `seconds` long, while
--- calls are parked: their requests and child processes move, and each is
--- resumed when its wait is over (its own end, its I/O, its deadline), as
--- ctx.wait would, so a Redis outage shorter than the lease left neither
--- stalls them nor makes their timeouts late (the fence at each resumption
--- stops a call past its lease bound). A call that then needs Redis fails
--- as it would with Redis away; such an error is logged and the others go
--- on. Without parked calls: core.wait, as before.
-local function drive_parked(t, on_done, seconds)
-  local until_ = core.mono() + seconds
-  while not core.stopping() do
-    local left = until_ - core.mono()
-    if left <= 0 then return end
-    if t.ntasks == 0 then
-      core.wait(left)
-      return
-    end
-    -- (at most 0.25 s at a time: the mailbox is not watched, so that is
-    -- how soon a stop is seen)
-    local timeout = math.min(left, 0.25)
-    local due = next_due(t)
-    if due and due < timeout then timeout = math.max(due, 0.001) end
-    io_wait(timeout, proc_fds(t))
-    local ok, err = xpcall(service, traceback, t, on_done)
-    if not ok then
-      if err == luakiq.FATAL then error(err, 0) end
-      log.error(tostring(err):match("^[^\n]*"))
-    end
-  end
-end
-
-local function scheduler_ctx(t)
-  local ctx = {
-    handlers = t.handlers,
-    poll_interval = t.cfg.poll_interval,
-    now = core.now,
-  }
-  -- With ctx.on_done set by the scheduler, process() runs h as a task: it
-  -- returns ok, head when the task ended at once, or nil when it parked (its
-  -- ok, head come later through ctx.on_done(h, ok, head)). Without, calls
-  -- wait in place (one call at a time: a scheduler that knows no tasks).
-  function ctx.process(h)
-    -- a paused queue starts no call, whatever the scheduler (a custom one
-    -- may not ask busy()): a false result, as for an empty shard
-    if paused(t)[h.def.queue_name] or closed(t, h) then return false, nil end
-    if not ctx.on_done then return process(t, h) end
-    if h.task then error("luakiq: shard " .. h.prefix .. " is already in a call", 0) end
-    h.task = coroutine.create(process)
-    t.ntasks = t.ntasks + 1
-    t.in_call[h.worker] = (t.in_call[h.worker] or 0) + 1
-    local ended, ok, head = task_step(t, h, t, h)
-    if ended then return ok, head end
-    return nil
-  end
-  -- busy(h): h must not be processed now (in a call, or its worker's
-  -- concurrent_shards reached).
-  function ctx.busy(h) return busy(t, h) end
-  -- Earliest perform_in per handler; a shard with orphaned in-flight jobs
-  -- (a dead holder's, or our own whose ack/failure never reached Redis)
-  -- counts as long overdue, so its fetch restores or redelivers them (heads.lua).
-  function ctx.heads()
-    local cmds = {}
-    local now = core.now()
-    for i, h in ipairs(t.handlers) do cmds[i] = { script = "heads", h.prefix, t.token, now } end
-    local replies = t.conn:pipeline(cmds)
-    local heads = {}
-    for i, r in ipairs(replies) do
-      if type(r) ~= "table" or r.err then error("heads.lua failed: " .. tostring(r and r.err), 0) end
-      heads[i] = r[2] == "1" and 0 or tonumber(r[1]) or false
-      t.handlers[i].best_due = tonumber(r[3]) -- (priorities: the scheduler prefers the lowest)
-    end
-    return heads
-  end
-  -- Woken handler indexes from the mailbox messages (all of them on a broad wake).
-  local function woken_of(msgs, all)
-    local woken = {}
-    if all then
-      for i = 1, #t.handlers do woken[i] = i end
-    else
-      for _, m in ipairs(msgs) do woken[#woken + 1] = t.by_prefix[m] end -- (nil: not ours)
-    end
-    return woken
-  end
-  -- Sleeps up to hint (capped by poll_interval), until a push wakes us, or
-  -- until a parked task's wait is over (then it is resumed). Returns the
-  -- woken handler indexes and whether parked tasks were resumed.
-  function ctx.wait(hint)
-    flush(t)
-    if core.stopping() and t.ntasks == 0 then return {} end
-    core.set_state(t.ntasks > 0 and STATE.waiting or STATE.idle)
-    collectgarbage("step")
-    local timeout = t.cfg.poll_interval
-    if t.tick_every and t.tick_every < timeout then timeout = t.tick_every end -- the schedules' thread
-    if hint and hint < timeout then timeout = math.max(hint, 0.001) end
-    local due = next_due(t)
-    if due and due < timeout then timeout = due end
-    if t.wake_at then -- a handler waiting for units or a window tries again then
-      timeout = math.max(math.min(timeout, t.wake_at - core.mono()), 0.001)
-      t.wake_at = nil
-    end
-    if t.el then -- the next look at the live hosts (elastic_tick)
-      timeout = math.max(math.min(timeout, t.el.next - core.mono()), 0.001)
-    end
-    local woken
-    local fds = proc_fds(t)
-    -- a safety net: a process whose exit is not pollable (no pidfd) or past
-    -- the number of fds polled at once is looked at every 0.25 s
-    if fds and timeout > 0.25 then timeout = 0.25 end
-    if core.stopping() then
-      -- draining parked tasks: the mailbox no longer matters
-      io_wait(math.min(timeout, 0.05), fds)
-      woken = {}
-    elseif core.http_active() > 0 or fds then
-      -- responses, processes, pushes and the stop all end this wait (curl's
-      -- sockets, the children's fds and the thread's mailbox eventfd, polled
-      -- together)
-      core.http_wait(timeout, true, fds)
-      woken = woken_of(core.wait(0))
-    elseif t.el then
-      -- every thread of an elastic host gets every wake-up (host.c): one for
-      -- a shard this thread does not serve ends nothing, it waits on
-      local until_ = core.mono() + timeout
-      repeat
-        local msgs, all = core.wait(timeout)
-        woken = woken_of(msgs, all)
-        timeout = until_ - core.mono()
-      until #woken > 0 or all or #msgs == 0 or timeout <= 0 or core.stopping()
-    else
-      woken = woken_of(core.wait(timeout))
-    end
-    return woken, service(t, ctx.on_done)
-  end
-  -- Wake-ups that arrived while busy (never blocks), and parked tasks whose
-  -- wait is over. Looking at the mailbox is a timed wait that expires at
-  -- once, a syscall that cost as much as a blank batch, so a busy thread
-  -- looks at most every POLL_EVERY seconds.
-  local next_poll = 0
-  function ctx.poll()
-    service(t, ctx.on_done)
-    local now = core.now()
-    if now < next_poll then return {} end
-    next_poll = now + POLL_EVERY
-    return woken_of(core.wait(0))
-  end
-  return ctx
 end
 
 -- --- elastic hosts (luakiq.runner.elastic) -------------------------------------------
@@ -1163,7 +221,7 @@ local function elastic_tick(t)
   if now < el.next then return end
   el.next = now + el.beat
   local tokens = {}
-  for _, v in ipairs(require("luakiq.ops.hosts").list(t.conn, t.cfg.namespace)) do
+  for _, v in ipairs(hosts.list(t.conn, t.cfg.namespace)) do
     if v.elastic and type(v.token) == "string" and (tonumber(v.seen) or math.huge) <= el.dead_after then
       tokens[#tokens + 1] = v.token
     end
@@ -1172,7 +230,7 @@ local function elastic_tick(t)
   local hosts_key = table.concat(tokens, "\n")
   if hosts_key ~= el.hosts_key then
     el.hosts_key = hosts_key
-    local mine = require("luakiq.runner.elastic").share(t.all, tokens, el.host, el.threads)[el.index + 1]
+    local mine = elastic.share(t.all, tokens, el.host, el.threads)[el.index + 1]
     local owned, changed = {}, #mine ~= #t.handlers
     for i, h in ipairs(mine) do
       owned[h] = true
@@ -1204,7 +262,7 @@ local function elastic_tick(t)
   for _, h in ipairs(t.handlers) do
     if not h.task and not t.pending[h] then
       hs[#hs + 1] = h
-      cmds[#cmds + 1] = queue.fetch_cmd(h, t, 0, false)
+      cmds[#cmds + 1] = queue.fetch_cmd(h.prefix, t.token, t.lease_ms, 0, nil, h.def.delivery == "at_most_once")
     end
   end
   if #cmds > 0 then
@@ -1307,38 +365,6 @@ local function settle_dropped(t)
   if t.dropped then release_idle(t, t.dropped) end
 end
 
--- The main VM's side of a call that could not be stopped (its thread still
--- runs; the host replaces the process or exits next): fails the call's jobs
--- with the timeout error, acks the ids its fetch had done, puts the rest back
--- and gives the shard's lease back. record: call_record's netstrings.
--- parked: the call was waiting in luakiq's I/O on the stuck thread (its own
--- deadline had not come): its jobs go back unchanged instead.
-function M.fail_stuck(cfg, conn, token, record, parked)
-  local f = read_record(record)
-  local w = cfg.by_name[f[1]]
-  if not w then error("fail_stuck: unknown worker " .. tostring(f[1]), 0) end
-  local shard, njobs = tonumber(f[2]), tonumber(f[5])
-  if f[4] ~= "" then token = f[4] end -- an elastic thread's own
-  local t = { cfg = cfg, conn = conn, token = token, lease_ms = math.floor(cfg.lease_ttl * 1000) }
-  local h = { worker = w.name, shard = shard, def = w, batch = f[3] ~= "" and f[3] or nil,
-              prefix = keys.prefix(cfg.namespace, w.queue_name, shard) }
-  local jobs, done = {}, {}
-  for i = 1, njobs do jobs[i] = { id = f[4 + 2 * i], retry_count = tonumber(f[5 + 2 * i]) } end
-  for i = 6 + 2 * njobs, #f do done[#done + 1] = f[i] end
-  if parked and w.delivery == "at_most_once" then
-    -- it had started: never again
-    fail(t, h, jobs, "interrupted", nil, done)
-  elseif parked then
-    queue.settle(conn, h, t, done)
-  else
-    local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..
-      "(JIT-compiled code or a foreign call); the process was replaced", w.timeout)
-    core.count_timeout(w.name)
-    fail(t, h, jobs, msg, nil, done)
-  end
-  queue.release(conn, { h }, token)
-end
-
 -- Recurring jobs (config.lua schedules), on thread 0 of every host: every
 -- SCHEDULE_CHECK seconds, each schedule's latest tick (<= now) is tried once
 -- with schedule.lua, which claims and enqueues it atomically, so hosts
@@ -1350,7 +376,6 @@ local function schedules_tick(t)
   local now = core.now()
   if now < (t.sched_at or 0) then return end
   t.sched_at = now + SCHEDULE_CHECK
-  local cron = require "luakiq.lib.cron"
   local cfg = t.cfg
   for _, s in ipairs(cfg.schedules) do
     local st = t.sched[s.name]
@@ -1385,7 +410,7 @@ local function schedules_tick(t)
                                     tostring(w.shards_count) } })[1]
       -- (resharded since this thread last read the registry: the tick is
       -- claimed in the id's new shard once registry_tick has the new count)
-      if type(r) == "table" and r.err and r.err:find("luakiq schedule: resharded", 1, true) then return end
+      if type(r) == "table" and r.err and require("luakiq.lib.errors").redis_code(r.err) == "RESHARDED" then return end
       if type(r) == "table" and r.err then error("schedule.lua failed: " .. r.err, 0) end
       st.claimed = tick
       if r == 1 then
@@ -1397,8 +422,9 @@ local function schedules_tick(t)
 end
 
 -- Exposed for the shard-handler specs, which drive one thread's state from a
--- `luakiq lua` VM: setup(boot) -> t, process(t, handler) -> ok, head, flush(t).
-M.setup, M.process, M.flush = setup, process, flush
+-- `luakiq lua` VM: setup(boot) -> t, process(t, handler) -> ok, head, flush(t);
+-- and for the main VM (luakiq.ops.cli): fail_stuck.
+M.setup, M.process, M.flush, M.fail_stuck = setup, fetch.process, flush, call.fail_stuck
 
 -- The thread's runner between open() and the end of run(): {t =, ctx =,
 -- step =, ticker =}. Kept across a run() that returned "reload", so that the
@@ -1411,7 +437,7 @@ local current
 -- the log line differs). Raises a one-line error when DIR does not load.
 function M.open(boot_json, reloading)
   -- perform_async in a worker thread follows a reshard made meanwhile
-  require("luakiq.client").follow = true
+  client.follow = true
   -- os.execute in a worker thread: core.execute (host/sys.c) keeps the
   -- host's INT handler (system(3) ignores INT process-wide while it waits)
   -- and ends the command at the running call's timeout.
@@ -1419,8 +445,8 @@ function M.open(boot_json, reloading)
   local boot = json.decode(boot_json)
   core.log_setup { json = boot.log_json, level = boot.log_level }
   local ok, t = pcall(setup, boot)
-  if not ok then error(select(2, require("luakiq.lib.errors").describe(t)), 0) end
-  local ctx = scheduler_ctx(t)
+  if not ok then error(select(2, errors.describe(t)), 0) end
+  local ctx = tasks.scheduler_ctx(t)
   local step = t.cfg.scheduler(ctx)
   local what = names_of(t.handlers)
   if t.el then what = string.format("elastic, its share of %d shards (token %s)", #t.all, t.token) end
@@ -1488,7 +514,7 @@ function M.run()
       -- A pending ack stays pending: fetch.lua re-acks by batch id, so nothing runs twice.
       log.error(tostring(err):match("^[^\n]*") .. "; retrying in " .. backoff .. " s")
       core.set_state(STATE.error)
-      local okd, errd = xpcall(drive_parked, traceback, t, ctx.on_done, backoff)
+      local okd, errd = xpcall(tasks.drive_parked, traceback, t, ctx.on_done, backoff)
       if not okd then
         if errd == luakiq.FATAL then break end
         log.error(tostring(errd):match("^[^\n]*"))

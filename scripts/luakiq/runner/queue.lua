@@ -8,14 +8,17 @@ local keys = require "luakiq.lib.keys"
 local new_table = require "table.new" -- (LuaJIT's: a table sized at once)
 local M = {}
 
--- The fetch.lua call for handler h (t: the thread state with token, lease_ms,
--- and h.batch, the id of h's batch in flight). ack: the batch in flight
--- succeeded. limit 0 only acks/renews. The reply comes in the "members"
--- form (parse_fetch).
-function M.fetch_cmd(h, t, limit, ack)
-  return { script = "fetch", h.prefix, t.token, t.lease_ms, core.now(), limit,
-           ack and h.batch or "", limit > 0 and "1" or "0", h.def.delivery == "at_most_once" and "1" or "0",
-           "members" }
+-- The fetch.lua call (docs/redis.md) on the shard whose keys' prefix is
+-- prefix, as a pipeline command: every caller's (the runner's fetches and
+-- acks, unacked.settle, the specs and benchmarks) is built here. token: the
+-- holder's lease token, for lease_ms; limit: the most jobs to fetch (a
+-- number; 0 only acks and renews the lease); ack: the id of the batch in
+-- flight to ack (nil or "": none); at_most_once: the worker's delivery is
+-- "at_most_once" (a new holder sends a dead holder's jobs to the morgue);
+-- now: the time (default core.now()). parse_fetch reads the reply.
+function M.fetch_cmd(prefix, token, lease_ms, limit, ack, at_most_once, now)
+  return { script = "fetch", prefix, token, lease_ms, now or core.now(), limit, ack or "", limit > 0 and "1" or "0",
+           at_most_once and "1" or "0" }
 end
 
 -- The values of a busy record, decoded by core.unpack (host/record.c) into
@@ -59,7 +62,7 @@ local function busy_job(id, err, rec, from)
   return job
 end
 
--- A job of the "members" form: e is a fresh job's member of P jobs
+-- A job of a fetch reply: e is a fresh job's member of P jobs
 -- (docs/redis.md, "Records": esc(id), "\0\0", the place "r", then perform_in
 -- as a number and payload, score or nil, ...), or esc(id) .. "\0\0b" and its
 -- busy record. Returns the job (nil when it does not decode, as busy_job)
@@ -82,15 +85,18 @@ local function member_job(e, err)
   return { id = id, perform_in = vals[1], retry_count = -1, error = err ~= "" and err or nil, payloads = pls }, id
 end
 
--- Reads one fetch.lua reply (h: whose; read only). Returns {jobs = {...},
--- bytes = their busy records' bytes, head = number|nil, batch = the batch
--- id in flight or nil, best = the priority of the best due job left or nil
--- (100 or none), windows = true when some job has windows of its own
--- (job.windows, their text)}, or
+-- Reads one fetch.lua reply (h: {prefix =, worker =, shard =}, whose; read
+-- only): the one decoder of fetch replies (the runner's, unacked.settle's,
+-- the specs' and benchmarks'). Returns {jobs = {...}, bytes = their
+-- records' bytes, head = number|nil, batch = the batch id in flight or nil
+-- (nil when no job came), best = the priority of the best due job left or
+-- nil (100 or none), windows = true when some job has windows of its own
+-- (job.windows, their text), restored = the jobs of a dead holder this
+-- call put back, acked = the jobs its ack acked}, or
 -- {leased = true, pttl = ms left of its lease, reshard = true when a reshard
 -- froze the shard} when another holder has the shard's lease. Raises on an
 -- error reply. The caller keeps the batch id (the runner: h.batch).
-function M.parse_fetch(r, h, form)
+function M.parse_fetch(r, h)
   if type(r) ~= "table" or r.err then
     error("fetch failed on " .. h.prefix .. ": " .. tostring(r and r.err or r), 0)
   end
@@ -99,13 +105,11 @@ function M.parse_fetch(r, h, form)
   if restored and restored > 0 then
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
   end
-  -- the "members" form (fetch_cmd's; form "records": id, busy record per
-  -- job): one element per job (member_job), then optional sections:
-  -- "errors" (the jobs that carry one: count, then job number, error) and
-  -- "best" (the priority of the best due job left, with priorities)
-  local members = form ~= "records"
+  -- one element per job (member_job), then optional sections: "errors"
+  -- (the jobs that carry one: count, then job number, error) and "best"
+  -- (the priority of the best due job left, with priorities)
   local n = tonumber(r[6])
-  local i, best, errs = 7 + (members and n or 2 * n), nil, nil
+  local i, best, errs = 7 + n, nil, nil
   while r[i] do
     if r[i] == "errors" then
       errs = {}
@@ -123,14 +127,8 @@ function M.parse_fetch(r, h, form)
   for k = 1, n do
     -- (defaults in busy_job and member_job: a nil here would break the
     -- failure path and loop on the batch forever)
-    local job, id, rec
-    if members then
-      rec = r[6 + k]
-      job, id = member_job(rec, errs and errs[k] or "")
-    else
-      id, rec = r[5 + 2 * k], r[6 + 2 * k]
-      job = busy_job(id, errs and errs[k] or "", rec)
-    end
+    local rec = r[6 + k]
+    local job, id = member_job(rec, errs and errs[k] or "")
     if job then
       bytes = bytes + #rec
       jobs[#jobs + 1] = job
@@ -141,7 +139,7 @@ function M.parse_fetch(r, h, form)
     end
   end
   return { jobs = jobs, head = head ~= "" and tonumber(head) or nil, batch = n > 0 and batch or nil, best = best,
-           windows = windows, bytes = bytes }
+           windows = windows, bytes = bytes, restored = restored, acked = tonumber(r[5]) }
 end
 
 function M.ids(jobs)
@@ -150,15 +148,27 @@ function M.ids(jobs)
   return ids
 end
 
--- The failure path as one fail.lua call. done: ids of h's batch in flight
--- already performed with success (acked by the same call); the batch's ids
--- neither failed nor done go back to the queue unchanged. Returns the
--- morgued payloads as {id=, payload=bytes, score=} tables. Either way the
--- batch is no longer in flight for h (the caller forgets its id).
+-- A shard's batch in flight as the scripts that end it (fail.lua, bury.lua)
+-- take it: the connection, the shard's prefix, the holder's lease token and
+-- lease_ms, the batch id (nil: none in flight), and the worker's name and
+-- the shard's number for log lines. (The runner makes one for a handler
+-- when a fetch fails or settles, luakiq.runner.call's in_flight; fail_stuck
+-- from a stuck call's record.)
+function M.in_flight(conn, prefix, token, lease_ms, batch, worker, shard)
+  return { conn = conn, prefix = prefix, token = token, lease_ms = lease_ms, batch = batch,
+           worker = worker, shard = shard }
+end
+
+-- The failure path as one fail.lua call, for b (M.in_flight). done: ids of
+-- its batch already performed with success (acked by the same call); the
+-- batch's ids neither failed nor done go back to the queue unchanged.
+-- Returns the morgued payloads as {id=, payload=bytes, score=} tables.
+-- Either way the batch is no longer in flight for its holder (the caller
+-- forgets its id).
 -- later: {{id, at}...}, ids of the batch not performed that go back with
 -- perform_in = at (a throttle's or a window's "later"; not a failure).
-function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done, later)
-  local cmd = { script = "fail", h.prefix, t.token, t.lease_ms, now, h.batch or "", max_retry_count, err }
+function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later)
+  local cmd = { script = "fail", b.prefix, b.token, b.lease_ms, now, b.batch or "", max_retry_count, err }
   for i, job in ipairs(jobs) do
     cmd[#cmd + 1] = job.id
     cmd[#cmd + 1] = retry_at[i]
@@ -171,12 +181,12 @@ function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done, lat
     cmd[#cmd + 1] = l[1]
     cmd[#cmd + 1] = string.format("at:%.17g", l[2])
   end
-  local r = conn:pipeline({ cmd })[1]
+  local r = b.conn:pipeline({ cmd })[1]
   if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end
   local morgued = {}
   if r[1] ~= "OK" then
     log.warn("lease lost before the failure or partial ack was recorded; the next holder runs the batch again",
-      { worker = h.worker, shard = h.shard })
+      { worker = b.worker, shard = b.shard })
     return morgued
   end
   local n = tonumber(r[3]) or 0
@@ -186,39 +196,41 @@ function M.fail(conn, h, t, now, max_retry_count, err, jobs, retry_at, done, lat
   return morgued
 end
 
--- Partial ack (fail.lua with only "done" ids): acks the done ids of h's
--- batch in flight and puts the rest back in the queue unchanged. Used when a
--- thread stops, or has held fetched jobs too long, before performing them all.
-function M.settle(conn, h, t, done, later)
-  return M.fail(conn, h, t, core.now(), 0, "", {}, {}, done, later)
+-- Partial ack (fail.lua with only "done" ids): acks the done ids of b's
+-- batch (M.in_flight) and puts the rest back in the queue unchanged. Used
+-- when a thread stops, or has held fetched jobs too long, before performing
+-- them all.
+function M.settle(b, done, later)
+  return M.fail(b, core.now(), 0, "", {}, {}, done, later)
 end
 
 -- Moves payloads that cannot be loaded ({id=, payload=bytes, error=dumped})
--- out of h's batch in flight into the morgue (bury.lua), at once, and sets
--- b.score of each buried one. Returns false when the shard's lease is gone
--- (another holder has the batch now: the caller forgets its id).
-function M.bury(conn, h, t, now, bad)
-  local cmd = { script = "bury", h.prefix, t.token, t.lease_ms, now, h.batch or "" }
+-- out of f's batch (M.in_flight) into the morgue (bury.lua), at once, and
+-- sets b.score of each buried one. Returns false when the shard's lease is
+-- gone (another holder has the batch now: the caller forgets its id).
+function M.bury(f, now, bad)
+  local cmd = { script = "bury", f.prefix, f.token, f.lease_ms, now, f.batch or "" }
   for _, b in ipairs(bad) do
     cmd[#cmd + 1] = b.id
     cmd[#cmd + 1] = b.payload
     cmd[#cmd + 1] = b.error
   end
-  local r = conn:pipeline({ cmd })[1]
+  local r = f.conn:pipeline({ cmd })[1]
   if type(r) ~= "table" or r.err then error("bury.lua failed: " .. tostring(r and r.err), 0) end
   if r[1] ~= "OK" then
     log.warn("lease lost before unloadable payloads were moved to the morgue; the next holder handles the batch",
-      { worker = h.worker, shard = h.shard })
+      { worker = f.worker, shard = f.shard })
     return false
   end
   for i, b in ipairs(bad) do b.score = tonumber(r[2 + i]) end
   return true
 end
 
--- Gives every shard lease of this thread back (graceful stop).
-function M.release(conn, handlers, token)
+-- Gives shard leases back (release.lua): each of list ({prefix =, ...}:
+-- handlers, or M.in_flight records) under token.
+function M.release(conn, list, token)
   local cmds = {}
-  for i, h in ipairs(handlers) do cmds[i] = { script = "release", h.prefix, token } end
+  for i, h in ipairs(list) do cmds[i] = { script = "release", h.prefix, token } end
   if #cmds > 0 then conn:pipeline(cmds) end
 end
 

@@ -14,6 +14,7 @@
 local core = require "luakiq.core"
 local json = require "luakiq.json"
 local log = require "luakiq.lib.log"
+local queue = require "luakiq.runner.queue"
 
 local M = {}
 
@@ -46,20 +47,22 @@ function M.settle(conn, cfg)
   for line in io.lines(work) do
     local ok, e = pcall(json.decode, line)
     if ok and type(e) == "table" and e.prefix and e.token and e.batch then
-      local okf, r = pcall(conn.script, conn, "fetch", e.prefix, e.token, e.lease_ms or 30000, core.now(), 0,
-        e.batch, "0")
+      local okf, r = pcall(function()
+        local cmd = queue.fetch_cmd(e.prefix, e.token, e.lease_ms or 30000, 0, e.batch)
+        return queue.parse_fetch(conn:pipeline({ cmd })[1], e)
+      end)
       local fields = { worker = e.worker, shard = e.shard }
       if not okf then
         keep[#keep + 1] = line
         log.warn("cannot settle the ack left by a stop: " .. tostring(r):match("^[^\n]*") .. "; kept for the next start",
           fields)
-      elseif type(r) == "table" and r[1] == "LEASE" then
+      elseif r.leased then
         log.warn("the ack of batch " .. e.batch .. " left by a stop comes too late: another host holds the shard " ..
                  "(its lease ended, the batch went back to the queue)", fields)
       else
         pcall(conn.script, conn, "release", e.prefix, e.token)
         n = n + 1
-        log.info("settled the ack of batch " .. e.batch .. " left by a stop (" .. tostring(r and r[5]) ..
+        log.info("settled the ack of batch " .. e.batch .. " left by a stop (" .. tostring(r.acked) ..
                  " jobs acked)", fields)
       end
     end

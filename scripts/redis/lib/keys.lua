@@ -14,7 +14,7 @@
 -- and queue it twice. Every script that includes this refuses it before any read or
 -- write (docs/redis.md, "Byte order").
 if not ("B" < "a" and "a-c" < "ab") then
-  error("luakiq: this Redis orders strings by a language (its LC_COLLATE); luakiq needs byte order: " ..
+  error("BYTEORDER luakiq: this Redis orders strings by a language (its LC_COLLATE); luakiq needs byte order: " ..
     "start redis-server with LC_ALL=C", 0)
 end
 
@@ -96,38 +96,6 @@ local QUEUE_SECRET = "secret"     -- STRING 64 hex digits, set once
 local WAITS_WANTED = false
 local W
 
--- Layout 1's keys of a shard that layout 2 replaced (docs/redis.md of
--- layout 1): the migration (migrate_shard.lua) reads them, converts them
--- and deletes them; no other script touches them. `migrate` is the
--- migration's own record of the shard (HASH: what it converted).
-local function layout1_keys(P)
-  return {
-    queue = P .. "queue",           -- ZSET id -> perform_in (priority 100)
-    ids = P .. "ids",               -- ZSET id -> 0 (the queued ids)
-    morgue_ids = P .. "morgue:ids", -- ZSET id -> 0 (the dead ids)
-  }
-end
--- ZSET payload -> score of a layout-1 job: kind "queued" (P payloads:<id>),
--- "busy" (P busy:payloads:<id>) or "dead" (P morgue:payloads:<id>)
-local function layout1_payloads_key(P, kind, id)
-  if kind == "busy" then return P .. "busy:payloads:" .. id end
-  if kind == "dead" then return P .. "morgue:payloads:" .. id end
-  return P .. "payloads:" .. id
-end
-
--- Layout 2's fence against layout-1 hosts and producers (docs/redis.md,
--- "Layout version and migration"). luakiq migrate leaves each shard it
--- converted with P reshard = FENCE: a layout-1 fetch.lua gives a frozen
--- shard to no holder, so a layout-1 host never takes (or restores) it; and
--- P shards = COUNT .. ":" .. FENCE: a layout-1 push.lua compares the whole
--- text with its own count and refuses the push, writing nothing. Layout 2
--- reads past both (fetch.lua, heads.lua; shards_of in push and schedule).
-local FENCE = "layout2"
--- The shards_count of a P shards value (nil when absent), without the fence;
--- and the fenced value of a count.
-local function shards_of(v) return v and (v:match("^%d+") or v) or nil end
-local function fenced_shards(count) return count .. ":" .. FENCE end
-
 -- The layout version of a namespace: "NS:{NS:queues}:layout", in the slot
 -- of the registry NS:queues (a namespace has no braces, so the tag is the
 -- registry's whole name) and under NS: (an ACL user limited to ~NS:* keys
@@ -138,7 +106,7 @@ local function layout_key(registry)
 end
 
 -- The layout version of the namespace of the registry reg, as stored; none
--- stored: "1" when queues are registered (layout 1 never stored one), else
+-- stored: "1" when queues are registered (a registry without a version), else
 -- "2", which is stored (a new namespace). layout.lua, register.lua.
 local function layout_version(reg)
   local lk = layout_key(reg)
@@ -357,11 +325,11 @@ end
 
 -- Reads a busy record: pin, rc (strings), prio, win (strings or nil),
 -- payload list; nil when it does not decode or has no payloads (junk: the
--- caller drops it). Like layout 1's busy entries, a record whose payloads
--- decode but whose perform_in or retry_count is junk (written by someone
--- else) reads as perform_in = junk_pin (default "0"), retry_count = "-1": it
--- must neither break a write half-way through a script (no rollback) nor
--- reach the host as a non-number.
+-- caller drops it). A record whose payloads decode but whose perform_in or
+-- retry_count is junk (written by someone else) reads as perform_in =
+-- junk_pin (default "0"), retry_count = "-1": it must neither break a
+-- write half-way through a script (no rollback) nor reach the host as a
+-- non-number.
 local function busy_decode(v, junk_pin)
   local n, t = counted(pcall(cmsgpack.unpack, v))
   if not t[1] then return nil end

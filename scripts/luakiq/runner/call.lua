@@ -1,0 +1,435 @@
+-- luakiq.runner.call: one perform call of a worker thread (its own VM) and
+-- what ends a call: the payloads loaded (bury.lua for those that never
+-- load), the jobs whose windows are closed held back (h.later), flow
+-- control asked (luakiq.runner.flow), the call run in a coroutine of its
+-- own under the worker's timeout (core.call_begin/call_end) with the
+-- delivery id perform can read, and a failed call recorded (retry_in per
+-- job, fail.lua, retries_exhausted). Also the call record C keeps for a
+-- call that cannot be stopped, and the main VM's side of such a call
+-- (fail_stuck).
+-- The bottom of the runner: it requires no other runner module but flow and
+-- queue (luakiq.runner: init -> tasks -> fetch -> call).
+local core = require "luakiq.core"
+local keys = require "luakiq.lib.keys"
+local log = require "luakiq.lib.log"
+local queue = require "luakiq.runner.queue"
+local wait = require "luakiq.lib.wait"
+local timing = require "luakiq.ops.timing"
+local failure = require "luakiq.lib.failure"
+local flow = require "luakiq.runner.flow"
+local retry = require "luakiq.lib.retry"
+local windows = require "luakiq.lib.windows"
+local luakiq = require "luakiq"
+local new_table = require "table.new" -- (LuaJIT's: a table sized at once)
+
+-- The worker thread's states, named once (host/runner.c) and exported as numbers.
+local STATE = core.states
+
+local M = {}
+
+-- The traceback handler of the runner's protected calls.
+local function traceback(e)
+  if type(e) == "string" then return debug.traceback(e, 2) end
+  return e
+end
+
+-- Calls the worker's retries_exhausted with dead ({id=, payloads=, error=}
+-- per morgued payload). Its errors are logged, luakiq.FATAL goes through.
+local function exhausted(w, dead)
+  local okx, e = xpcall(w.retries_exhausted, traceback, dead)
+  if not okx then
+    if e == luakiq.FATAL then error(e, 0) end
+    log.error("retries_exhausted failed: " .. tostring(e), { worker = w.name })
+  end
+end
+
+-- Fails jobs of the batch b (queue.in_flight) of worker w: retry_in per
+-- job, then fail.lua (morgue at max_retry_count), then retries_exhausted
+-- for what went to the morgue. done, later: as queue.fail's. h: the
+-- handler whose batch b is (nil: fail_stuck's), which forgets it once
+-- fail.lua has recorded the failure.
+local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
+  local ok, msg = pcall(cfg.format_error, err, tb)
+  if not ok or type(msg) ~= "string" then msg = tostring(err) end
+  local dumped = msg
+  ok, dumped = pcall(cfg.dump_error, msg)
+  if not ok or (dumped ~= nil and type(dumped) ~= "string") then dumped = msg end
+  local now = core.now()
+  local retry_at = {}
+  -- luakiq.permanent: as if the retries were exhausted (max_retry_count 0
+  -- in fail.lua: the morgue rule at once); luakiq.retry_after: its delay
+  -- delivery = "at_most_once": every payload of the call to the morgue
+  -- (fail.lua with max_retry_count -1)
+  local f = failure.of(err)
+  local max_rc = w.max_retry_count
+  if w.delivery == "at_most_once" then max_rc = -1 elseif f and f.permanent then max_rc = 0 end
+  for i, job in ipairs(jobs) do
+    local count = job.retry_count + 1
+    local okr, delay = true, f and f.retry_in
+    if not delay then okr, delay = pcall(w.retry_in, count) end
+    if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
+      log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
+      delay = retry.default(count)
+    end
+    retry_at[i] = now + delay
+  end
+  local morgued = queue.fail(b, now, max_rc, dumped or "", jobs, retry_at, done, later)
+  if h then h.batch, h.later, h.held = nil, nil, nil end
+  if tb then log.debug(tb) end
+  log.warn("batch failed: " .. msg:match("^[^\n]*"), {
+    worker = w.name, shard = b.shard, ids = queue.ids(jobs), morgued = #morgued })
+  if #morgued > 0 and w.retries_exhausted then
+    -- one entry per id (at most once morgues every payload of an id)
+    local by_id, list = {}, {}
+    for _, m in ipairs(morgued) do
+      local e = by_id[m.id]
+      if not e then
+        e = { id = m.id, error = msg, payloads = {} }
+        by_id[m.id], list[#list + 1] = e, e
+      end
+      local okp, v = pcall(cfg.load_payload, m.payload)
+      e.payloads[#e.payloads + 1] = { okp and v or m.payload, m.score }
+    end
+    exhausted(w, list)
+  end
+end
+
+-- h's batch in flight (queue.in_flight) for the scripts that end it.
+local function in_flight(t, h)
+  return queue.in_flight(t.conn, h.prefix, t.token, t.lease_ms, h.batch, h.worker, h.shard)
+end
+
+-- Fails a perform call of h's fetch (fail_batch): its jobs, the ids done
+-- before it, and the fetch's later ids; h forgets its batch.
+local function fail(t, h, jobs, err, tb, done)
+  fail_batch(t.cfg, in_flight(t, h), h.def, jobs, err, tb, done, h.later, h)
+end
+
+-- Loads the payloads of fetched jobs with load_payload. A payload that
+-- cannot be loaded will never load: it goes to the morgue at once, with the
+-- error (bury.lua, one atomic step; retrying it would hold back the id's other
+-- payloads for max_retry_count retries), and the rest of the batch runs
+-- without it. Returns the jobs left and their payloads by id (jobs with no
+-- payload left are dropped), or nil when the lease was lost meanwhile.
+local function load_batch(t, h, jobs)
+  local cfg, w = t.cfg, h.def
+  -- (the usual fetch loads every payload: then no table but the batch and
+  -- each job's list is made, and the jobs come back as they are)
+  -- (sized at once: a table that grows allocates again as it grows)
+  local batch, bad, dropped = new_table(0, #jobs), nil, false
+  for i = 1, #jobs do
+    local job = jobs[i]
+    local pls = job.payloads
+    local list, good = new_table(#pls, 0), nil
+    for k = 1, #pls do
+      local p = pls[k]
+      local ok, v = pcall(cfg.load_payload, p[1])
+      if ok then
+        list[#list + 1] = v
+        if good then good[#good + 1] = p end
+      else
+        if v == luakiq.FATAL then error(v, 0) end
+        if not good then good = { unpack(pls, 1, k - 1) } end
+        bad = bad or {}
+        bad[#bad + 1] = { id = job.id, payload = p[1],
+                          message = "load_payload failed: " .. tostring(v):match("^[^\n]*") }
+      end
+    end
+    if #list > 0 or #pls == 0 then -- (fetch.lua never sends a job without payloads)
+      if good then job.payloads = good end
+      batch[job.id] = list
+    else
+      dropped = true
+    end
+  end
+  if not bad then return jobs, batch end
+  local kept = jobs
+  if dropped then
+    kept = {}
+    for i = 1, #jobs do
+      if batch[jobs[i].id] then kept[#kept + 1] = jobs[i] end
+    end
+  end
+  for _, b in ipairs(bad) do
+    local ok, dumped = pcall(cfg.dump_error, b.message)
+    b.error = (ok and type(dumped) == "string") and dumped or b.message
+  end
+  local ok = queue.bury(in_flight(t, h), core.now(), bad)
+  if not ok then
+    h.batch = nil
+    return nil
+  end
+  local bad_ids = {}
+  for i, b in ipairs(bad) do bad_ids[i] = b.id end
+  log.error("payloads that cannot be loaded went to the morgue: " .. bad[1].message,
+    { worker = w.name, shard = h.shard, ids = bad_ids })
+  if w.retries_exhausted then
+    local dead = {}
+    for i, b in ipairs(bad) do dead[i] = { id = b.id, payloads = { { b.payload, b.score } }, error = b.message } end
+    exhausted(w, dead)
+  end
+  return kept, batch
+end
+
+-- A wait of a call that cannot park its task (no task: the call runs from
+-- the specs or a scheduler without ctx.on_done): waits in place, never past
+-- the call's deadline. Returns the answer for the call.
+local function wait_here(req, deadline)
+  if req.kind == "http" then
+    while not req.transfer:done() do
+      local left = deadline - core.mono()
+      if left <= 0 then return wait.TIMEOUT end
+      core.http_wait(math.min(left, 1), false)
+    end
+    return true
+  elseif req.kind == "proc" then
+    local stop = req["until"] and math.min(req["until"], deadline) or deadline
+    while not req.proc:done() do
+      local left = stop - core.mono()
+      if left <= 0 then return stop < deadline and true or wait.TIMEOUT end
+      req.proc:wait(math.min(left, 1))
+    end
+    return true
+  elseif req.kind == "sleep" then
+    local now = core.mono()
+    if req["until"] >= deadline then
+      core.sleep(deadline - now)
+      return wait.TIMEOUT
+    end
+    core.sleep(req["until"] - now)
+    return true
+  end
+  error("luakiq: unknown wait " .. tostring(req.kind), 0)
+end
+
+-- A call's coroutine runs perform calls one after another: it yields
+-- CALL_DONE after each, and the next call resumes it with its own function
+-- and arguments. The thread keeps one idle (spare_call): a coroutine made
+-- per call cost the host ~0.25 us and its garbage per perform call, ~10 %
+-- of a blank job's host CPU at batch 1 (LuaJIT's profiler, one thread). A
+-- call that raised or yielded on its own leaves its coroutine dead or
+-- stuck: never reused.
+local CALL_DONE = {}
+local spare_call
+local function call_body(fn, w, batch, call)
+  while true do
+    fn(w, batch, call)
+    -- (nothing of the call stays referenced while the coroutine is idle)
+    fn, w, batch, call = nil, nil, nil, nil
+    fn, w, batch, call = coroutine.yield(CALL_DONE)
+  end
+end
+
+-- Runs one perform call (with the server middlewares) in a coroutine of its
+-- own (a spare one, above), bounded by the worker's timeout
+-- (core.call_begin/call_end: past it, a hook raises "timeout: ..." in the
+-- call; luakiq's own waits end themselves). A wait in luakiq's I/O parks h's
+-- task (the thread loop answers it) or, with no task, waits in place.
+-- Returns ok, err, traceback, fenced (the call was stopped because its lease
+-- may have run out: h.lease_until, core.fence).
+-- C keeps the call's record (host/calls.c: what M.fail_stuck needs should
+-- the call never come back): worker, shard, batch, token (an elastic
+-- thread's own), the jobs' ids and retry counts (one job's as two
+-- arguments: no table for C to read), and the ids done before the call in
+-- its fetch (done), which it keeps per shard as done grows by each call of
+-- the fetch (reset: another fetch's list).
+local function run_call(h, w, batch, njobs, call, jobs, done, token)
+  local co = spare_call or coroutine.create(call_body)
+  spare_call = nil
+  local m0 = core.mono()
+  local reset = done == nil or h.rec_done ~= done
+  h.rec_done = done
+  local one = #jobs == 1 and jobs[1]
+  local started, deadline, slot = core.call_begin(w.timeout, h.lease_until, h.worker, h.shard, h.batch, token,
+    h.prefix, done, reset, h.done_slot, one and one.id or jobs, one and one.retry_count)
+  h.done_slot = slot
+  wait.current = co
+  local ok, a, req = coroutine.resume(co, h.perform, w, batch, call)
+  while ok and a ~= CALL_DONE and coroutine.status(co) == "suspended" do
+    if a ~= wait.WAIT then
+      ok, a = false, "perform yielded: coroutine.yield outside a coroutine of its own"
+      break
+    end
+    core.call_pause()
+    wait.current = nil
+    local answer
+    if h.task and coroutine.running() == h.task then
+      answer = coroutine.yield(req, deadline) -- to the thread loop (task_step)
+    else
+      answer = wait_here(req, deadline)
+    end
+    -- the fence: past its lease bound, the call must not run on (the
+    -- shard's next holder may already run its jobs)
+    if not core.call_resume(started, deadline, w.timeout) then answer = wait.FENCED end
+    wait.current = co
+    ok, a, req = coroutine.resume(co, answer)
+  end
+  wait.current = nil
+  local expired, lease_until, fenced = core.call_end(njobs)
+  if ok and a == CALL_DONE and not spare_call then spare_call = co end
+  h.lease_until = lease_until
+  if h.timing then
+    local now = core.now()
+    timing.observe(h.timing, w.queue_name, "r", core.mono() - m0, now)
+    if ok or not fenced then timing.count(h.timing, w.queue_name, ok and "p" or "f", njobs, now) end
+  end
+  if ok then return true end
+  local err = a
+  local tb = type(err) == "string" and debug.traceback(co, err) or debug.traceback(co, tostring(err))
+  if fenced then return false, err, tb, true end
+  if expired and err ~= luakiq.FATAL then
+    if not (type(err) == "string" and err:find("^timeout")) then
+      err = "timeout: " .. tostring(err) -- past the deadline, whatever the call raised on its way out
+    end
+    core.count_timeout(w.name)
+  end
+  return false, err, tb
+end
+
+-- perform's second argument, {worker =, shard =, delivery =}. delivery is
+-- an id of the call's jobs as they are: queue, then per job (in id order)
+-- its id, perform_in and payloads (hex of SHA-256, 32 digits). The same
+-- jobs delivered again after a kill -9 (restored with their own perform_in)
+-- give the same id, so receivers can de-duplicate on it; the same payloads
+-- enqueued again later (a new perform_in) give another. Computed only when
+-- read (a blank job should not pay for a hash).
+local function delivery_id(queue_name, jobs)
+  local list = {}
+  for i, job in ipairs(jobs) do list[i] = job end
+  table.sort(list, function(a, b) return a.id < b.id end)
+  local parts = { queue_name }
+  for _, job in ipairs(list) do
+    parts[#parts + 1] = #job.id .. ":" .. job.id .. string.format("%.17g", job.perform_in) .. "#" .. #job.payloads
+    for _, p in ipairs(job.payloads) do parts[#parts + 1] = #p[1] .. ":" .. p[1] end
+  end
+  return core.sha256(table.concat(parts, "\n")):sub(1, 32)
+end
+local CALL_MT = {
+  __index = function(t, k)
+    if k ~= "delivery" then return nil end
+    local d = delivery_id(rawget(t, "queue_"), rawget(t, "jobs_"))
+    rawset(t, "delivery", d)
+    return d
+  end,
+}
+
+-- The part of a call that runs: run (some of loaded) and their payloads.
+local function only(run, loaded, batch)
+  if #run == #loaded then return loaded, batch end
+  local some = {}
+  for _, job in ipairs(run) do some[job.id] = batch[job.id] end
+  return run, some
+end
+
+-- Jobs with windows of their own (job field windows) that are closed now
+-- do not run: each goes back at the next time both its windows and its
+-- worker's are open (h.later; not a retry, no error). Returns the jobs that
+-- run now.
+local function in_windows(h, w, loaded)
+  local now, run = core.now(), {}
+  for _, job in ipairs(loaded) do
+    local at = now
+    if job.windows then
+      local jw, why = windows.of_text(job.windows)
+      if jw then
+        at = windows.next_both(jw, w.windows_spec, now)
+        if not at then
+          at = now + 86400
+          log.warn("the job's windows never meet the worker's: asked again in a day", { worker = w.name, id = job.id })
+        end
+      else
+        log.warn("the job's windows are ignored: " .. why, { worker = w.name, id = job.id })
+      end
+    end
+    if at > now then
+      h.later = h.later or {}
+      h.later[#h.later + 1] = { job.id, at }
+    else
+      run[#run + 1] = job
+    end
+  end
+  return run
+end
+
+-- Performs jobs (a slice of h's batch in flight) as one perform call. done:
+-- the ids of the batch already performed. Returns ok, err, traceback; ok is
+-- true too when nothing was left to perform, nil when the lease went, "held"
+-- when the throttle held all of them, "units" when flow control refused the
+-- call (the rest of the fetch waits too). Raises luakiq.FATAL.
+local function perform(t, h, jobs, done)
+  local w = h.def
+  local loaded, batch = load_batch(t, h, jobs)
+  if not loaded then return nil end -- lease lost while burying
+  if #loaded == 0 then return true, loaded end -- every payload was unloadable
+  if h.job_windows then
+    loaded, batch = only(in_windows(h, w, loaded), loaded, batch)
+    if #loaded == 0 then return "held" end
+  end
+  if w.concurrency or w.throttle then
+    -- flow control: the jobs that may run now (h.later, h.held: the others)
+    local run, ferr, refused = flow.admit(t, h, loaded, batch)
+    if not run then return false, loaded, ferr, nil end -- the throttle raised: the call fails
+    if #run == 0 then return refused and "units" or "held" end
+    loaded, batch = only(run, loaded, batch)
+  end
+  local njobs = #loaded
+  core.set_state(STATE.performing, w.name, h.shard,
+    njobs == 1 and loaded[1].id or table.concat(queue.ids(loaded), ","), h.prefix)
+  local started = core.now()
+  local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
+  local ok, err, tb, fenced = run_call(h, w, batch, njobs, call, loaded, done, t.el and t.token or nil)
+  flow.done(t, h)
+  if fenced then
+    -- nothing is recorded: the fetch stays in flight for the shard's holder
+    -- (another host restores it; this host, if it still holds the shard,
+    -- redelivers it: heads.lua), as after a kill -9
+    log.warn("call stopped: " .. tostring(err):match("^[^\n]*"),
+      { worker = w.name, shard = h.shard, ids = queue.ids(loaded) })
+    core.set_state(STATE.fetching, w.name, h.shard)
+    return nil
+  end
+  core.set_state(STATE.fetching, w.name, h.shard)
+  -- A luakiq.redis wait the deadline cut short leaves the thread's connection
+  -- broken: make it again now, so the failure is recorded at once.
+  if t.conn:broken() then t.conn:reconnect() end
+  if ok then
+    if t.debug then
+      log.debug("batch done",
+        { worker = w.name, shard = h.shard, ids = queue.ids(loaded), duration = core.now() - started })
+    end
+    return true, loaded
+  end
+  if err == luakiq.FATAL then error(err, 0) end
+  return false, loaded, err, tb
+end
+
+-- The main VM's side of a call that could not be stopped (its thread still
+-- runs; the host replaces the process or exits next): fails the call's jobs
+-- with the timeout error, acks the ids its fetch had done, puts the rest back
+-- and gives the shard's lease back. s: its record, one of core.host_run's
+-- stuck calls ({worker, shard, batch, token, jobs = {{id, retry_count}...},
+-- done = {id...}, parked}: run_call's core.call_begin). s.parked: the call
+-- was waiting in luakiq's I/O on the stuck thread (its own deadline had not
+-- come): its jobs go back unchanged instead.
+function M.fail_stuck(cfg, conn, token, s)
+  local w = cfg.by_name[s.worker]
+  if not w then error("fail_stuck: unknown worker " .. tostring(s.worker), 0) end
+  token = s.token or token -- an elastic thread's own
+  local b = queue.in_flight(conn, keys.prefix(cfg.namespace, w.queue_name, s.shard), token,
+                            math.floor(cfg.lease_ttl * 1000), s.batch, w.name, s.shard)
+  if s.parked and w.delivery == "at_most_once" then
+    -- it had started: never again
+    fail_batch(cfg, b, w, s.jobs, "interrupted", nil, s.done)
+  elseif s.parked then
+    queue.settle(b, s.done)
+  else
+    local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..
+      "(JIT-compiled code or a foreign call); the process was replaced", w.timeout)
+    core.count_timeout(w.name)
+    fail_batch(cfg, b, w, s.jobs, msg, nil, s.done)
+  end
+  queue.release(conn, { b }, token)
+end
+
+M.traceback, M.in_flight, M.perform, M.fail = traceback, in_flight, perform, fail
+return M
