@@ -30,8 +30,10 @@ if [ $tests = 1 ]; then
   # spec/faults/redis_spec.lua makes a language's locale (localedef) for a
   # redis-server that compares strings by it: the locale sources
   pkgs+=(locales)
-  # spec/host/examples_spec.lua runs docs/redis.md's Python producer (redis-py)
-  pkgs+=(python3-redis)
+  # spec/host/examples_spec.lua runs docs/redis.md's Python producer (redis-py);
+  # spec/clients/python_spec.lua installs clients/python into a virtualenv
+  # (pip, offline: --no-build-isolation --no-deps, setuptools and redis-py from Debian)
+  pkgs+=(python3-redis python3-venv python3-setuptools)
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi

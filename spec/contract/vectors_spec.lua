@@ -8,12 +8,7 @@
 local json = require "luakiq.json"
 local vectors = dofile("tools/contract-vectors.lua")
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local text = f:read("*a")
-  f:close()
-  return text
-end
+local read = require("helpers.host").read
 
 local HOW = " (write the vectors again: build/luakiq lua tools/contract-vectors.lua)"
 
