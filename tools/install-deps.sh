@@ -54,6 +54,12 @@ if [ $tests = 1 ] && [ ! -d tools/web-test/node_modules/playwright-core ]; then
   echo "installing: playwright-core (npm ci in tools/web-test)" >&2
   (cd tools/web-test && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# clients/node's dependency (ioredis) at the version pinned in its package-lock.json
+# (spec/clients/node_spec.lua runs its tests; the interop spec its interop.js).
+if [ $tests = 1 ] && [ ! -d clients/node/node_modules/ioredis ]; then
+  echo "installing: ioredis (npm ci in clients/node)" >&2
+  (cd clients/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
 # promtool checks GET /metrics in spec/web/api_spec.lua. It ships in Debian's
 # prometheus package, whose installation would also start a Prometheus server
 # (port 9090) on machines with systemd: the package is only downloaded and
