@@ -34,6 +34,8 @@ if [ $tests = 1 ]; then
   # spec/clients/python_spec.lua installs clients/python into a virtualenv
   # (pip, offline: --no-build-isolation --no-deps, setuptools and redis-py from Debian)
   pkgs+=(python3-redis python3-venv python3-setuptools)
+  # spec/clients/ruby_spec.lua builds, installs and tests clients/ruby (on redis-rb)
+  pkgs+=(ruby ruby-redis)
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi

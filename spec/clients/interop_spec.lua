@@ -74,7 +74,7 @@ for i = 1, 300 do pairs_[i] = { id = i * 7, payload = { n = i }, perform_in = no
 CALLS[#CALLS + 1] = ids
 CALLS[#CALLS + 1] = pairs_
 
-for _, lang in ipairs { "python", "node" } do
+for _, lang in ipairs { "python", "node", "ruby" } do
   describe("clients/" .. lang, function()
     local function client(url, calls, worker, shards)
       local dir = host.tmpdir()
