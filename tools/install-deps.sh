@@ -30,8 +30,12 @@ if [ $tests = 1 ]; then
   # spec/faults/redis_spec.lua makes a language's locale (localedef) for a
   # redis-server that compares strings by it: the locale sources
   pkgs+=(locales)
-  # spec/host/examples_spec.lua runs docs/redis.md's Python producer (redis-py)
-  pkgs+=(python3-redis)
+  # spec/host/examples_spec.lua runs docs/redis.md's Python producer (redis-py);
+  # spec/clients/python_spec.lua installs clients/python into a virtualenv
+  # (pip, offline: --no-build-isolation --no-deps, setuptools and redis-py from Debian)
+  pkgs+=(python3-redis python3-venv python3-setuptools)
+  # spec/clients/ruby_spec.lua builds, installs and tests clients/ruby (on redis-rb)
+  pkgs+=(ruby ruby-redis)
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi
@@ -51,6 +55,12 @@ fi
 if [ $tests = 1 ] && [ ! -d tools/web-test/node_modules/playwright-core ]; then
   echo "installing: playwright-core (npm ci in tools/web-test)" >&2
   (cd tools/web-test && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# clients/node's dependency (ioredis) at the version pinned in its package-lock.json
+# (spec/clients/node_spec.lua runs its tests; the interop spec its interop.js).
+if [ $tests = 1 ] && [ ! -d clients/node/node_modules/ioredis ]; then
+  echo "installing: ioredis (npm ci in clients/node)" >&2
+  (cd clients/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # promtool checks GET /metrics in spec/web/api_spec.lua. It ships in Debian's
 # prometheus package, whose installation would also start a Prometheus server

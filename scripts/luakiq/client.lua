@@ -74,8 +74,11 @@ function M.id_string(id, where, word)
   elseif type(id) == "number" and finite(id) and id == math.floor(id) then
     return string.format("%.0f", id)
   end
-  errors.input(label(where, word) .. ": id must be a non-empty string or an integer, got " ..
-    (id == nil and "none" or type(id) .. " " .. tostring(id)))
+  -- (what it got in words that do not depend on the process: no table
+  -- address; json.null, a JSON null, as null)
+  local got = id == nil and "none" or id == json.null and "null" or type(id) == "table" and "an array or object"
+    or type(id) .. " " .. tostring(id)
+  errors.input(label(where, word) .. ": id must be a non-empty string or an integer, got " .. got)
 end
 
 -- A job's optional number field (no closure per job: this runs per job).
@@ -231,7 +234,15 @@ M.follow = false
 local function check_registry(conn, cfg, worker)
   local key = cfg.namespace .. "\0" .. worker.queue_name
   if registered[key] == worker.shards_count then return end
-  local stored = tonumber(conn:call("HGET", keys.registry(cfg.namespace), worker.queue_name))
+  local reg = keys.registry(cfg.namespace)
+  local stored = conn:call("HGET", reg, worker.queue_name)
+  if not stored then
+    -- a queue no host has registered yet: registered with this count
+    -- (register.lua; a namespace of another layout refuses it)
+    stored = conn:script("register", reg, worker.queue_name, worker.shards_count)
+    if type(stored) == "table" then error(runtime.layout_text(cfg, stored[2]), 0) end
+  end
+  stored = tonumber(stored)
   if stored and stored ~= worker.shards_count then
     if not M.follow then
       errors.input(string.format("%s: shards_count is %d but queue '%s' has %d shards in Redis; " ..
@@ -522,6 +533,15 @@ function M.push(conn, cfg, worker_name, jobs)
   local worker = cfg.by_name[worker_name]
   if not worker then errors.notfound("unknown worker '" .. esc(worker_name) .. "'") end
   return push_through(conn, cfg, worker, jobs)
+end
+
+-- Checks jobs of one worker as push checks them, with no I/O; raises
+-- push's input errors (the contract's validation vectors:
+-- tools/contract-vectors.lua).
+function M.validate(cfg, worker_name, jobs)
+  local worker = cfg.by_name[worker_name]
+  if not worker then errors.notfound("unknown worker '" .. esc(worker_name) .. "'") end
+  validate(worker, cfg, jobs)
 end
 
 -- Jobs per chunk of a pusher. Measured with luakiq.ops.feed on 300,000 jobs

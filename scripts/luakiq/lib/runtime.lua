@@ -138,6 +138,7 @@ local function layout_refusal(cfg, v)
   return string.format("namespace '%s' in Redis has layout '%s', written by a newer luakiq; this one reads layout 2",
     cfg.namespace, tostring(v))
 end
+M.layout_text = layout_refusal
 
 -- Whether this luakiq may use cfg's namespace: the layout version
 -- (layout.lua "check", once per entry point: `luakiq run` before any

@@ -33,7 +33,9 @@ usage: luakiq COMMAND ...
   failures DIR [jobs|requeue|delete GROUP] [--worker W]
                                        failed jobs grouped by error (JSON lines); a group's jobs;
                                        requeue or delete a whole group
-  lua FILE [ARG...]                    run a Lua file inside the host runtime
+  scripts DIR [NAME...]                write the embedded Redis scripts, expanded, and a manifest
+                                       (names, sha1) into DIR, for clients in other languages
+  lua [--redis URL] FILE [ARG...]      run a Lua file inside the host runtime (luakiq.redis: REDIS_URL)
 
 REDIS_URL (default redis://127.0.0.1:6379/0) or --redis selects Redis.
 `luakiq COMMAND --help` shows the help of one command.
@@ -118,8 +120,15 @@ jobs GROUP: one JSON line per job of the group, {"id","state":"queued"|"dead","w
 requeue GROUP: dead jobs back to the queue, queued ones due now: {"due_now","requeued"}.
 delete GROUP: every job of the group deleted: {"deleted"}.
 --worker W: only W's jobs (docs/operations.md, "Failures").]],
-  lua = [[usage: luakiq lua FILE [ARG...]
-Runs FILE in the host's Lua runtime (LuaJIT, the luakiq modules); `arg` holds the arguments.]],
+  lua = [[usage: luakiq lua [--redis URL] FILE [ARG...]
+Runs FILE in the host's Lua runtime (LuaJIT, the luakiq modules); `arg` holds the arguments.
+luakiq.redis.call(...) talks to REDIS_URL (or --redis, given before FILE), connected on first use.]],
+  scripts = [[usage: luakiq scripts DIR [NAME...]   (or: luakiq scripts --out DIR [NAME...])
+Writes the Redis scripts this luakiq embeds (every one, or the NAMEs), expanded as it loads
+them, into DIR (made when missing) as NAME.lua, and DIR/manifest.json:
+{"layout":"2","luakiq":VERSION,"scripts":{NAME:{"file":"NAME.lua","sha1":SHA1}}}. Files that
+already hold the same text are left alone; a script an earlier manifest there listed and this
+one does not is removed. Prints how many files changed (docs/redis.md, "Loading the scripts").]],
 }
 
 -- A usage error: one line, exit 2.
@@ -645,12 +654,45 @@ function commands.run(argv)
   return code
 end
 
--- luakiq lua FILE [ARG...]: like the luajit command, inside the host runtime.
+-- luakiq scripts DIR [NAME...] (or --out DIR): the embedded Redis scripts
+-- as files (luakiq.ops.scripts).
+function commands.scripts(argv)
+  local pos, opt = parse(argv, 2, { out = true })
+  local dir = opt.out or table.remove(pos, 1)
+  if not dir then usage("usage: luakiq scripts DIR [NAME...]") end
+  local changed, n = require("luakiq.ops.scripts").write(dir, pos)
+  io.stdout:write(("%d scripts in %s, %d files changed\n"):format(n, dir, changed))
+  return 0
+end
+
+-- luakiq lua [--redis URL] FILE [ARG...]: like the luajit command, inside the
+-- host runtime. luakiq.redis (runtime.ctx.conn) connects to --redis or
+-- REDIS_URL on first use: a file that never touches Redis needs none.
 function commands.lua(argv)
-  local file = argv[2]
-  if not file then usage("usage: luakiq lua FILE [ARG...]") end
+  local i, url = 2, nil
+  while argv[i] and argv[i]:match("^%-%-redis") do
+    url = argv[i]:match("^%-%-redis=(.*)$")
+    if not url then
+      if argv[i] ~= "--redis" then break end
+      i = i + 1
+      url = argv[i]
+      if not url then usage("--redis needs a value") end
+    end
+    i = i + 1
+  end
+  local file = argv[i]
+  if not file then usage("usage: luakiq lua [--redis URL] FILE [ARG...]") end
+  if not url or url == "" then url = os.getenv("REDIS_URL") end
+  if not url or url == "" then url = "redis://127.0.0.1:6379/0" end
+  setmetatable(runtime.ctx, { __index = function(ctx, k)
+    if k ~= "conn" then return nil end
+    local conn, err = core.connect(url, 10)
+    if not conn then error(err, 0) end
+    ctx.conn = conn
+    return conn
+  end })
   local a = { [0] = file }
-  for i = 3, #argv do a[i - 2] = argv[i] end
+  for k = i + 1, #argv do a[k - i] = argv[k] end
   _G.arg = a
   local fn, err = loadfile(file)
   if not fn then usage(err) end
