@@ -15,47 +15,42 @@ local M = {}
 
 local function answer(outcome, msg) return request.reply(replies.answer(outcome, msg)) end
 
--- The reply routes' body limit, checked before anything else (the web
+-- A reply route: the body limit is checked before anything else (the web
 -- listener takes bodies of up to 1 MiB; the --replies listener's is this).
-local function too_big(req)
-  if #req.body > replies.MAX_BODY then
-    return answer("TOOBIG", "the body is " .. #req.body .. " bytes, at most " .. replies.MAX_BODY)
+local function route(handle)
+  return function(w, req)
+    if #req.body > replies.MAX_BODY then
+      return answer("TOOBIG", "the body is " .. #req.body .. " bytes, at most " .. replies.MAX_BODY)
+    end
+    return handle(w, req)
   end
 end
 
 -- POST /api/v1/replies/TOKEN: the body (any JSON) is the reply.
-function M.by_token(w, req)
-  local big = too_big(req)
-  if big then return big end
+M.by_token = route(function(w, req)
   return answer(replies.by_token(w.conn(), w.cfg, req.params.token, req.body))
-end
+end)
 
 -- POST /api/v1/replies/TOKEN/heartbeat: the wait's heartbeat deadline moves on.
-function M.heartbeat(w, req)
-  local big = too_big(req)
-  if big then return big end
+M.heartbeat = route(function(w, req)
   return answer(replies.heartbeat(w.conn(), w.cfg, req.params.token))
-end
+end)
 
 -- POST /api/v1/workers/W/replies {"key": K, "reply": ...}: by correlation
 -- key. The reply is stored as its canonical JSON (luakiq.json: keys sorted),
 -- so a repeat with its keys in another order is the same reply.
-function M.by_key(w, req)
-  local big = too_big(req)
-  if big then return big end
+M.by_key = route(function(w, req)
   local ok, v = pcall(json.decode, req.body)
   if not ok then return answer("BADJSON", "the body is not JSON") end
   if type(v) ~= "table" or v.reply == nil then return answer("BADREPLY", 'the body must be {"key": K, "reply": ...}') end
   return answer(replies.by_key(w.conn(), w.cfg, req.params.worker, v.key, json.encode(v.reply)))
-end
+end)
 
 -- POST /api/v1/workers/W/jobs/ID {"status", "attempt", "retryable", "error"}:
 -- rickover's form.
-function M.by_id(w, req)
-  local big = too_big(req)
-  if big then return big end
+M.by_id = route(function(w, req)
   return answer(replies.by_id(w.conn(), w.cfg, req.params.worker, req.params.id, req.body))
-end
+end)
 
 -- GET /api/v1/workers/W/waiting?cursor=&limit=: one page of W's waiting
 -- jobs (`luakiq waiting`): {"jobs": [...], "next": cursor of the next page
