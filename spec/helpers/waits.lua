@@ -56,13 +56,16 @@ function W:ack(id) return self:fetch_prefix(self:prefix(id), 0) end
 
 -- Pushes id, fetches it, awaits it (opts: timeout, heartbeat, key, rule:
 -- "status" for rickover's rule, as a worker without on_reply) and acks: id
--- waits. With a key, it is claimed as the host's await does.
+-- waits. With a key, it is claimed as the host's await does. (Other jobs
+-- of the shard due now are fetched with it, and done by the ack.)
 function W:wait(id, o)
   o = o or {}
   client.push(self.conn, self.cfg, self.worker.name, { { id = id, payload = o.payload or "p" } })
   local P = self:prefix(id)
-  local f = self:fetch_prefix(P, 10)
-  assert(f.ids[1] == id, "fetched " .. table.concat(f.ids, ",") .. ", not " .. id)
+  local f = self:fetch_prefix(P, 100)
+  local fetched = false
+  for _, x in ipairs(f.ids) do fetched = fetched or x == id end
+  assert(fetched, "fetched " .. table.concat(f.ids, ",") .. ", not " .. id)
   local now = core.now()
   local r = self.conn:script("await", P, M.TOKEN, 30000, now, f.batch, id, o.timeout or 60, o.heartbeat or "",
     o.key or "", o.rule or "", M.SECRET)

@@ -109,16 +109,20 @@ function M.split_token(token)
   return queue, id
 end
 
+-- The worker named name (an unknown one is a notfound error: HTTP 404, exit 2).
+function M.worker_of(cfg, name)
+  local w = cfg.by_name[name]
+  if not w then errors.notfound("unknown worker '" .. tostring(name) .. "'") end
+  return w
+end
+
 -- The queue, id and a refusal of token (nil, nil, outcome, message when
 -- the token cannot be one, or is not of worker's queue when a worker is named).
 local function read_token(cfg, token, worker)
+  local w = worker and M.worker_of(cfg, worker)
   local queue, id = M.split_token(token)
   if not queue then return nil, nil, "UNKNOWN", "no such token" end
-  if worker then
-    local w = cfg.by_name[worker]
-    if not w then errors.notfound("unknown worker '" .. tostring(worker) .. "'") end
-    if w.queue_name ~= queue then return nil, nil, "UNKNOWN", "the token is not one of worker " .. worker .. "'s" end
-  end
+  if w and w.queue_name ~= queue then return nil, nil, "UNKNOWN", "the token is not one of worker " .. worker .. "'s" end
   return queue, id
 end
 
@@ -148,12 +152,6 @@ function M.heartbeat(conn, cfg, token, worker)
   return call(conn, cfg, queue, id, "heartbeat", { "token", token })
 end
 
-local function worker_of(cfg, name)
-  local w = cfg.by_name[name]
-  if not w then errors.notfound("unknown worker '" .. tostring(name) .. "'") end
-  return w
-end
-
 -- A reply by correlation key (the key the job's await named): the key's
 -- wait is looked up in the queue's slot (waitkey.lua lookup), then
 -- reply.lua re-checks on the id's shard that its wait still carries the key
@@ -161,7 +159,7 @@ end
 -- wait). A STALE answer also drops the key's entry when it still names
 -- that wait (waitkey.lua drop: cleanup, not needed for correctness).
 function M.by_key(conn, cfg, worker, key, body)
-  local w = worker_of(cfg, worker)
+  local w = M.worker_of(cfg, worker)
   if type(key) ~= "string" or key == "" or #key > M.MAX_KEY then
     return "BADREPLY", "key must be a string of 1 to " .. M.MAX_KEY .. " bytes"
   end
@@ -184,7 +182,7 @@ end
 -- attempt in the body, {"status": "succeeded"|"failed", "attempt": N,
 -- "retryable": bool, "error": "..."}; the body is stored as given.
 function M.by_id(conn, cfg, worker, id, body)
-  local w = worker_of(cfg, worker)
+  local w = M.worker_of(cfg, worker)
   local big, why = too_big(body)
   if big then return big, why end
   local ok, v = pcall(json.decode, body)
