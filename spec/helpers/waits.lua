@@ -19,6 +19,23 @@ M.SECRET = string.rep("5a", 32)
 local W = {}
 W.__index = W
 
+-- The "waits" section of a fetch.lua reply r (after the jobs and "best"):
+-- {[job number] = {kind, attempt, value}}.
+function M.section(r)
+  local out, i = {}, 7 + tonumber(r[6])
+  while r[i] do
+    if r[i] == "waits" then
+      for k = 1, tonumber(r[i + 1]) do
+        local b = i + 2 + 4 * (k - 1)
+        out[tonumber(r[b])] = { kind = r[b + 1], attempt = tonumber(r[b + 2]), value = r[b + 3] }
+      end
+      break
+    elseif r[i] == "best" then i = i + 2
+    else i = i + 2 + 2 * tonumber(r[i + 1]) end
+  end
+  return out
+end
+
 function M.new(conn, cfg, worker)
   return setmetatable({ conn = conn, cfg = cfg, worker = cfg.by_name[worker], unacked = {} }, W)
 end
@@ -35,19 +52,8 @@ function W:fetch_prefix(P, limit, now)
   assert(type(r) == "table" and not r.err and r[1] ~= "LEASE", "fetch: " .. tostring(type(r) == "table" and r.err or r[1]))
   local res = queue.parse_fetch(r, { prefix = P, worker = self.worker.name, shard = 0 })
   self.unacked[P] = r[2]
-  local out = { batch = r[2], ids = {}, waits = {} }
+  local out = { batch = r[2], ids = {}, waits = M.section(r) }
   for i, j in ipairs(res.jobs) do out.ids[i] = j.id end
-  local i = 7 + tonumber(r[6])
-  while r[i] do
-    if r[i] == "waits" then
-      for k = 1, tonumber(r[i + 1]) do
-        local b = i + 2 + 4 * (k - 1)
-        out.waits[tonumber(r[b])] = { kind = r[b + 1], attempt = tonumber(r[b + 2]), value = r[b + 3] }
-      end
-      break
-    elseif r[i] == "best" then i = i + 2
-    else i = i + 2 + 2 * tonumber(r[i + 1]) end
-  end
   return out
 end
 

@@ -257,16 +257,7 @@ describe("GET /metrics", function()
     for outcome, n in pairs { accepted = 2, duplicate = 1, conflict = 1, stale = 1, unknown = 1 } do
       assert.are.equal(n, sample('luakiq_replies_total{worker="Parked",outcome="' .. outcome .. '"}'), outcome)
     end
-    local tool = host.sh("command -v promtool >/dev/null 2>&1") and "promtool" or
-      host.sh("test -x build-deps/bin/promtool") and "build-deps/bin/promtool"
-    assert(tool, "promtool is missing: tools/install-deps.sh --test puts it in build-deps/bin")
-    local f = os.tmpname()
-    host.write(f, text)
-    local ok = host.sh(tool .. " check metrics <" .. q(f) .. " >" .. q(f .. ".out") .. " 2>&1")
-    local said = host.read(f .. ".out")
-    os.remove(f)
-    os.remove(f .. ".out")
-    assert.is_true(ok, "promtool check metrics: " .. tostring(said))
+    web.promtool_check(text)
   end)
 end)
 
