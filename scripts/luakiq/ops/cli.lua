@@ -23,7 +23,8 @@ usage: luakiq COMMAND ...
   jobs DIR WORKER queue|morgue|busy [--order F] [--desc] [--min X] [--max X] [--limit N] [--offset N] [--cursor C]
   jobs DIR --tag T [--limit N]         list jobs as JSON lines (--tag: every worker's jobs tagged T)
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
-  reply DIR WORKER TOKEN|--key K [JSON] reply to a job that waits for one (JSON from stdin without JSON)
+  reply DIR WORKER TOKEN|--key K [JSON]
+                                       reply to a job that waits for one (JSON from stdin without JSON)
   waiting DIR WORKER [--late]          the jobs that wait for a reply (JSON lines); --late: the late replies
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
   reshard DIR WORKER N                 change WORKER's shards_count to N while hosts run (moves its jobs)
