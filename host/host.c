@@ -10,7 +10,8 @@
  * signal blocked (runner_start_all), so handlers only ever run here. With
  * --web, the HTTP server (web.c) runs on a thread of its own with its own VM:
  * nothing a request does (a listing, a slow client, a flood of connections)
- * delays this loop's wake-ups, renewals, signals or watchdogs.
+ * delays this loop's wake-ups, renewals, signals or watchdogs; so does the
+ * replies listener of --replies, on another thread and VM.
  *
  * Timeouts (the design: calls.c): a watchdog timer (every 100 ms) has
  * calls_watch signal the threads whose call is past its deadline; a call
@@ -365,7 +366,8 @@ int host_run(const struct host_plan *plan) {
     }
     signal(SIGPIPE, SIG_IGN);
     host.done_ev = event_new(host.base, -1, 0, host_on_done, NULL);
-    struct web *web = NULL;
+    struct web *web = NULL, *replies = NULL;
+    int reserve = HOST_FD_RESERVE + HOST_FD_PER_THREAD * plan->nthreads, failed = 0;
     if (plan->web.addr && plan->web.addr[0]) {
         /* Bound before any worker starts: a busy port is a start-up error.
          * Descriptors the web server leaves free: those open now and this
@@ -373,16 +375,29 @@ int host_run(const struct host_plan *plan) {
          * connection, eventfd, HTTP transfers, child processes' pipes) and
          * the main thread's reconnects. */
         struct web_opts wo = plan->web;
-        wo.fd_reserve = HOST_FD_RESERVE + HOST_FD_PER_THREAD * plan->nthreads;
+        wo.name = "web";
+        wo.fd_reserve = reserve;
         web = web_start(&wo, &plan->web_app, err, sizeof err);
-        if (!web) {
-            log_fmt(LOG_ERROR, "%s", err);
-            for (int i = 0; i < NSIGS; i++) event_free(sev[i]);
-            event_free(host.done_ev);
-            event_base_free(host.base);
-            free(host.routes);
-            return 1;
-        }
+        failed = !web;
+        /* the replies listener also leaves room for every connection the
+         * web one may take */
+        reserve += wo.max_connections;
+    }
+    if (!failed && plan->replies.addr && plan->replies.addr[0]) {
+        struct web_opts ro = plan->replies;
+        ro.name = "replies";
+        ro.fd_reserve = reserve;
+        replies = web_start(&ro, &plan->replies_app, err, sizeof err);
+        failed = !replies;
+    }
+    if (failed) {
+        log_fmt(LOG_ERROR, "%s", err);
+        web_stop(web);
+        for (int i = 0; i < NSIGS; i++) event_free(sev[i]);
+        event_free(host.done_ev);
+        event_base_free(host.base);
+        free(host.routes);
+        return 1;
     }
     struct sub *sub = NULL;
     if (plan->wake_channel && plan->wake_channel[0]) {
@@ -442,6 +457,7 @@ int host_run(const struct host_plan *plan) {
     notify_close();
     code = runner_exit_code();
     web_stop(web); /* the dashboard served while threads finished; not after */
+    web_stop(replies);
     runner_join_all();
     sub_free(sub);
     host.ssub = NULL;

@@ -22,6 +22,9 @@ struct host_plan {
     struct web_opts web;          /* web.addr: "ADDR:PORT" to serve HTTP on; NULL or "" for none
                                    * (fd_reserve: host_run sets it) */
     struct web_app web_app;       /* what answers the requests, on the web thread */
+    struct web_opts replies;      /* the replies listener (--replies: the reply routes only, on a web
+                                   * thread of its own); replies.addr NULL or "" for none */
+    struct web_app replies_app;
     void (*tick)(void *ud);       /* called on the main thread every tick_ms (NULL: never) */
     void *tick_ud;
     long tick_ms;                 /* also once right after the threads start */
@@ -32,7 +35,8 @@ struct host_plan {
 
 /* Runs the worker threads until they stop (TERM/INT, fatal error, or all of
  * them returning). Blocks the calling (main) thread. Returns the exit code;
- * 1 without starting any thread when the web address cannot be bound. */
+ * 1 without starting any thread when the web or replies address cannot be
+ * bound. */
 int host_run(const struct host_plan *plan);
 /* Main thread, while host_run runs (from the tick): the shard of prefix P
  * appeared (a reshard to more shards): on a Redis Cluster, its wake-up

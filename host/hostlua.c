@@ -1,17 +1,18 @@
 /* hostlua.c - the bridge between the main VM and the host's event loop:
  * core.host_run turns the Lua plan (threads' boot strings, routes, Redis,
- * leases, web listener) into a struct host_plan and blocks in host_run; the
- * web app it hands to web.c makes the web thread's own VM (luakiq.web.open)
- * and calls its handler for every request.
+ * leases, web and replies listeners) into a struct host_plan and blocks in
+ * host_run; the web app it hands to web.c makes each web thread's own VM
+ * (luakiq.web.open) and calls its handler for every request.
  *
  * Threads: core.host_run, the tick and the reload (SIGHUP) function run on
  * the main thread: while host_run blocks, the main VM is parked inside
  * core.host_run on this same thread, so the tick and the reload may call
  * into it (through vm_pcall); every string of the plan stays anchored in the
  * argument table for as long as host_run runs. The web app
- * (hostlua_web_open, _handle, _close) runs on the web thread only, on a VM
- * of its own that no other thread ever sees; it reads the plan's boot string
- * only in open, while web_start keeps the main thread waiting. How a VM is
+ * (hostlua_web_open, _handle, _close) runs on a web thread only (one per
+ * listener), on a VM of its own that no other thread ever sees; it reads the
+ * plan's boot string only in open, while web_start keeps the main thread
+ * waiting. How a VM is
  * made, and the check that loads a script directory in a VM of its own
  * (core.load_check, for a reload), are handed in (hostlua_register), so this
  * file knows nothing of it. */
@@ -45,13 +46,13 @@ static void *hostlua_web_open(void *arg, char *err, size_t errlen) {
     lua_State *L = w ? b->entry->vm_open() : NULL;
     if (!L) {
         free(w);
-        snprintf(err, errlen, "--web: cannot create a Lua state");
+        snprintf(err, errlen, "cannot create a Lua state");
         return NULL;
     }
     if (vm_call_module(L, "luakiq.web", "open", hostlua_push_boot, (void *)b->boot) != 0 ||
         !lua_isfunction(L, -1)) {
         const char *msg = lua_tostring(L, -1);
-        snprintf(err, errlen, "--web: %s", msg ? msg : "luakiq.web.open returned no handler");
+        snprintf(err, errlen, "%s", msg ? msg : "luakiq.web.open returned no handler");
         b->entry->vm_close(L);
         free(w);
         return NULL;
@@ -204,6 +205,28 @@ static double hostlua_field_num(lua_State *L, const char *k, double dflt) {
     return v;
 }
 
+/* A listener of the plan, field k of the argument table (index 1): "web"
+ * or "replies", each {addr, boot (luakiq.web.open's), max_body,
+ * max_connections, header_timeout, idle_timeout}, into opts and app (a web
+ * thread's app opened with boot). Absent, or without boot: opts->addr
+ * stays NULL (no listener). The strings stay anchored in the argument
+ * table while host_run blocks. */
+static void hostlua_web_plan(lua_State *L, const char *k, struct web_opts *opts, struct web_app *app,
+                             struct hostlua_webboot *boot) {
+    lua_getfield(L, 1, k);           /* [..., listener] */
+    if (lua_istable(L, -1)) {
+        opts->addr = hostlua_field_str(L, "addr");
+        boot->boot = hostlua_field_str(L, "boot");
+        opts->max_body = (size_t)hostlua_field_num(L, "max_body", 1048576);
+        opts->max_connections = (int)hostlua_field_num(L, "max_connections", 256);
+        opts->header_timeout = hostlua_field_num(L, "header_timeout", 10);
+        opts->idle_timeout = hostlua_field_num(L, "idle_timeout", 60);
+        if (!boot->boot) opts->addr = NULL;
+        *app = (struct web_app){hostlua_web_open, hostlua_web_handle, hostlua_web_close, boot};
+    }
+    lua_pop(L, 1);                   /* [...] */
+}
+
 /* Pushes a stuck call's record (calls.c) as {worker = , shard = , batch = ,
  * token = , jobs = {{id = , retry_count = }, ...}, done = {id, ...}, parked
  * = bool}: core.call_begin's arguments as they were, batch and token nil
@@ -247,6 +270,7 @@ static void hostlua_push_record(lua_State *L, const struct calls_record *rec) {
  *               tokens = {...} (optional: each thread's own lease token, for renewals),
  *               dump_path = p, web = {addr = "ADDR:PORT", boot = s (luakiq.web.open's),
  *                 max_body = n, max_connections = n, header_timeout = s, idle_timeout = s},
+ *               replies = {the same fields: the --replies listener},
  *               tick = {fn = f, ms = n}, reload = fn() -> bool}
  *   -> exit code, stuck, signalled. Main thread only; blocks until the host
  * stops. stuck: the records (hostlua_push_record) of the calls that could
@@ -324,19 +348,9 @@ static int hostlua_run(lua_State *L) {
     plan.route_prefix = prefixes;
     plan.route_thread = threads;
     const struct hostlua_entry *entry = lua_touserdata(L, lua_upvalueindex(1));
-    struct hostlua_webboot webboot = {entry, NULL};
-    lua_getfield(L, 1, "web");       /* anchors web.addr and web.boot while host_run blocks */
-    if (lua_istable(L, -1)) {
-        plan.web.addr = hostlua_field_str(L, "addr");
-        webboot.boot = hostlua_field_str(L, "boot");
-        plan.web.max_body = (size_t)hostlua_field_num(L, "max_body", 1048576);
-        plan.web.max_connections = (int)hostlua_field_num(L, "max_connections", 256);
-        plan.web.header_timeout = hostlua_field_num(L, "header_timeout", 10);
-        plan.web.idle_timeout = hostlua_field_num(L, "idle_timeout", 60);
-        if (!webboot.boot) plan.web.addr = NULL;
-        plan.web_app = (struct web_app){hostlua_web_open, hostlua_web_handle, hostlua_web_close, &webboot};
-    }
-    lua_pop(L, 1);
+    struct hostlua_webboot webboot = {entry, NULL}, repliesboot = {entry, NULL};
+    hostlua_web_plan(L, "web", &plan.web, &plan.web_app, &webboot);
+    hostlua_web_plan(L, "replies", &plan.replies, &plan.replies_app, &repliesboot);
     struct hostlua_tick tick = {L, LUA_NOREF, -1e9};
     lua_getfield(L, 1, "tick");
     if (lua_istable(L, -1)) {

@@ -1,6 +1,9 @@
-/* web.c - the HTTP server of `luakiq run --web ADDR:PORT`.
+/* web.c - the HTTP servers of `luakiq run --web ADDR:PORT` and `--replies
+ * ADDR:PORT`.
  *
- * Design: one thread of its own (the web thread) with its own event_base,
+ * Design: each server (a struct web: the web listener, and the replies
+ * listener, which serves only the reply routes to the internet) is one
+ * thread of its own (a web thread) with its own event_base,
  * one evhttp server and its own Lua VM (made by the app: hostlua.c, with
  * luakiq.web and its own Redis connection). The main loop (signals, wake-up
  * routing, lease renewal, the heartbeat, the watchdogs) never waits for a
@@ -40,9 +43,11 @@
  * evhttp_connection_free, as evhttp does on its own timeouts.
  *
  * Threads: web_start and web_stop run on the main thread; everything else,
- * the app's VM included, on the web thread. They share only the start
- * handshake (mu, cv, state, err) and the stop event (event_active is
- * thread-safe: host_run turned libevent's pthreads support on). */
+ * the app's VM included, on the server's own web thread. They share only the
+ * start handshake (mu, cv, state, err) and the stop event (event_active is
+ * thread-safe: host_run turned libevent's pthreads support on). Two servers
+ * share nothing: each has its thread, loop, VM, connection cap and log
+ * limits. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -98,14 +103,13 @@ struct web {
     int listening;                     /* the listener is enabled */
     int backing_off;                   /* paused after a failed accept */
     double backoff;                    /* the next pause, seconds */
+    /* lines that can repeat per connection or accept, one per 10 s each */
+    struct log_limit cap_limit, accept_limit, timeout_limit;
 };
 
-/* The listener's error callback gets evhttp's argument, not ours: there is
- * one web server per process, this is it (set and read on the web thread). */
-static struct web *web_self;
-
-static struct log_limit web_cap_limit = LOG_LIMIT(10), web_accept_limit = LOG_LIMIT(10),
-                        web_timeout_limit = LOG_LIMIT(10);
+/* The listener's error callback gets evhttp's argument, not ours: each
+ * server's is the one its web thread runs (set and read on that thread). */
+static _Thread_local struct web *web_self;
 
 static void web_answering(struct web *w, struct evhttp_request *req);
 
@@ -145,6 +149,8 @@ static const char *web_reason(int status) {
     case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 410: return "Gone";
     case 413: return "Payload Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
@@ -225,8 +231,8 @@ static void web_on_accept_error(struct evconnlistener *lev, void *arg) {
     int e = EVUTIL_SOCKET_ERROR();
     double pause = w->backoff;
     w->backoff = pause * 2 > 1.0 ? 1.0 : pause * 2;
-    log_limited(&web_accept_limit, LOG_WARN, "web: accept failed: %s; not accepting for %.1f s "
-                "(%d connections open)", evutil_socket_error_to_string(e), pause, w->nconns);
+    log_limited(&w->accept_limit, LOG_WARN, "%s: accept failed: %s; not accepting for %.1f s "
+                "(%d connections open)", w->opts.name, evutil_socket_error_to_string(e), pause, w->nconns);
     w->backing_off = 1;
     web_listen_update(w);
     struct timeval tv = web_tv(pause);
@@ -282,8 +288,8 @@ static struct bufferevent *web_on_accept(struct event_base *base, void *arg) {
     w->nconns++;
     event_active(w->adopt_ev, EV_TIMEOUT, 0);
     if (w->nconns >= w->cap) {
-        log_limited(&web_cap_limit, LOG_WARN, "web: %d connections open, the limit (web_max_connections, "
-                    "or the fd limit less a reserve): not accepting until one closes", w->nconns);
+        log_limited(&w->cap_limit, LOG_WARN, "%s: %d connections open, the limit (web_max_connections, "
+                    "or the fd limit less a reserve): not accepting until one closes", w->opts.name, w->nconns);
         web_listen_update(w);
     }
     return bev;
@@ -330,8 +336,8 @@ static void web_sweep(evutil_socket_t fd, short what, void *arg) {
         next = c->next;
         if (c->deadline <= 0 || now < c->deadline) continue;
         if (!c->idle) /* an idle keep-alive ending is routine; a request that never came whole is not */
-            log_limited(&web_timeout_limit, LOG_INFO, "web: closed a connection that did not send a "
-                        "whole request within web_header_timeout (%g s)", w->opts.header_timeout);
+            log_limited(&w->timeout_limit, LOG_INFO, "%s: closed a connection that did not send a "
+                        "whole request within web_header_timeout (%g s)", w->opts.name, w->opts.header_timeout);
         evhttp_connection_free(c->evcon); /* calls web_on_close, which frees c */
     }
 }
@@ -446,14 +452,18 @@ static int web_open(struct web *w) {
     char addr[256];
     int port;
     if (web_parse_addr(w->opts.addr, addr, sizeof addr, &port) < 0) {
-        snprintf(w->err, sizeof w->err, "--web: '%s' is not ADDR:PORT", w->opts.addr);
+        snprintf(w->err, sizeof w->err, "--%s: '%s' is not ADDR:PORT", w->opts.name, w->opts.addr);
         return -1;
     }
     if (!(w->base = event_base_new()) || !(w->http = evhttp_new(w->base))) {
-        snprintf(w->err, sizeof w->err, "--web: cannot create the HTTP server");
+        snprintf(w->err, sizeof w->err, "--%s: cannot create the HTTP server", w->opts.name);
         return -1;
     }
-    if (!(w->ud = w->app.open(w->app.arg, w->err, sizeof w->err))) return -1;
+    char why[sizeof w->err - 64] = "";
+    if (!(w->ud = w->app.open(w->app.arg, why, sizeof why))) {
+        snprintf(w->err, sizeof w->err, "--%s: %s", w->opts.name, why);
+        return -1;
+    }
     evhttp_set_max_body_size(w->http, (ev_ssize_t)w->opts.max_body);
     evhttp_set_max_headers_size(w->http, 16384);
     /* evhttp's own timeout is per read and write, reset by every byte: a
@@ -472,7 +482,7 @@ static int web_open(struct web *w) {
     w->sweep_ev = event_new(w->base, -1, EV_PERSIST, web_sweep, w);
     w->backoff_ev = evtimer_new(w->base, web_on_backoff, w);
     if (!w->adopt_ev || !w->sweep_ev || !w->backoff_ev) {
-        snprintf(w->err, sizeof w->err, "--web: out of memory");
+        snprintf(w->err, sizeof w->err, "--%s: out of memory", w->opts.name);
         return -1;
     }
     struct timeval sweep_tv = {0, 200000};
@@ -484,7 +494,7 @@ static int web_open(struct web *w) {
     struct evhttp_bound_socket *bound = evhttp_bind_socket_with_handle(w->http, addr, (ev_uint16_t)port);
     if (!bound) {
         int e = errno;
-        snprintf(w->err, sizeof w->err, "--web: cannot listen on %s: %s", w->opts.addr,
+        snprintf(w->err, sizeof w->err, "--%s: cannot listen on %s: %s", w->opts.name, w->opts.addr,
                  e ? strerror(e) : "bind failed");
         return -1;
     }
@@ -499,7 +509,7 @@ static int web_open(struct web *w) {
     if (getsockname(evhttp_bound_socket_get_fd(bound), (struct sockaddr *)&ss, &sl) == 0)
         bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                               : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    log_fmt(LOG_INFO, "web: listening on http://%s%s%s:%d/ (up to %d connections; fd limit %ld)",
+    log_fmt(LOG_INFO, "%s: listening on http://%s%s%s:%d/ (up to %d connections; fd limit %ld)", w->opts.name,
             strchr(addr, ':') ? "[" : "", addr, strchr(addr, ':') ? "]" : "", bound_port, w->cap, nofile);
     return 0;
 }
@@ -536,10 +546,10 @@ static void web_set_state(struct web *w, int state) {
 /* The web thread: opens, tells web_start, serves until web_stop. */
 static void *web_main(void *arg) {
     struct web *w = arg;
-    log_set_thread_name("web");
+    log_set_thread_name(w->opts.name);
     int ok = web_open(w) == 0 && (w->stop_ev = event_new(w->base, -1, 0, web_on_stop, w)) != NULL;
     if (!ok) {
-        if (!w->err[0]) snprintf(w->err, sizeof w->err, "--web: out of memory");
+        if (!w->err[0]) snprintf(w->err, sizeof w->err, "--%s: out of memory", w->opts.name);
         web_close(w);
         web_set_state(w, -1);
         return NULL;
@@ -553,14 +563,17 @@ static void *web_main(void *arg) {
 struct web *web_start(const struct web_opts *opts, const struct web_app *app, char *err, size_t errlen) {
     struct web *w = calloc(1, sizeof *w);
     char *addr = opts->addr ? strdup(opts->addr) : NULL;
+    const char *name = opts->name && opts->name[0] ? opts->name : "web";
     if (!w || !addr) {
         free(w);
         free(addr);
-        snprintf(err, errlen, "--web: out of memory");
+        snprintf(err, errlen, "--%s: out of memory", name);
         return NULL;
     }
     w->opts = *opts;
     w->opts.addr = addr;
+    w->opts.name = name; /* a string literal of the caller's */
+    w->cap_limit = w->accept_limit = w->timeout_limit = (struct log_limit)LOG_LIMIT(10);
     w->app = *app;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
@@ -578,7 +591,7 @@ struct web *web_start(const struct web_opts *opts, const struct web_app *app, ch
         pthread_mutex_unlock(&w->mu);
         if (state < 0) pthread_join(w->thread, NULL);
     } else {
-        snprintf(w->err, sizeof w->err, "--web: cannot start the web thread");
+        snprintf(w->err, sizeof w->err, "--%s: cannot start its thread", name);
     }
     if (state < 0) {
         snprintf(err, errlen, "%s", w->err);

@@ -1,6 +1,6 @@
-/* web.h - the HTTP server of `luakiq run --web ADDR:PORT`: its own thread,
- * event loop (libevent evhttp) and Lua VM, so that no request ever delays
- * the main loop. It only moves bytes and enforces the connection limits:
+/* web.h - the HTTP servers of `luakiq run --web ADDR:PORT` and `--replies
+ * ADDR:PORT`: each its own thread, event loop (libevent evhttp) and Lua VM,
+ * so that no request ever delays the main loop (nor the other server). It only moves bytes and enforces the connection limits:
  * every request is handed to the app's handler (hostlua.c's, which calls
  * luakiq.web in the web thread's VM) and the answer is sent back as it is. */
 #ifndef LUAKIQ_WEB_H
@@ -49,6 +49,8 @@ struct web_app {
 
 /* The listener and its limits (docs/operations.md, "HTTP limits"). */
 struct web_opts {
+    const char *name;             /* "web" (NULL too) or "replies": log lines, the thread's name, errors
+                                   * ("--NAME: ..."); a string that outlives the server */
     const char *addr;             /* "ADDR:PORT", "[V6]:PORT" */
     size_t max_body;              /* bodies over this get 413 */
     int max_connections;          /* open connections at most (also kept below the fd limit) */

@@ -15,13 +15,22 @@
 -- delivered (after a failure or a kill -9 before the ack): receivers
 -- de-duplicate on it; X-Luakiq-Signature: sha256=<hex HMAC-SHA256 of the
 -- body with secret> when secret is set.
--- Response: 2xx: done. 408, 425, 429, 5xx and transport errors: a failure
+-- Callback mode (callback = true, rickover's): each job of the body also has
+-- "reply_url" and "attempt" (luakiq.await's, called for every job before the
+-- request goes out; reply_url needs public_url), a 2xx answer means
+-- "accepted, the result comes later": every job then waits, without holding
+-- its shard, until the receiver POSTs {"status": "succeeded"} (or "failed",
+-- with "error" and "retryable") to its reply_url, or reply_timeout passes
+-- (docs/workers.md, "Callbacks").
+-- Response: 2xx: done (callback mode: the jobs wait for their replies). 408,
+-- 425, 429, 5xx and transport errors: a failure
 -- that is retried (a Retry-After header, seconds or an HTTP date, sets when;
 -- else retry_in). Any other status (a 3xx, 400, 404, ...): a permanent
 -- failure (the morgue at once), the error naming the status and the first
 -- 200 bytes of the body. The request never outlives the call's timeout.
 -- While it is in flight the call is parked: the thread runs other shards'
 -- calls meanwhile.
+local luakiq = require "luakiq"
 local core = require "luakiq.core"
 local config = require "luakiq.lib.config"
 local deliver = require "luakiq.lib.deliver"
@@ -63,17 +72,31 @@ end
 
 local function new(opts)
   local own, w = config.ready_made_options(WHAT, opts,
-    { url = "str", secret = "str", headers = "str_map", insecure = "bool" })
+    { url = "str", secret = "str", headers = "str_map", insecure = "bool", callback = "bool" })
   if not own.url then error(WHAT .. ": url is required (http:// or https://)", 0) end
   if not own.url:lower():find("^https?://[^/?#]") then
     error(WHAT .. ": url must be http:// or https://", 0)
   end
   -- one perform call per fetch: the delivery id is the fetch's
   w.fetch_size = w.fetch_size or w.batch_size
-  local url, secret, insecure = own.url, own.secret, own.insecure
+  local url, secret, insecure, callback = own.url, own.secret, own.insecure, own.callback
   local extra = own.headers or {}
+  -- Callback mode: every job of the call waits for a reply (its wait is in
+  -- Redis before the request goes out, so a receiver that answers at once
+  -- is not lost; a failed call drops the waits): id -> {reply_url, attempt}.
+  local function await_all(batch)
+    local fields = {}
+    for _, id in ipairs(deliver.ids(batch)) do
+      local a = luakiq.await(id)
+      if not a.url then
+        error("webhook: callback = true needs public_url (config.lua, or LUAKIQ_PUBLIC_URL) for the jobs' reply_url", 0)
+      end
+      fields[id] = { reply_url = a.url, attempt = a.attempt }
+    end
+    return fields
+  end
   function w.perform(batch, call)
-    local body = deliver.body(call.worker, batch)
+    local body = deliver.body(call.worker, batch, callback and await_all(batch) or nil)
     local headers = { ["Content-Type"] = "application/json", ["X-Luakiq-Delivery"] = call.delivery }
     for k, v in pairs(extra) do headers[k] = v end
     if secret then headers["X-Luakiq-Signature"] = "sha256=" .. core.hmac_sha256(secret, body) end

@@ -254,6 +254,109 @@ describe("luakiq stats", function()
   end)
 end)
 
+describe("luakiq reply and luakiq waiting", function()
+  -- The waits are made through the Redis scripts (helpers.waits), as the
+  -- host's await makes them; R has 3 shards, no host runs.
+  local dir, cfg, W
+  before_each(function()
+    dir = host.scriptdir { ["workers/R.lua"] = "return { shards_count = 3, perform = function() end }",
+                           ["workers/S.lua"] = WORKER }
+    srv.conn:call("FLUSHALL")
+    cfg = require("luakiq.lib.runtime").load(dir)
+    assert(require("luakiq.lib.runtime").register(srv.conn, cfg))
+    W = require("helpers.waits").new(srv.conn, cfg, "R")
+  end)
+  after_each(function() host.sh("rm -rf " .. q(dir)) end)
+  local function reply(args, stdin) return host.exec("reply " .. q(dir) .. " " .. args, stdin, env()) end
+
+  it("replies by token (JSON argument or stdin): exit 0 accepted or duplicate, 1 and one line otherwise", function()
+    local a = W:wait("a", { rule = "status" })
+    local rc, out, err = reply("R " .. q(a.token) .. " " .. q('{"status":"succeeded"}'))
+    assert.are.same({ 0, '{"accepted":true}\n' }, { rc, out }, err)
+    -- the same reply from stdin (white space around it dropped): a duplicate
+    rc, out = reply("R " .. q(a.token), '  {"status":"succeeded"}\n')
+    assert.are.same({ 0, '{"accepted":true,"duplicate":true}\n' }, { rc, out })
+    for _, c in ipairs {
+      { "R " .. q(a.token) .. " " .. q('{"status":"failed"}'), "CONFLICT" },
+      { "R " .. q(a.token:sub(1, -2) .. (a.token:sub(-1) == "0" and "1" or "0")) .. " {}", "UNKNOWN" },
+      { "R junk {}", "UNKNOWN" },
+      { "S " .. q(a.token) .. " {}", "UNKNOWN" }, -- another worker's token
+    } do
+      rc, out, err = reply(c[1])
+      assert.are.equal(1, rc, c[1])
+      assert.are.equal("", out)
+      assert.truthy(err:find("luakiq: " .. c[2] .. ": ", 1, true), err)
+      assert.is_true(one_line(err), err)
+    end
+    local b = W:wait("b", { rule = "status" })
+    rc, _, err = reply("R " .. q(b.token) .. " " .. q('{"x":1}'))
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("BADREPLY", 1, true), err)
+    -- the wait is over: stale
+    assert.are.equal("reply", W:handle("a").kind)
+    rc, _, err = reply("R " .. q(a.token) .. " " .. q('{"status":"succeeded"}'))
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("luakiq: STALE: ", 1, true), err)
+    -- bad usage and bad JSON: exit 2, nothing sent
+    for _, args in ipairs { "R", "R " .. q(b.token) .. " '{nope'", "R " .. q(b.token) .. " {} extra", "Nope x {}" } do
+      rc, _, err = reply(args, "")
+      assert.are.equal(2, rc, args .. ": " .. err)
+      assert.is_true(one_line(err), err)
+    end
+    rc = reply("R " .. q(b.token), "")
+    assert.are.equal(2, rc)
+  end)
+
+  it("replies by key (--key K)", function()
+    W:wait("k", { key = "order-9" })
+    local rc, out, err = reply("R --key order-9 " .. q('{"n":1}'))
+    assert.are.same({ 0, '{"accepted":true}\n' }, { rc, out }, err)
+    rc, _, err = reply("R --key other " .. q('{"n":1}'))
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("luakiq: UNKNOWN: ", 1, true), err)
+    assert.are.equal('{"n":1}', W:handle("k").value)
+  end)
+
+  it("lists the waiting jobs of every shard as JSON lines, and the late replies (--late)", function()
+    -- ids w1, w2, ... until every shard has two
+    local ids, per, made = {}, { [0] = 0, 0, 0 }, {}
+    for i = 1, 100 do
+      local id, s = "w" .. i, require("luakiq.lib.keys").shard("w" .. i, 3)
+      if per[s] < 2 then ids[#ids + 1], per[s] = id, per[s] + 1 end
+    end
+    assert.are.equal(6, #ids)
+    for i, id in ipairs(ids) do made[id] = W:wait(id, { key = i == 1 and "key-1" or nil, heartbeat = i == 2 and 30 or nil }) end
+    local rc, out, err = host.exec("waiting " .. q(dir) .. " R", nil, env())
+    assert.are.equal(0, rc, err)
+    local got = {}
+    for line in out:gmatch("[^\n]+") do
+      local j = json.decode(line)
+      got[j.id] = j
+    end
+    for _, id in ipairs(ids) do
+      local j = assert(got[id], id)
+      assert.are.same({ made[id].attempt, "waiting", require("luakiq.lib.keys").shard(id, 3) }, { j.attempt, j.state, j.shard })
+      assert.is_true(j.deadline > j.since + 59, id)
+    end
+    local first, second, third = got[ids[1]], got[ids[2]], made[ids[3]]
+    assert.are.equal("key-1", first.key)
+    assert.is_nil(got[ids[3]].key)
+    assert.is_true(second.heartbeat_deadline > second.since + 29)
+    assert.is_nil(first.heartbeat_deadline)
+    -- a late reply
+    assert.are.equal(0, (reply("R " .. q(third.token) .. " {}")))
+    W:handle(ids[3])
+    assert.are.equal(1, (reply("R " .. q(third.token) .. " " .. q('{"late":1}'))))
+    rc, out = host.exec("waiting " .. q(dir) .. " R --late", nil, env())
+    assert.are.equal(0, rc)
+    local late = json.decode(out)
+    assert.are.same({ ids[3], third.attempt, "reply", '{"late":1}' }, { late.id, late.attempt, late.op, late.body })
+    rc, out = host.exec("waiting " .. q(dir) .. " S", nil, env())
+    assert.are.same({ 0, "" }, { rc, out })
+    assert.are.equal(2, (host.exec("waiting " .. q(dir) .. " Nope", nil, env())))
+  end)
+end)
+
 describe("a worker file that reads a secret from the environment when it loads", function()
   -- Hook's file concatenates LUAKIQ_SPEC_HOOK_URL, as a webhook worker's file
   -- might; the hosts have it, an operator at a terminal may not.

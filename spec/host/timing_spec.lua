@@ -34,12 +34,6 @@ local function env_at(at)
   return "REDIS_URL=" .. srv.url .. " LUAKIQ_CLOCK_OFFSET=" .. string.format("%.3f", at - core.now())
 end
 
-local function promtool()
-  if host.sh("command -v promtool >/dev/null 2>&1") then return "promtool" end
-  if host.sh("test -x build-deps/bin/promtool") then return "build-deps/bin/promtool" end
-  return nil
-end
-
 describe("timing", function()
   local dir, proc
   before_each(function()
@@ -120,15 +114,7 @@ describe("timing", function()
     assert.are.equal(4, sample('luakiq_job_run_seconds_bucket{worker="T",le="0.5"}'))
     assert.are.equal(4, sample('luakiq_job_run_seconds_bucket{worker="T",le="1"}'))
     assert.are.equal(5, sample('luakiq_job_run_seconds_bucket{worker="T",le="5"}'))
-    local tool = promtool()
-    assert(tool, "promtool is missing: tools/install-deps.sh --test puts it in build-deps/bin")
-    local f = os.tmpname()
-    host.write(f, metrics)
-    local ok = host.sh(tool .. " check metrics <" .. q(f) .. " >" .. q(f .. ".out") .. " 2>&1")
-    local said = host.read(f .. ".out")
-    os.remove(f)
-    os.remove(f .. ".out")
-    assert.is_true(ok, "promtool check metrics: " .. tostring(said))
+    web.promtool_check(metrics)
     -- the dashboard's Timing tab, in headless Chromium
     web.browser_test("timing", base, "T", DAY,
       json.encode { wait = { count = 5, rows = { 120, 14400 } }, run = { count = 5, rows = { 0.1, 0.5, 2 } } })

@@ -275,6 +275,83 @@ return require("luakiq.workers.webhook") {
     assert.truthy(dead.error:find("^timeout"), dead.error)
   end)
 
+  -- Callback mode, in this VM: luakiq.await stands in (the runner's own is
+  -- checked end to end below), the request goes to the real receiver.
+  it("callback = true: awaits every job before the request, each job gets reply_url and attempt; 2xx returns", function()
+    local luakiq = require "luakiq"
+    local real, awaited = luakiq.await, {}
+    luakiq.await = function(id)
+      awaited[#awaited + 1] = { id, #hooks() } -- (deliveries made before the await: none)
+      return { token = "t-" .. id, url = "https://pub.example/api/v1/replies/t-" .. id, attempt = 7 }
+    end
+    local ok, err = pcall(function()
+      local w = require("luakiq.workers.webhook") { url = web.url .. "/hook/200", callback = true }
+      w.perform({ b = { 2 }, a = { 1 } }, { worker = "Hook", delivery = "d1" })
+      assert.are.same({ { "a", 0 }, { "b", 0 } }, awaited)
+      assert.are.equal('{"jobs":[{"attempt":7,"id":"a","payloads":[1],"reply_url":"https://pub.example/api/v1/replies/t-a"},' ..
+        '{"attempt":7,"id":"b","payloads":[2],"reply_url":"https://pub.example/api/v1/replies/t-b"}],"worker":"Hook"}',
+        hooks()[1].body)
+      -- without public_url there is no reply_url to give: the call fails before any request
+      luakiq.await = function() return { token = "t", attempt = 1 } end
+      local okp, perr = pcall(w.perform, { c = { 3 } }, { worker = "Hook", delivery = "d2" })
+      assert.is_false(okp)
+      assert.truthy(tostring(perr):find("public_url", 1, true), tostring(perr))
+      assert.are.equal(1, #hooks())
+      -- without callback the body is as before
+      require("luakiq.workers.webhook") { url = web.url .. "/hook/200" }.perform({ a = { 1 } }, { worker = "Hook", delivery = "d3" })
+      assert.are.equal('{"jobs":[{"id":"a","payloads":[1]}],"worker":"Hook"}', hooks()[2].body)
+    end)
+    luakiq.await = real
+    assert(ok, err)
+  end)
+
+  it("callback = true end to end: the jobs wait after the 2xx; the receiver's POSTs to reply_url complete them", function()
+    if not require("luakiq").await then
+      pending("luakiq.await is not in this build (the runner's side of issue 36)")
+      return
+    end
+    local rport = core.free_port()
+    dir = host.scriptdir {
+      ["config.lua"] = "return { threads_per_node = 1, poll_interval = 0.2 }",
+      ["workers/Hook.lua"] = ([[return require("luakiq.workers.webhook") {
+        url = %q, callback = true, shards_count = 2, batch_size = 5, max_retry_count = 3 }]]):format(web.url .. "/hook/200"),
+    }
+    local webs = require "web.support"
+    local base
+    proc, base = webs.start(dir, env() .. " LUAKIQ_PUBLIC_URL=http://127.0.0.1:" .. rport, "--replies 127.0.0.1:" .. rport)
+    host.enqueue(dir, "Hook", { { id = "ok", payload = 1 }, { id = "no", payload = 2 } }, env())
+    local sent = {}
+    host.eventually(function()
+      for _, h in ipairs(hooks()) do
+        for _, j in ipairs(json.decode(h.body).jobs) do sent[j.id] = j end
+      end
+      return sent.ok and sent.no
+    end, 10, "both jobs delivered")
+    for _, id in ipairs { "ok", "no" } do
+      assert.truthy(sent[id].reply_url:find("^http://127%.0%.0%.1:" .. rport .. "/api/v1/replies/"), sent[id].reply_url)
+      assert.is_true(sent[id].attempt >= 1)
+    end
+    -- both wait (the 2xx did not finish them)
+    host.eventually(function()
+      local rc, out = host.exec("waiting " .. q(dir) .. " Hook", nil, env())
+      return rc == 0 and select(2, out:gsub("\n", "")) == 2
+    end, 10, "both jobs waiting")
+    local function post(url, body)
+      local st, text = webs.request(url:match("^(https?://[^/]+)"), "POST", url:match("^https?://[^/]+(.*)$"), { body = body })
+      return st, text
+    end
+    assert.are.equal(200, (post(sent.ok.reply_url, '{"status":"succeeded"}')))
+    assert.are.equal(200, (post(sent.no.reply_url, '{"status":"failed","error":"out of stock","retryable":false}')))
+    host.eventually(function() return jobs(dir, "Hook", "morgue").no end, 10, "no in the morgue")
+    assert.truthy(jobs(dir, "Hook", "morgue").no.error:find("out of stock", 1, true))
+    host.eventually(function()
+      local rc = host.exec("job " .. q(dir) .. " Hook ok", nil, env())
+      return rc == 1
+    end, 10, "ok done")
+    assert.are.equal(410, (post(sent.ok.reply_url, '{"status":"succeeded"}')))
+    assert.truthy(base)
+  end)
+
   it("refuses a missing url, a non-http url and unknown keys at load (exit 2)", function()
     for src, want in pairs {
       ['{ shards_count = 1 }'] = "url is required",

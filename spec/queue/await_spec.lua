@@ -37,19 +37,8 @@ describe("waits", function()
     if r[1] == "LEASE" then return { lease = true } end
     local res = queue.parse_fetch(r, { prefix = P, worker = "Test", shard = 0 })
     res.batch, res.restored, res.acked = r[2], tonumber(r[4]), tonumber(r[5])
-    res.ids, res.waits = {}, {}
+    res.ids, res.waits = {}, require("helpers.waits").section(r)
     for i, j in ipairs(res.jobs) do res.ids[i] = j.id end
-    local i = 7 + tonumber(r[6])
-    while r[i] do
-      if r[i] == "waits" then
-        for k = 1, tonumber(r[i + 1]) do
-          local b = i + 2 + 4 * (k - 1)
-          res.waits[tonumber(r[b])] = { kind = r[b + 1], attempt = tonumber(r[b + 2]), value = r[b + 3] }
-        end
-        break
-      elseif r[i] == "best" then i = i + 2
-      else i = i + 2 + 2 * tonumber(r[i + 1]) end
-    end
     return res
   end
   local function await(batch, id, o)

@@ -156,4 +156,23 @@ return { shards_count = 1, timeout = 10, max_retry_count = 0,
     assert.are.equal(0, rc, out)
     assert.truthy(out:find("calls: all checks passed", 1, true), out)
   end)
+
+  it("shows the jobs that wait for a reply: the Waiting card and cell, the worker's Waiting view, late replies", function()
+    -- waits on Parked (never processed here), made through the Redis scripts
+    local W = require("helpers.waits").new(srv.conn, require("luakiq.lib.runtime").load(dir), "Parked")
+    local late = W:wait("wd")
+    local function reply(token, body)
+      local st, text = web.request(base, "POST", "/api/v1/replies/" .. token, { body = body })
+      return st, text
+    end
+    assert.are.equal(200, (reply(late.token, "{}")))
+    W:handle("wd")
+    assert.are.equal(410, (reply(late.token, '{"late":true}')))
+    W:wait("wa", { key = "order-7" })
+    W:wait("wb")
+    local c = W:wait("wc")
+    assert.are.equal(200, (reply(c.token, '{"ok":1}')))
+    web.browser_test("waiting", base, "Parked", json.encode { waiting = 3, ids = { "wa", "wb", "wc" },
+      keys = { wa = "order-7" }, replied = { "wc" }, late = { "wd" } })
+  end)
 end)

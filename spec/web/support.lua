@@ -128,6 +128,21 @@ function M.browser_test(name, ...)
   assert(said:find(name .. ": all checks passed", 1, true), said)
 end
 
+-- Asserts that promtool (PATH, or build-deps/bin from tools/install-deps.sh
+-- --test) takes text as a /metrics page.
+function M.promtool_check(text)
+  local tool = host.sh("command -v promtool >/dev/null 2>&1") and "promtool" or
+    host.sh("test -x build-deps/bin/promtool") and "build-deps/bin/promtool"
+  assert(tool, "promtool is missing: tools/install-deps.sh --test puts it in build-deps/bin")
+  local f = os.tmpname()
+  host.write(f, text)
+  local ok = host.sh(tool .. " check metrics <" .. q(f) .. " >" .. q(f .. ".out") .. " 2>&1")
+  local said = host.read(f .. ".out")
+  os.remove(f)
+  os.remove(f .. ".out")
+  assert(ok, "promtool check metrics: " .. tostring(said))
+end
+
 -- JSON lines -> array of decoded values.
 -- Stops a host started by M.start (TERM, then KILL after 10 s) and removes
 -- its script directory.

@@ -6,12 +6,23 @@ local json = require "luakiq.json"
 
 local M = {}
 
-function M.body(worker, batch)
+-- The ids of batch in the body's order.
+function M.ids(batch)
   local ids = {}
   for id in pairs(batch) do ids[#ids + 1] = id end
   table.sort(ids)
+  return ids
+end
+
+-- extra (optional): id -> more fields of that job's object (the webhook's
+-- callback mode: reply_url, attempt).
+function M.body(worker, batch, extra)
   local jobs = {}
-  for i, id in ipairs(ids) do jobs[i] = { id = id, payloads = json.array { unpack(batch[id]) } } end
+  for i, id in ipairs(M.ids(batch)) do
+    local job = { id = id, payloads = json.array { unpack(batch[id]) } }
+    for k, v in pairs(extra and extra[id] or {}) do job[k] = v end
+    jobs[i] = job
+  end
   return json.encode { worker = worker, jobs = json.array(jobs) }
 end
 

@@ -12,7 +12,7 @@ local M = {}
 local USAGE = [[
 usage: luakiq COMMAND ...
 
-  run DIR [--redis URL] [--threads N] [--web ADDR:PORT] [--log-format text|json] [--log-level L]
+  run DIR [--redis URL] [--threads N] [--web ADDR:PORT] [--replies ADDR:PORT] [--log-format text|json] [--log-level L]
                                        process jobs with the workers of DIR
   enqueue DIR WORKER [FILE]            enqueue JSON lines or a JSON array of
                                        {id, payload?, score?, perform_in?} (stdin without FILE)
@@ -23,6 +23,9 @@ usage: luakiq COMMAND ...
   jobs DIR WORKER queue|morgue|busy [--order F] [--desc] [--min X] [--max X] [--limit N] [--offset N] [--cursor C]
   jobs DIR --tag T [--limit N]         list jobs as JSON lines (--tag: every worker's jobs tagged T)
   job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
+  reply DIR WORKER TOKEN|--key K [JSON]
+                                       reply to a job that waits for one (JSON from stdin without JSON)
+  waiting DIR WORKER [--late]          the jobs that wait for a reply (JSON lines); --late: the late replies
   pause DIR WORKER / resume DIR WORKER every host stops / starts calls of WORKER (kept in Redis)
   reshard DIR WORKER N                 change WORKER's shards_count to N while hosts run (moves its jobs)
   schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
@@ -42,12 +45,15 @@ REDIS_URL (default redis://127.0.0.1:6379/0) or --redis selects Redis.
 ]]
 
 local HELP = {
-  run = [[usage: luakiq run DIR [--redis URL] [--threads N] [--web ADDR:PORT] [--log-format text|json] [--log-level debug|info|warn|error]
+  run = [[usage: luakiq run DIR [--redis URL] [--threads N] [--web ADDR:PORT] [--replies ADDR:PORT]
+                  [--log-format text|json] [--log-level debug|info|warn|error]
 Loads DIR/config.lua and DIR/workers/*.lua, splits the shards of every worker
 over threads_per_node threads and processes jobs until TERM or INT (a second
 INT exits at once). TTIN writes a thread dump. --web serves the dashboard and
 the HTTP API (docs/operations.md); a non-loopback address needs web_token or
-LUAKIQ_WEB_TOKEN.]],
+LUAKIQ_WEB_TOKEN. --replies serves only the reply routes (POST
+/api/v1/replies/TOKEN and its /heartbeat), on a listener of its own fit to
+face the internet (docs/operations.md, "Replies").]],
   enqueue = [[usage: luakiq enqueue DIR WORKER [FILE] [--redis URL]
 Reads JSON lines, or one JSON array, of jobs {"id":..., "payload":..., "score":..., "perform_in":...}
 from FILE or stdin. Everything is checked first: on any bad job nothing is
@@ -129,6 +135,23 @@ them, into DIR (made when missing) as NAME.lua, and DIR/manifest.json:
 {"layout":"2","luakiq":VERSION,"scripts":{NAME:{"file":"NAME.lua","sha1":SHA1}}}. Files that
 already hold the same text are left alone; a script an earlier manifest there listed and this
 one does not is removed. Prints how many files changed (docs/redis.md, "Loading the scripts").]],
+  reply = [[usage: luakiq reply DIR WORKER TOKEN [JSON] [--redis URL]
+       luakiq reply DIR WORKER --key K [JSON] [--redis URL]
+Replies to a job of WORKER that waits for one (luakiq.await), by its reply
+token or by the correlation key its await named. The reply is JSON, from the
+argument or else stdin (surrounding white space dropped). Prints {"accepted":true}
+(and "duplicate":true for the same reply again) and exits 0; otherwise one line,
+exit 1: CONFLICT (another reply was accepted), STALE (the wait is over: an older
+attempt, handled, failed or timed out), UNKNOWN (no such token or key), BADREPLY
+(a worker without on_reply takes {"status":"succeeded"|"failed",...}), TOOBIG
+(over 256 KiB), RESHARD. Bad usage or JSON: exit 2.]],
+  waiting = [[usage: luakiq waiting DIR WORKER [--late] [--redis URL]
+Prints one JSON line per job of WORKER that waits for a reply:
+{"id","shard","attempt","state":"waiting"|"replied"|"handling","since","deadline",
+"heartbeat_deadline","key"} (Unix times; heartbeat_deadline and key only when
+the await set them). --late: the latest late replies instead (replies that came
+after the wait was over; each shard keeps its last 100), newest first:
+{"at","id","shard","attempt","op":"reply"|"heartbeat","body"} (body cut at 1 KiB).]],
 }
 
 -- A usage error: one line, exit 2.
@@ -439,6 +462,44 @@ function commands.job(argv)
   return 0
 end
 
+-- `luakiq reply DIR WORKER TOKEN|--key K [JSON]` (luakiq.lib.replies, as
+-- the HTTP routes): exit 0 accepted or duplicate, 1 any other answer.
+function commands.reply(argv)
+  local pos, opt = parse(argv, 2, { redis = true, key = true })
+  local dir, worker = pos[1], pos[2]
+  local first = opt.key and 3 or 4 -- where the JSON argument is
+  if not worker or (not opt.key and not pos[3]) or pos[first + 1] then
+    usage("usage: luakiq reply DIR WORKER TOKEN [JSON] | luakiq reply DIR WORKER --key K [JSON]")
+  end
+  local body = (pos[first] or io.stdin:read("*a") or ""):match("^%s*(.-)%s*$")
+  if body == "" then usage("give the reply's JSON as an argument or on stdin") end
+  local ok, err = pcall(json.decode, body)
+  if not ok then usage("invalid JSON: " .. tostring(err):gsub("^json: ", "")) end
+  local cfg, conn = open(dir, opt, true)
+  local replies = require "luakiq.lib.replies"
+  local outcome, msg
+  if opt.key then outcome, msg = replies.by_key(conn, cfg, worker, opt.key, body)
+  else outcome, msg = replies.by_token(conn, cfg, pos[3], body, worker) end
+  if outcome ~= "accepted" and outcome ~= "duplicate" then error(outcome .. ": " .. tostring(msg), 0) end
+  print_json(select(2, replies.answer(outcome)))
+  return 0
+end
+
+-- `luakiq waiting DIR WORKER [--late]` (luakiq.ops.waits).
+function commands.waiting(argv)
+  local pos, opt = parse(argv, 2, { redis = true, late = false })
+  local dir, worker = pos[1], pos[2]
+  if not worker or pos[3] then usage("usage: luakiq waiting DIR WORKER [--late]") end
+  local cfg, conn = open(dir, opt, true)
+  local waits = require "luakiq.ops.waits"
+  if opt.late then
+    for _, r in ipairs(waits.late(conn, cfg, worker, 100)) do print_json(r) end
+  else
+    waits.each(conn, cfg, worker, print_json)
+  end
+  return 0
+end
+
 function commands.admin(argv)
   local pos, opt = parse(argv, 2, { redis = true })
   local dir, worker, action = pos[1], pos[2], pos[3]
@@ -515,7 +576,7 @@ function commands.run(argv)
   -- From here a TERM or INT asks for a stop: a host stopped while it still
   -- loads, waits for Redis or registers exits 0 having taken nothing.
   core.host_catch_signals()
-  local pos, opt = parse(argv, 2, { redis = true, threads = true, web = true,
+  local pos, opt = parse(argv, 2, { redis = true, threads = true, web = true, replies = true,
                                     ["log-format"] = true, ["log-level"] = true })
   local fmt = opt["log-format"] or "text"
   if fmt ~= "text" and fmt ~= "json" then usage("--log-format must be text or json") end
@@ -531,6 +592,7 @@ function commands.run(argv)
   if not web_token or web_token == "" then web_token = cfg.web_token end
   if web_token == "" then web_token = nil end
   if cfg.web then require("luakiq.web").check_listen(cfg.web, web_token) end
+  if opt.replies then require("luakiq.web").parse_addr(opt.replies, "--replies") end
   local groups = plan(cfg)
   if #groups == 0 then usage("nothing to run: the splitter gave no shards to this node") end
   local conn, cerr = runtime.connect(cfg, cfg.redis_retry or 30)
@@ -626,6 +688,14 @@ function commands.run(argv)
     web = cfg.web and {
       addr = cfg.web, max_body = require("luakiq.web").MAX_BODY,
       boot = json.encode { dir = pos[1], overrides = overrides(opt), token = web_token, threads = #groups },
+      max_connections = cfg.web_max_connections, header_timeout = cfg.web_header_timeout,
+      idle_timeout = cfg.web_idle_timeout,
+    } or nil,
+    -- --replies: the reply routes only, for the internet, on a thread and
+    -- VM of their own (the same limits, the reply's body limit)
+    replies = opt.replies and {
+      addr = opt.replies, max_body = require("luakiq.lib.replies").MAX_BODY,
+      boot = json.encode { dir = pos[1], overrides = overrides(opt), only = "replies" },
       max_connections = cfg.web_max_connections, header_timeout = cfg.web_header_timeout,
       idle_timeout = cfg.web_idle_timeout,
     } or nil,

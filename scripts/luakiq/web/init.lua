@@ -4,16 +4,21 @@
 -- thread). host/web.c accepts the connections on the web thread's event loop
 -- and hands every request to the function made by M.handler, which checks
 -- who asks (luakiq.web.auth), finds the request's route in ROUTES below and
--- calls its handler: luakiq.web.api (the JSON endpoints), luakiq.web.metrics
--- (Prometheus), luakiq.web.auth (signing in and out) or the dashboard's page
+-- calls its handler: luakiq.web.api (the JSON endpoints), luakiq.web.replies
+-- (replies to jobs that wait for one), luakiq.web.metrics (Prometheus),
+-- luakiq.web.auth (signing in and out) or the dashboard's page
 -- (luakiq.web.dashboard, built from dashboard.html). Each answers status,
 -- content type, body over this VM's own Redis connection. Errors never
 -- escape: luakiq.lib.errors kinds map to statuses (input 400, notfound 404),
 -- anything else is a 500 with the first line of the message (the traceback
 -- goes to the log).
 --
--- The modules depend one way: this one on api, metrics and auth; those on
--- request (parsing and answering).
+-- The modules depend one way: this one on api, replies, metrics and auth;
+-- those on request (parsing and answering).
+--
+-- `luakiq run --replies ADDR:PORT` runs a second listener (a web thread and
+-- VM of its own) whose handler (opts.only = "replies") serves the reply
+-- routes only.
 local core = require "luakiq.core"
 local errors = require "luakiq.lib.errors"
 local log = require "luakiq.lib.log"
@@ -21,6 +26,7 @@ local runtime = require "luakiq.lib.runtime"
 local api = require "luakiq.web.api"
 local auth = require "luakiq.web.auth"
 local metrics = require "luakiq.web.metrics"
+local replies = require "luakiq.web.replies"
 local request = require "luakiq.web.request"
 
 local M = {}
@@ -48,7 +54,10 @@ end
 -- M.handler, req the request from web.c plus query and params.
 -- Access: only with the token when web_token is set (the default); open =
 -- true: to anyone (the page, which holds no data, and signing in and out);
--- open = "metrics_public": to anyone when config.lua's metrics_public says so.
+-- open = "metrics_public": to anyone when config.lua's metrics_public says so;
+-- open = "token": to anyone, from any Host or Origin: the reply routes, whose
+-- path holds the capability (a reply token, HMAC-signed in Redis), the only
+-- routes the --replies listener serves.
 -- A path that matches with another method answers 405; no match, 404.
 local ROUTES = {
   { "GET",  "/",                                          page,               open = true },
@@ -56,6 +65,13 @@ local ROUTES = {
   { "GET",  "/metrics",                                   metrics.scrape,     open = "metrics_public" },
   { "POST", "/api/web/login",                             auth.login,         open = true },
   { "POST", "/api/web/logout",                            auth.logout,        open = true },
+  -- replies to jobs that wait for one (luakiq.web.replies)
+  { "POST", "/api/v1/replies/:token",                     replies.by_token,   open = "token" },
+  { "POST", "/api/v1/replies/:token/heartbeat",           replies.heartbeat,  open = "token" },
+  { "POST", "/api/v1/workers/:worker/replies",            replies.by_key },
+  { "POST", "/api/v1/workers/:worker/jobs/:id",           replies.by_id },
+  { "GET",  "/api/v1/workers/:worker/waiting",            replies.waiting },
+  { "GET",  "/api/v1/workers/:worker/late_replies",       replies.late },
   -- the API (docs/operations.md, "HTTP API")
   { "GET",  "/api/v1/stats",                              api.stats },
   { "GET",  "/api/v1/hosts",                              api.hosts },
@@ -85,18 +101,21 @@ local ROUTES = {
 }
 
 -- Each route's path as segments: a string to equal, or {name} to capture.
+-- REPLY_ROUTES: the open = "token" ones, all the --replies listener serves.
+local REPLY_ROUTES = {}
 for _, r in ipairs(ROUTES) do
   r.segments = {}
   for seg in r[2]:gmatch("[^/]+") do
     r.segments[#r.segments + 1] = seg:match("^:(.+)$") and { seg:sub(2) } or seg
   end
+  if r.open == "token" then REPLY_ROUTES[#REPLY_ROUTES + 1] = r end
 end
 
--- The route whose path matches parts (decoded segments) and its params, the
--- one with method first; nil when no path matches.
-local function find_route(method, parts)
+-- The route of routes whose path matches parts (decoded segments) and its
+-- params, the one with method first; nil when no path matches.
+local function find_route(routes, method, parts)
   local found, found_params
-  for _, r in ipairs(ROUTES) do
+  for _, r in ipairs(routes) do
     local segs = r.segments
     if #segs == #parts then
       local params = {}
@@ -115,13 +134,14 @@ end
 
 -- --- the listener --------------------------------------------------------------
 
--- "ADDR:PORT" or "[V6]:PORT" -> host, port; raises an input error otherwise.
-function M.parse_addr(s)
+-- "ADDR:PORT" or "[V6]:PORT" -> host, port; raises an input error otherwise
+-- (naming flag: "--web" unless given).
+function M.parse_addr(s, flag)
   local host, port = tostring(s):match("^%[([^%]]+)%]:(%d+)$")
   if not host then host, port = tostring(s):match("^([^:]+):(%d+)$") end
   port = tonumber(port)
   if not host or not port or port > 65535 then
-    errors.input("--web must be ADDR:PORT (e.g. 127.0.0.1:8080), got '" .. tostring(s) .. "'")
+    errors.input((flag or "--web") .. " must be ADDR:PORT (e.g. 127.0.0.1:8080), got '" .. tostring(s) .. "'")
   end
   return host, port
 end
@@ -140,22 +160,26 @@ end
 -- --- the handler -----------------------------------------------------------------------
 
 -- The web thread's start (host/hostlua.c, in that thread's own VM): boot is
--- JSON {dir, overrides, token, threads} from `luakiq run`; loads the script
--- directory as every worker thread does and returns the request handler.
+-- JSON {dir, overrides, token, threads, only} from `luakiq run`; loads the
+-- script directory as every worker thread does and returns the request
+-- handler. The --replies listener's thread has only = "replies".
 function M.open(boot)
   -- enqueues from the API follow a reshard made while the host runs
   require("luakiq.client").follow = true
   local b = require("luakiq.json").decode(boot)
   local cfg = runtime.load(b.dir, b.overrides)
-  return M.handler(cfg, { token = b.token, threads = b.threads })
+  return M.handler(cfg, { token = b.token, threads = b.threads, only = b.only })
 end
 
 local MUTATING = { POST = true, PUT = true, DELETE = true, PATCH = true }
 
 -- Returns function(req) -> status, content_type, body, set_cookie for web.c
--- (via hostlua.c). opts: token (nil: none), threads (count, for the dashboard).
+-- (via hostlua.c). opts: token (nil: none), threads (count, for the
+-- dashboard), only ("replies": the reply routes and nothing else, for the
+-- --replies listener).
 function M.handler(cfg, opts)
   opts = opts or {}
+  local routes = opts.only == "replies" and REPLY_ROUTES or ROUTES
   -- The context every route handler gets (as w).
   local w = {
     cfg = cfg,
@@ -184,11 +208,14 @@ function M.handler(cfg, opts)
     local method = req.method == "HEAD" and "GET" or req.method
     local path, query = req.uri:match("^([^?#]*)%??([^#]*)")
     path = path or "/"
-    local refused = auth.refusal(req, w.token, MUTATING[method])
-    if refused then return request.fail(403, refused) end
     local parts = {}
     for seg in path:gmatch("[^/]+") do parts[#parts + 1] = request.unescape(seg) end
-    local r, params = find_route(method, parts)
+    local r, params = find_route(routes, method, parts)
+    -- (a reply route is asked from anywhere: a token is its capability)
+    if opts.only ~= "replies" and not (r and r.open == "token" and r[1] == method) then
+      local refused = auth.refusal(req, w.token, MUTATING[method])
+      if refused then return request.fail(403, refused) end
+    end
     if not r then return request.fail(404, "not found: " .. path) end
     if r[1] ~= method then return request.fail(405, "use " .. r[1] .. " for " .. path) end
     local open = r.open

@@ -1,12 +1,14 @@
 -- luakiq.web.metrics: GET /metrics of luakiq.web, in Prometheus text format
 -- 0.0.4 (docs/operations.md, "Metrics"): every worker's queue numbers and
 -- today's wait and run times (from Redis: all hosts), then this host's own
--- (memory, jobs per thread, the oldest call, timeouts). A scrape never fails
+-- (memory, jobs per thread, the oldest call, timeouts); the jobs that wait
+-- for a reply and the replies by outcome too. A scrape never fails
 -- for Redis: luakiq_redis_up says 0 and this host's own numbers still come.
 local core = require "luakiq.core"
 local log = require "luakiq.lib.log"
 local admin = require "luakiq.ops.admin"
 local timing = require "luakiq.ops.timing"
+local waits = require "luakiq.ops.waits"
 
 local M = {}
 
@@ -44,13 +46,15 @@ end
 function M.scrape(w)
   local cfg = w.cfg
   local out = {}
+  -- samples: {label, value, number[, label2, value2]} (label nil: none)
   local function metric(name, typ, help, samples)
     out[#out + 1] = "# HELP " .. name .. " " .. help
     out[#out + 1] = "# TYPE " .. name .. " " .. typ
     for _, s in ipairs(samples) do
       local labels = ""
       if s[1] then
-        labels = "{" .. s[1] .. '="' .. label_value(s[2]) .. '"}'
+        labels = "{" .. s[1] .. '="' .. label_value(s[2]) .. '"' ..
+          (s[4] and "," .. s[4] .. '="' .. label_value(s[5]) .. '"' or "") .. "}"
       end
       out[#out + 1] = name .. labels .. " " .. num(s[3])
     end
@@ -73,6 +77,19 @@ function M.scrape(w)
     metric("luakiq_failed_total", "counter", "Job failures (all hosts).", per("failed"))
     metric("luakiq_expired_total", "counter", "Payloads that expired before they ran (moved to the morgue).",
       per("expired"))
+    local okw, ws = pcall(function() return waits.stats(w.conn(), cfg) end)
+    if okw then
+      local waiting, replies = {}, {}
+      for _, wk in ipairs(cfg.workers) do
+        waiting[#waiting + 1] = { "worker", wk.name, ws[wk.name].waiting }
+        for _, o in ipairs(waits.OUTCOMES) do
+          replies[#replies + 1] = { "worker", wk.name, ws[wk.name].replies[o], "outcome", o }
+        end
+      end
+      metric("luakiq_jobs_waiting", "gauge", "Jobs that wait for a reply (luakiq.await).", waiting)
+      metric("luakiq_replies_total", "counter", "Replies to waiting jobs by outcome (all hosts): accepted, " ..
+        "duplicate, conflict (another reply was accepted), stale (the wait was over), unknown (no such wait).", replies)
+    else log.warn("metrics: waits: " .. tostring(ws):match("^[^\n]*")) end
     local okt, lines = pcall(function() return histograms(w.conn(), cfg) end)
     if okt then
       for _, kind in ipairs { "wait", "run" } do
