@@ -20,6 +20,7 @@
 local core = require "luakiq.core"
 local json = require "luakiq.json"
 local keys = require "luakiq.lib.keys"
+local client = require "luakiq.client"
 local errors = require "luakiq.lib.errors"
 local queue = require "luakiq.runner.queue"
 local redis = require "helpers.redis"
@@ -241,6 +242,48 @@ describe("luakiq reshard", function()
                                     "", "shards", "7" } })[1]
         assert.are.same({ "RESHARDED", "3 7" }, { errors.redis_code(e.err) }, tostring(e.err))
       end)
+
+    it("moves the jobs that wait for a reply with their ids: the wait, its held job, its token still good", function()
+      local conn = srv.conn
+      local runtime = require "luakiq.lib.runtime"
+      local replies = require "luakiq.lib.replies"
+      local cfg = runtime.load(dir)
+      local W = require("helpers.waits").new(conn, cfg, "W")
+      -- ids whose shard changes from 4 to 9 shards, and one that stays
+      local movers, stayer = {}, nil
+      for i = 1, 200 do
+        local id = "w" .. i
+        if keys.shard(id, 4) ~= keys.shard(id, 9) then
+          if #movers < 3 then movers[#movers + 1] = id end
+        elseif not stayer then stayer = id end
+      end
+      local w = {}
+      for _, id in ipairs(movers) do w[id] = W:wait(id, { timeout = 600 }) end
+      w[stayer] = W:wait(stayer, { timeout = 600 })
+      -- a payload pushed for a waiting id is held behind its wait
+      client.push(conn, cfg, "W", { { id = movers[1], payload = "later" } })
+      -- (the spec's lease token gives the shards back, as a host's stop does)
+      for s = 0, 3 do conn:script("release", keys.prefix("luakiq", "W", s), require("helpers.waits").TOKEN) end
+      local rc, _, err = reshard(dir, "W 9")
+      assert.are.equal(0, rc, err)
+      for _, id in ipairs(movers) do
+        local old, new = keys.prefix("luakiq", "W", keys.shard(id, 4)), keys.prefix("luakiq", "W", keys.shard(id, 9))
+        assert.are.equal(0, conn:call("HEXISTS", old .. "waits", id), id .. " left its old shard")
+        assert.are.equal(1, conn:call("HEXISTS", new .. "waits", id), id .. " waits in its new shard")
+        local j = conn:script("job", new, id)
+        assert.are.equal("waiting", j[1])
+      end
+      -- the held payload moved with its id, still behind the wait
+      local P1 = keys.prefix("luakiq", "W", keys.shard(movers[1], 9))
+      assert.are.equal(1, #conn:call("ZRANGE", P1 .. "held", 0, -1))
+      assert.are.same({}, misplaced(conn, 9, 9))
+      -- the tokens made before the reshard are good after it (a per-queue
+      -- secret; the reply routed by the new count)
+      cfg = runtime.load(dir)
+      for id, x in pairs(w) do
+        assert.are.equal("accepted", (replies.by_token(conn, cfg, x.token, '{"status":"succeeded"}')), id)
+      end
+    end)
 
     it("moves the schedules' last ticks; a tick routed with the old count is refused", function()
       local conn = srv.conn

@@ -211,6 +211,20 @@ function M.run(conn, cfg, worker_name, n_text, opts)
   local function show()
     progress(string.format("%s: %d jobs moved (%.1f s)", title, stats.moved, core.mono() - t0))
   end
+  -- Stages the ids mis of shard s (prefix P) with reshard_out.lua, batch
+  -- ids a call, and moves what it staged; returns how many moved.
+  local function send_out(s, P, mis)
+    local moved = 0
+    for i = 1, #mis, batch do
+      local c = { script = "reshard_out", P, token }
+      for j = i, math.min(i + batch - 1, #mis) do c[#c + 1] = mis[j] end
+      moved = moved + move(s, check(conn:pipeline({ c })[1], "reshard_out"))
+      show()
+      tick()
+      if opts.pace then core.sleep(opts.pace) end
+    end
+    return moved
+  end
   local function pass()
     local moved = 0
     for s = 0, A - 1 do
@@ -219,7 +233,8 @@ function M.run(conn, cfg, worker_name, n_text, opts)
       moved = moved + move(s, check(conn:call("HGETALL", P .. "reshard:out"), "HGETALL"))
       -- the queued and the dead jobs, by id (members esc(id) .. "\0\0" ..
       -- record, docs/redis.md)
-      for _, index in ipairs { "jobs", "morgue:jobs" } do
+      -- (and the jobs of ids that wait for a reply, held behind their wait)
+      for _, index in ipairs { "jobs", "morgue:jobs", "held" } do
         local from = "-"
         repeat
           local ids = conn:call("ZRANGEBYLEX", P .. index, from, "+", "LIMIT", "0", tostring(M.PAGE))
@@ -229,17 +244,26 @@ function M.run(conn, cfg, worker_name, n_text, opts)
             id, after = keys.member_id(m)
             if keys.shard(id, B) ~= s then mis[#mis + 1] = id end
           end
-          for i = 1, #mis, batch do
-            local c = { script = "reshard_out", P, token }
-            for j = i, math.min(i + batch - 1, #mis) do c[#c + 1] = mis[j] end
-            moved = moved + move(s, check(conn:pipeline({ c })[1], "reshard_out"))
-            show()
-            tick()
-            if opts.pace then core.sleep(opts.pace) end
-          end
+          moved = moved + send_out(s, P, mis)
           if after then from = after end
           tick()
         until #ids < M.PAGE
+      end
+      -- the waits and the pending waits of ids that wait for a reply, by
+      -- id (hashes, docs/redis.md "Waits": reshard_out.lua takes each with
+      -- its held job and the queue's secret)
+      for _, hash in ipairs { "waits", "waits:new" } do
+        local cursor = "0"
+        repeat
+          local r = check(conn:call("HSCAN", P .. hash, cursor, "COUNT", tostring(M.PAGE)), "HSCAN")
+          cursor = r[1]
+          local mis = {}
+          for i = 1, #r[2], 2 do
+            if keys.shard(r[2][i], B) ~= s then mis[#mis + 1] = r[2][i] end
+          end
+          moved = moved + send_out(s, P, mis)
+          tick()
+        until cursor == "0"
       end
     end
     return moved
