@@ -145,10 +145,25 @@ static int sys_rss(lua_State *L) {
     return 1;
 }
 
+/* Flushes stdout and stderr, the only streams the host writes, without
+ * waiting for a lock: a stuck thread may hold any FILE's lock for ever (a
+ * read from io.popen blocks inside fread, a print to a full pipe inside
+ * fwrite), and fflush(NULL) would wait on every one of them. A stream whose
+ * lock is taken is left as it is (its thread is stuck in it). */
+static void sys_flush_own(void) {
+    FILE *own[] = {stdout, stderr};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        if (ftrylockfile(own[i]) != 0) continue;
+        fflush_unlocked(own[i]);
+        funlockfile(own[i]);
+    }
+}
+
 /* core.exec_self(argv) - replaces the process with a fresh luakiq (same pid)
  * run with argv (argv[0] first). Every descriptor but stdin/out/err is closed
  * on exec, so the new process can bind the same web port and holds no stale
- * Redis connection. Returns only on failure: nil, err. */
+ * Redis connection. Called while a stuck thread still runs: takes no stdio
+ * lock (sys_flush_own). Returns only on failure: nil, err. */
 static int sys_exec_self(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     int n = (int)lua_objlen(L, 1);
@@ -170,7 +185,7 @@ static int sys_exec_self(lua_State *L) {
         }
         closedir(d);
     }
-    fflush(NULL);
+    sys_flush_own();
     execv("/proc/self/exe", (char *const *)argv);
     int saved = errno;
     free(argv);
@@ -179,11 +194,12 @@ static int sys_exec_self(lua_State *L) {
     return 2;
 }
 
-/* core.exit_now(code) - flushes stdio and ends the process at once, without
- * atexit handlers: for when a thread stuck in a call still runs. */
+/* core.exit_now(code) - flushes stdout and stderr (sys_flush_own: no lock
+ * waited for) and ends the process at once, without atexit handlers: for
+ * when a thread stuck in a call still runs. */
 static int sys_exit_now(lua_State *L) {
     int code = (int)luaL_checkinteger(L, 1);
-    fflush(NULL);
+    sys_flush_own();
     _exit(code);
     return 0;
 }
