@@ -308,6 +308,7 @@ void host_catch_signals(void) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }
 
 /* Timer, every plan->tick_ms: the plan's periodic main-thread work. */
