@@ -25,6 +25,12 @@ local retry = require "luakiq.lib.retry"
 
 local M = {}
 
+-- Bounds of threads_per_node (--threads) and shards_count: a thread is a VM
+-- and a Redis connection, and every listing walks every shard, so values
+-- past these take gigabytes (a table per thread or shard) or hang; 16384 is
+-- a Redis Cluster's count of hash slots, past which shards spread no further.
+M.MAX_THREADS, M.MAX_SHARDS = 1024, 16384
+
 local function fail(msg) error(msg, 0) end
 
 local function q(v)
@@ -44,8 +50,15 @@ local function array_of(v, ty)
   end
   return true
 end
+-- An integer check from 1 to max.
+local function upto(max)
+  return function(v) if not (int(v) and v >= 1 and v <= max) then return "an integer from 1 to " .. max end end
+end
+M.threads_check = upto(M.MAX_THREADS)
 local checks = {
   pos_int = function(v) if not (int(v) and v >= 1) then return "a positive integer" end end,
+  threads = M.threads_check,
+  shards = upto(M.MAX_SHARDS),
   nonneg_int = function(v) if not (int(v) and v >= 0) then return "a non-negative integer" end end,
   pos_num = function(v) if not (finite(v) and v > 0) then return "a number > 0" end end,
   nonneg_num = function(v) if not (finite(v) and v >= 0) then return "a number >= 0" end end,
@@ -55,6 +68,14 @@ local checks = {
   name = function(v)
     if type(v) ~= "string" or v == "" or v:find("[%c%s{}]") then
       return "a non-empty string without spaces, control characters, '{' or '}'"
+    end
+  end,
+  -- a queue's name, also without ':': queue q:1's keys ("ns:{q:1}:...")
+  -- would be those of shard 1 of queue q ("ns:{q:1}:lease", ...)
+  queue = function(v)
+    if type(v) ~= "string" or v == "" or v:find("[%c%s{}:]") then
+      return "a non-empty string without spaces, control characters, '{', '}' or ':' " ..
+        "(a queue's Redis keys would collide with another queue's shards)"
     end
   end,
   funcs = function(v) if not array_of(v, "function") then return "an array of functions" end end,
@@ -88,7 +109,7 @@ local checks = {
 
 -- Settings of config.lua: key -> check. Defaults are in M.defaults().
 local SETTINGS = {
-  threads_per_node = "pos_int", poll_interval = "pos_num", redis = "str", namespace = "name",
+  threads_per_node = "threads", poll_interval = "pos_num", redis = "str", namespace = "name",
   workers = "names", splitter = "splitter", scheduler = "scheduler",
   middlewares = "funcs", client_middlewares = "funcs",
   on_server_init = "func", last_words = "func",
@@ -102,7 +123,7 @@ local SETTINGS = {
 
 -- Keys of a worker file: key -> check.
 local WORKER = {
-  name = "name", queue_name = "name", shards_count = "pos_int", batch_size = "pos_int",
+  name = "name", queue_name = "queue", shards_count = "shards", batch_size = "pos_int",
   fetch_size = "pos_int", max_retry_count = "nonneg_int", retry_in = "func", perform = "func", retries_exhausted = "func",
   timeout = "pos_num", concurrent_shards = "pos_int", delivery = "delivery",
   concurrency = "pos_int", cost = "cost", windows = "strs", timezone = "str",
@@ -310,6 +331,10 @@ local function load_worker(file, stem, settings_only)
   elseif t.throttle then
     fixed_fetch = math.max(batch_size, FETCH_AHEAD)
   end
+  if not t.queue_name and checks.queue(name) then
+    fail(file .. ": name '" .. name .. "' is the worker's queue_name too, which must be " .. checks.queue(name) ..
+      "; rename it or set `queue_name`")
+  end
   local w = {
     name = name,
     queue_name = t.queue_name or name,
@@ -487,7 +512,8 @@ function M.apply_overrides(cfg, o)
   for k, v in pairs(o or {}) do
     if k == "threads" or k == "threads_per_node" then
       if type(v) == "string" then v = tonumber(v) end
-      if not int(v) or v < 1 then fail("--threads must be a positive integer, got " .. q(v)) end
+      local want = M.threads_check(v)
+      if want then fail("--threads must be " .. want .. ", got " .. q(v)) end
       cfg.threads_per_node = v
     elseif k == "redis" or k == "web" then
       if type(v) ~= "string" or v == "" then fail("--" .. k .. " must be a non-empty string") end

@@ -159,7 +159,8 @@ local function overrides(opt)
   if opt.redis then o.redis = opt.redis end
   if opt.threads then
     local n = tonumber(opt.threads)
-    if not n or n < 1 or n ~= math.floor(n) then usage("--threads must be a positive integer") end
+    local want = require("luakiq.lib.config").threads_check(n)
+    if want then usage("--threads must be " .. want) end
     o.threads_per_node = n
   end
   if opt.web then o.web = opt.web end
