@@ -466,17 +466,20 @@ function M.load(dir, list_dir, settings_only)
     table.sort(defs, function(a, b) return a.name < b.name end)
   end
   cfg.workers, cfg.by_name = defs, by_name
-  cfg.schedules = M.check_schedules(cfg_file, cfg.schedules or {}, by_name)
+  cfg.schedules = M.check_schedules(cfg_file, cfg.schedules or {}, by_name, cfg.dump_payload)
   return cfg
 end
 
 -- Recurring jobs (config.lua `schedules`): each {name =, worker =, id =,
 -- payload = (optional), cron = "m h dom mon dow" (or 6 fields, seconds
 -- first) or every = seconds, timezone = IANA name (cron only; default
--- UTC)}. Raises one line naming the schedule and what is wrong. Returns
--- the list with spec (parsed cron) and zone filled in.
+-- UTC)}. Raises one line naming the schedule and what is wrong: also a
+-- payload that dump (config.lua's dump_payload) cannot turn into a string,
+-- which would enqueue a job no call can load at every tick. Returns the
+-- list with spec (parsed cron) and zone filled in.
 local SCHEDULE_KEYS = { name = true, worker = true, id = true, payload = true, cron = true, every = true, timezone = true }
-function M.check_schedules(file, list, by_name)
+function M.check_schedules(file, list, by_name, dump)
+  dump = dump or json.encode
   local cron, tz = require "luakiq.lib.cron", require "luakiq.lib.tz"
   local seen = {}
   for i, s in ipairs(list) do
@@ -502,6 +505,11 @@ function M.check_schedules(file, list, by_name)
     local zone, why = tz.zone(s.timezone or "UTC")
     if not zone then fail(where .. ": timezone " .. q(tostring(s.timezone)) .. ": " .. why) end
     s.zone = zone
+    local ok, dumped = pcall(dump, s.payload == nil and "" or s.payload)
+    if not ok or type(dumped) ~= "string" then
+      fail(where .. ": payload cannot be dumped (dump_payload): " ..
+        (ok and "it gave a " .. type(dumped) .. ", not a string" or tostring(dumped):match("^[^\n]*")))
+    end
   end
   return list
 end
