@@ -342,4 +342,25 @@ describe("luakiq run", function()
     p:signal("TERM")
     assert.are.equal(0, p:wait(5))
   end)
+
+  -- A 20 MB error() was stored whole (and sent whole by the API and the
+  -- CLI): what is stored is its first 8 KiB, marked as cut.
+  it("stores at most 8 KiB of a failure's error, marked as cut", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { poll_interval = 0.1 }",
+      ["workers/Big.lua"] = [[return { shards_count = 1, max_retry_count = 0, perform = function(batch)
+          error("big: " .. ("é"):rep(10 * 1024 * 1024), 0)
+        end }]],
+    }
+    enqueue(dir, "Big", { '{"id":"x"}' })
+    local p = host.spawn("run " .. q(dir), env())
+    local dead = host.eventually(function() return host.jobs(dir, "Big", "morgue", env()).x end, 15, "the job failed")
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(5))
+    assert.is_true(#dead.error <= 8192, "stored " .. #dead.error .. " bytes")
+    assert.truthy(dead.error:find("^big: é"), dead.error:sub(1, 40))
+    local body = dead.error:match("^big: (.*)%.%.%. %[cut: 20971525 bytes in all%]$")
+    assert.truthy(body, dead.error:sub(-60))
+    assert.are.equal(("é"):rep(#body / 2), body) -- whole UTF-8 characters
+  end)
 end)
