@@ -279,7 +279,7 @@ static int hostlua_run(lua_State *L) {
     luaL_checktype(L, 3, LUA_TTABLE);
     plan.redis_url = luaL_checkstring(L, 4);
     plan.wake_channel = luaL_optstring(L, 5, "");
-    plan.dump_path = luaL_optstring(L, 6, "/tmp/luakiq_ttin.txt");
+    plan.dump_path = luaL_optstring(L, 6, NULL); /* (NULL: no dump) */
     plan.lease_token = luaL_optstring(L, 7, "");
     plan.lease_ms = (long)luaL_optnumber(L, 8, 30000);
     plan.renew_ms = (long)luaL_optnumber(L, 9, 10000);

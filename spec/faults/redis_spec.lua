@@ -364,6 +364,13 @@ end }]],
     local env = "REDIS_URL=" .. srv.url
     local tmp = host.scriptdir {} -- TMPDIR of both hosts: where the unsent ack is left
     local p = S.spawn(srv, dir, "TMPDIR=" .. tmp)
+    -- (another user's symlink at the file's old, predictable name in TMPDIR,
+    -- planted once the host started: the ack goes to this user's private
+    -- directory, not through it)
+    local victim = host.tmpdir() .. "/victim"
+    host.write(victim, "precious\n")
+    assert(host.sh(("ln -s %s %s/luakiq_unacked_luakiq_%08x.jsonl"):format(host.quote(victim), host.quote(tmp),
+      require("luakiq.core").crc32(srv.url))))
     local rc, _, err = host.exec("enqueue " .. host.quote(dir) .. " W", '{"id":"a"}', env)
     assert.are.equal(0, rc, err)
     local ok, e = pcall(function()
@@ -381,7 +388,8 @@ end }]],
     local _, lines = log:gsub("stopping with the ack of batch [^\n]* unsent; the lease is kept: a start of luakiq " ..
       "on this machine within lease_ttl %(20 s%) sends it %([^)]*%), else its performed " ..
       "jobs run again when the lease ends", "")
-    assert.truthy(log:find(tmp:gsub("%p", "%%%0") .. "/luakiq_unacked_luakiq_%x+%.jsonl"), log)
+    assert.are.equal("precious\n", host.read(victim))
+    assert.truthy(log:find(tmp:gsub("%p", "%%%0") .. "/luakiq%-%d+/unacked_luakiq_%x+%.jsonl"), log)
     assert.are.equal(1, lines, log)
     assert.truthy(log:find('unsent;[^\n]*"shard":' .. shard .. ',"worker":"W"'), log)
     assert.is_nil(log:find("stack traceback", 1, true), log) -- (the heartbeat's failure too: one line)

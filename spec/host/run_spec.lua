@@ -221,6 +221,58 @@ describe("luakiq run", function()
     assert.are.equal(0, p:wait(10), p:log())
   end)
 
+  -- Another user of the machine may plant symlinks at predictable names in
+  -- /tmp: the dump never writes through one (a configured dump_path: a
+  -- temporary file of a random name, renamed over the path; the default:
+  -- a private directory, TMPDIR/luakiq-UID, mode 0700).
+  it("writes the TTIN dump through no planted symlink (a shared dump_path, and the default in TMPDIR)", function()
+    local shared, victims = host.tmpdir(), {}
+    local function plant(link)
+      local victim = host.tmpdir() .. "/victim"
+      host.write(victim, "precious\n")
+      assert(host.sh("ln -s " .. q(victim) .. " " .. q(link)))
+      victims[#victims + 1] = victim
+    end
+    local function untouched()
+      for _, v in ipairs(victims) do assert.are.equal("precious\n", host.read(v), v) end
+    end
+    local dump = shared .. "/dump.txt"
+    plant(dump .. ".tmp")
+    plant(dump)
+    local dir = host.scriptdir {
+      ["config.lua"] = ("return { poll_interval = 0.1, dump_path = %q }"):format(dump),
+      ["workers/Rec.lua"] = RECORDER:format(1, 1, ""),
+    }
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return p:log():match("thread started") end, 10, "start")
+    p:signal("TTIN")
+    host.eventually(function() return p:log():find("thread dump written", 1, true) end, 5, "the dump", function()
+      return p:log() end)
+    untouched()
+    assert.truthy(host.sh("test -f " .. q(dump) .. " && ! test -L " .. q(dump)), "a file of its own")
+    assert.truthy(host.read(dump):find("== thread t0 ==", 1, true))
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(10), p:log())
+    -- the default path, with TMPDIR a shared directory
+    host.write(dir .. "/config.lua", "return { poll_interval = 0.1 }")
+    p = host.spawn("run " .. q(dir), "TMPDIR=" .. q(shared) .. " " .. env())
+    host.eventually(function() return p:log():match("thread started") end, 10, "start")
+    for _, name in ipairs { "/luakiq_ttin_" .. p.pid .. ".txt", "/luakiq_ttin_" .. p.pid .. ".txt.tmp" } do
+      plant(shared .. name)
+    end
+    p:signal("TTIN")
+    local path = host.eventually(function() return p:log():match("thread dump written to (%S+)") end, 5, "the dump",
+      function() return p:log() end)
+    untouched()
+    local private = shared .. "/luakiq-" .. host.capture("id -u"):match("%d+")
+    assert.are.equal(private, path:match("^(.*)/[^/]*$"))
+    assert.are.equal("700", host.capture("stat -c %a " .. q(private)):match("%d+"))
+    assert.truthy(host.read(path):find("== thread t0 ==", 1, true))
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(10), p:log())
+    host.sh("rm -rf " .. q(shared) .. " " .. q(dir))
+  end)
+
   it("luakiq.fatal stops the host: last_words runs, exit 1, the batch comes back later", function()
     local dir = host.scriptdir {
       ["config.lua"] = [[local luakiq = require "luakiq"

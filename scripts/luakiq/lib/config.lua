@@ -163,7 +163,7 @@ function M.defaults()
     max_payload_bytes = 1048576,
     redis_timeout = 10,          -- seconds for connect and for each reply
     redis_retry = 30,            -- seconds `run` keeps trying to connect at start
-    dump_path = nil,             -- TTIN dump file (default: $TMPDIR/luakiq_ttin_PID.txt)
+    dump_path = nil,             -- TTIN dump file (default: $TMPDIR/luakiq-UID/ttin_PID.txt)
     timeout = 600,               -- seconds one perform call may run (a worker's own `timeout` wins)
   }
 end

@@ -29,6 +29,14 @@ function M.load(dir, overrides, settings_only)
   return cfg
 end
 
+-- This user's private directory in TMPDIR (/tmp without it), for files of
+-- predictable names (core.private_dir): its path, or nil and why not.
+function M.private_dir()
+  local tmp = os.getenv("TMPDIR")
+  if not tmp or tmp == "" then tmp = "/tmp" end
+  return core.private_dir(tmp)
+end
+
 -- A URL (Redis or HTTP) fit for logs, errors and pages: its userinfo and
 -- any password= parameter become "***" (core.redact_url: the one redactor,
 -- host/store.c, which C's own messages use too).

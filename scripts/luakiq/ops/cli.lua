@@ -618,12 +618,19 @@ function commands.run(argv)
     hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web, cfg.elastic))
     follow_reshards()
   end
+  -- the TTIN dump's default place: this user's private directory in TMPDIR
+  local dump_path = cfg.dump_path
+  if not dump_path then
+    local pdir, perr = runtime.private_dir()
+    if pdir then dump_path = pdir .. "/ttin_" .. core.getpid() .. ".txt"
+    else log.warn("TTIN writes no thread dump: " .. perr .. "; set dump_path") end
+  end
   local code, stuck, signalled = core.host_run {
     boots = boots, routes = routes, redis = cfg.redis,
     wake_channel = keys.wake_channel(cfg.namespace), sharded_wake = sharded,
     token = token, tokens = tokens,
     lease_ms = math.floor(cfg.lease_ttl * 1000), renew_ms = math.floor(cfg.lease_renew * 1000),
-    dump_path = cfg.dump_path or (os.getenv("TMPDIR") or "/tmp") .. "/luakiq_ttin_" .. core.getpid() .. ".txt",
+    dump_path = dump_path,
     -- The web server runs on a thread of its own, in a VM of its own
     -- (luakiq.web.open(boot)): no request ever delays this loop.
     web = cfg.web and {

@@ -7,28 +7,33 @@
 -- old token before its threads start (fetch.lua with limit 0 acks by batch
 -- id, then release.lua gives the lease back): the performed jobs do not run
 -- again, as long as the lease had not ended meanwhile. The file is
--- $TMPDIR/luakiq_unacked_NAMESPACE_CRC.jsonl (/tmp without TMPDIR; CRC: of
--- the Redis URL, so deployments on one machine keep apart); worker
--- threads append to it (one short write per line), the main thread renames
--- it before reading, so entries appended meanwhile land in a new file.
+-- $TMPDIR/luakiq-UID/unacked_NAMESPACE_CRC.jsonl (/tmp without TMPDIR; CRC:
+-- of the Redis URL, so deployments on one machine keep apart; the directory
+-- this user's own, mode 0700, core.private_dir: no other user can plant a
+-- symlink or a file of acks there); worker threads append to it (one short
+-- write per line), the main thread renames it before reading, so entries
+-- appended meanwhile land in a new file.
 local core = require "luakiq.core"
 local json = require "luakiq.json"
 local log = require "luakiq.lib.log"
 local queue = require "luakiq.runner.queue"
+local runtime = require "luakiq.lib.runtime"
 
 local M = {}
 
+-- The file's path, or nil and why there is none.
 function M.path(cfg)
-  local dir = os.getenv("TMPDIR")
-  if not dir or dir == "" then dir = "/tmp" end
-  return ("%s/luakiq_unacked_%s_%08x.jsonl"):format(dir, (tostring(cfg.namespace):gsub("[^%w_.-]", "_")),
+  local dir, err = runtime.private_dir()
+  if not dir then return nil, err end
+  return ("%s/unacked_%s_%08x.jsonl"):format(dir, (tostring(cfg.namespace):gsub("[^%w_.-]", "_")),
     core.crc32(tostring(cfg.redis)))
 end
 
 -- Appends one unsent ack (worker thread, at its stop). Returns the file's
 -- path, or nil and why it could not be written.
 function M.save(cfg, entry)
-  local path = M.path(cfg)
+  local path, perr = M.path(cfg)
+  if not path then return nil, perr end
   local f, err = io.open(path, "a")
   if not f then return nil, err end
   f:write(json.encode(entry), "\n")
@@ -51,7 +56,11 @@ end
 -- An ack that fails for want of Redis is kept for the next start; one whose
 -- lease ended (the batch went back to the queue) is dropped with a line.
 function M.settle(conn, cfg)
-  local path = M.path(cfg)
+  local path, perr = M.path(cfg)
+  if not path then
+    log.warn("acks a stop could not send are not looked for: " .. perr)
+    return 0
+  end
   local work = path .. ".settling." .. core.getpid()
   if not os.rename(path, work) then return 0 end
   local keep, n = {}, 0
