@@ -35,7 +35,10 @@
  * changes only when its shard's next call begins, never while that shard's
  * call is parked; a stuck record gets them at exit. A running call's block
  * is kept for the thread's next call (spare): no malloc a call when none
- * parks.
+ * parks. A shard key's entry also keeps the batch of its last fetch whose
+ * ack the thread deferred (calls_ack_pending), until the key's next fetch
+ * begins its calls: a stuck thread's other shards are acked and released by
+ * the main VM before the process is replaced.
  *
  * The process-wide counts of calls failed by their timeout (per worker, for
  * GET /metrics) live here too, under a mutex of their own. */
@@ -66,6 +69,8 @@ struct calls_done {
     size_t len, cap;
     size_t *ends;
     int n, capn;
+    char *ack;                    /* the batch whose ack is deferred (ack_len 0: none) */
+    size_t ack_len, ack_cap;
 };
 
 struct calls {
@@ -127,7 +132,7 @@ static struct calls_record *calls_pack(void *block, const struct calls_record *i
     struct calls_str *ids = (struct calls_str *)(rc + in->njobs), *done = ids + in->njobs;
     char *o = (char *)(done + nd);
     *r = (struct calls_record){.shard = in->shard, .njobs = in->njobs, .ids = ids, .retry_counts = rc,
-                               .ndone = nd, .done = done, .parked = parked};
+                               .ndone = nd, .done = done, .parked = parked, .ack = in->ack};
     r->worker = calls_put(&o, in->worker);
     r->batch = calls_put(&o, in->batch);
     r->token = calls_put(&o, in->token);
@@ -176,16 +181,34 @@ int calls_open(int n) {
 
 struct calls *calls_slot(int i) { return i >= 0 && i < nslots ? slots[i] : NULL; }
 
-/* Keeps a copy of a stuck thread's call, with the ids done before it in its
- * fetch, for calls_take_stuck. Under c->mu. */
-static void calls_keep_stuck(struct calls *c, const struct calls_call *call, int parked) {
-    if (!call->rec) return;
-    const struct calls_done *d = call->done >= 0 ? &c->dones[call->done] : NULL;
+/* Keeps a copy of rec (with d's ids as its done ids) for calls_take_stuck. */
+static void calls_keep(const struct calls_record *rec, const struct calls_done *d, int parked) {
     struct calls_record **grown = realloc(stuck_records, sizeof *grown * (size_t)(nstuck_records + 1));
     if (!grown) return;
     stuck_records = grown;
-    void *block = malloc(calls_size(call->rec, d));
-    if (block) stuck_records[nstuck_records++] = calls_pack(block, call->rec, d, parked);
+    void *block = malloc(calls_size(rec, d));
+    if (block) stuck_records[nstuck_records++] = calls_pack(block, rec, d, parked);
+}
+
+/* Keeps a copy of a stuck thread's call, with the ids done before it in its
+ * fetch, for calls_take_stuck. Under c->mu. */
+static void calls_keep_stuck(struct calls *c, const struct calls_call *call, int parked) {
+    if (call->rec) calls_keep(call->rec, call->done >= 0 ? &c->dones[call->done] : NULL, parked);
+}
+
+/* Keeps a stuck thread's deferred acks (calls_ack_pending) as ack records,
+ * under its lease token (its calls' own: an elastic thread's; NULL: the
+ * host's). Under c->mu. */
+static void calls_keep_acks(struct calls *c) {
+    const struct calls_record *any = c->run.rec ? c->run.rec : c->nparked ? c->parked[0].rec : NULL;
+    for (int i = 0; i < c->ndones; i++) {
+        const struct calls_done *d = &c->dones[i];
+        if (!d->ack_len) continue;
+        struct calls_record in = {.worker = {"", 0}, .batch = {d->ack, d->ack_len},
+                                  .key = {d->key, strlen(d->key)}, .shard = -1, .ack = 1};
+        if (any) in.token = any->token;
+        calls_keep(&in, NULL, 0);
+    }
 }
 
 static void calls_free(struct calls *c) {
@@ -196,6 +219,7 @@ static void calls_free(struct calls *c) {
         free(c->dones[i].key);
         free(c->dones[i].text);
         free(c->dones[i].ends);
+        free(c->dones[i].ack);
     }
     free(c->dones);
     free(c->spare);
@@ -214,6 +238,7 @@ void calls_close(void) {
         pthread_mutex_lock(&c->mu);
         calls_keep_stuck(c, &c->run, 0);
         for (int j = 0; j < c->nparked; j++) calls_keep_stuck(c, &c->parked[j], 1);
+        calls_keep_acks(c);
         pthread_mutex_unlock(&c->mu);
     }
     free(slots);
@@ -289,32 +314,55 @@ static int calls_done_grow(struct calls_done *d, int n, size_t len) {
     return 0;
 }
 
+/* A new entry for key: its slot, -1 out of memory. Under mu. */
+static int calls_done_new(struct calls *c, const char *key) {
+    struct calls_done *grown = realloc(c->dones, sizeof *grown * (size_t)(c->ndones + 1));
+    char *k = strdup(key);
+    if (grown) c->dones = grown;
+    if (!grown || !k) {
+        free(k);
+        return -1;
+    }
+    c->dones[c->ndones] = (struct calls_done){.key = k};
+    return c->ndones++;
+}
+
 /* calls_set's done ids: the entry of in->key (in->slot, which
- * calls_done_have found on this thread, or a new one) emptied on reset,
- * then in->ids appended. Its slot, -1 out of memory. Under mu. */
+ * calls_done_have found on this thread, or a new one) emptied on reset
+ * (with its deferred ack: the fetch that begins its calls sent it), then
+ * in->ids appended. Its slot, -1 out of memory. Under mu. */
 static int calls_done_add(struct calls *c, const struct calls_delta *in) {
     int i = in->slot;
-    if (i < 0) {
-        struct calls_done *grown = realloc(c->dones, sizeof *grown * (size_t)(c->ndones + 1));
-        char *k = strdup(in->key);
-        if (grown) c->dones = grown;
-        if (!grown || !k) {
-            free(k);
-            return -1;
-        }
-        i = c->ndones++;
-        c->dones[i] = (struct calls_done){.key = k};
-    }
+    if (i < 0 && (i = calls_done_new(c, in->key)) < 0) return -1;
     struct calls_done *d = &c->dones[i];
     size_t len = 0;
     for (int k = 0; k < in->n; k++) len += in->ids[k].len;
-    if (in->reset) d->len = 0, d->n = 0;
+    if (in->reset) d->len = 0, d->n = 0, d->ack_len = 0;
     if (calls_done_grow(d, in->n, len) < 0) return -1;
     for (int k = 0; k < in->n; k++) {
         if (in->ids[k].len) memcpy(d->text + d->len, in->ids[k].p, in->ids[k].len);
         d->len += in->ids[k].len;
         d->ends[d->n++] = d->len;
     }
+    return i;
+}
+
+int calls_ack_pending(struct calls *c, const char *key, int hint, const char *batch, size_t len) {
+    int i = calls_find(c, key, hint); /* (this thread's writes only: no lock to read) */
+    pthread_mutex_lock(&c->mu);
+    if (i == c->ndones) i = calls_done_new(c, key);
+    struct calls_done *d = i >= 0 ? &c->dones[i] : NULL;
+    if (d && len + 1 > d->ack_cap) {
+        char *grown = realloc(d->ack, len + 1 < 32 ? 32 : len + 1);
+        if (grown) d->ack = grown, d->ack_cap = len + 1 < 32 ? 32 : len + 1;
+        else d->ack_len = 0, d = NULL, i = -1;
+    }
+    if (d) {
+        memcpy(d->ack, batch, len);
+        d->ack[len] = 0;
+        d->ack_len = len;
+    }
+    pthread_mutex_unlock(&c->mu);
     return i;
 }
 

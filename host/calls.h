@@ -32,6 +32,8 @@ struct calls_record {
     int ndone;
     const struct calls_str *done;          /* the ids done before the call in its fetch */
     int parked;                            /* stuck records: the call was waiting, not running */
+    int ack;                               /* stuck records: no call, a finished fetch of key whose ack
+                                            * (batch) the thread had not sent yet (calls_ack_pending) */
 };
 
 struct calls; /* one worker thread's slot */
@@ -78,6 +80,12 @@ void calls_clear(struct calls *c);
  * delta; *slot: a hint (key's entry the last time, -1: search), set to
  * key's entry (-1: none yet). Reads only what this thread writes: no lock. */
 int calls_done_have(struct calls *c, const char *key, int *slot, int reset);
+/* A fetch of key (batch, len bytes) ended with every call done and its ack
+ * deferred (it rides on the thread's next Redis call): kept in key's entry
+ * (hint: as for calls_done_have) until the key's next call of another fetch
+ * (whose fetch.lua sent it), so that a stuck thread's unsent acks reach the
+ * main VM (calls_take_stuck, ack = 1). Returns key's slot, -1 out of memory. */
+int calls_ack_pending(struct calls *c, const char *key, int hint, const char *batch, size_t len);
 /* The running call waits in luakiq's I/O (it parks) while the thread runs
  * others: its record, deadline and lease bound move to the parked list, where
  * the main thread still renews its lease, lists it and, if the thread gets
@@ -111,9 +119,11 @@ size_t calls_ids_text(const struct calls_record *rec, char *out, size_t cap);
 int calls_watch(double now, double grace, int *newly);
 int calls_stuck(void);                 /* how many threads are stuck */
 int calls_is_stuck(const struct calls *c);
-/* After calls_close: the records of the stuck calls and of the calls parked
+/* After calls_close: the records of the stuck calls, of the calls parked
  * on the stuck threads (parked = 1: never ran out of time; their jobs go
- * back unchanged), each one block: the caller frees each and the array. */
+ * back unchanged) and of those threads' unsent acks (ack = 1: key, batch
+ * and the thread's token only), each one block: the caller frees each and
+ * the array. */
 int calls_take_stuck(struct calls_record ***out);
 
 /* Lease fencing (docs/guarantees.md): calls_each_leased calls fn(thread,

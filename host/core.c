@@ -250,6 +250,22 @@ static int core_call_begin(lua_State *L) {
     return 3;
 }
 
+/* core.ack_pending(key, batch, slot) -> slot: the fetch of shard key
+ * (batch: its id; nil: none) ended with every call done and its ack
+ * deferred (calls_ack_pending: for the main VM, should this thread get
+ * stuck before it sends it). slot: as core.call_begin's (nil: none). */
+static int core_ack_pending(lua_State *L) {
+    const char *key = luaL_checkstring(L, 1);
+    size_t len = 0;
+    const char *batch = lua_tolstring(L, 2, &len);
+    int hint = lua_isnumber(L, 3) ? (int)lua_tointeger(L, 3) : -1;
+    struct calls *c = calls_self();
+    int slot = c ? calls_ack_pending(c, key, hint, batch ? batch : "", batch ? len : 0) : -1;
+    if (slot < 0) lua_pushnil(L);
+    else lua_pushinteger(L, slot);
+    return 1;
+}
+
 /* core.call_pause(): the running call waits (yielded, in luakiq's I/O); the
  * thread may run other calls meanwhile (its slot keeps the call as parked:
  * calls_park). The Lua runner enforces its deadline while it waits. */
@@ -560,7 +576,7 @@ static const luaL_Reg core_funcs[] = {
     {"set_held", core_set_held},
     {"log_setup", core_log_setup},     {"thread_index", core_thread_index},
     {"fatal", core_fatal},             {"fatal_message", core_fatal_message},
-    {"call_end", core_call_end},
+    {"call_end", core_call_end},       {"ack_pending", core_ack_pending},
     {"call_pause", core_call_pause},   {"call_resume", core_call_resume},
     {"fence", core_fence},             {"lease_check", core_lease_check},
     {"mono", core_mono},               {"raise_timeout", core_raise_timeout_l},

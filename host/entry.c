@@ -17,10 +17,12 @@
  * scheduler) next to the old one, and only when that succeeded closes the
  * old VM; otherwise it runs on in the old VM, whose state run() kept. So a
  * thread never runs two VMs' code at once and never loses a batch. */
+#include <signal.h>
 #include <string.h>
 #include <stdio.h>
 #include <lua.h>
 #include <lauxlib.h>
+#include <luajit.h>
 #include "conn.h"
 #include "core.h"
 #include "entry.h"
@@ -181,14 +183,59 @@ static int entry_thread(const char *boot) {
     return code;
 }
 
+/* How long the reload's check may load DIR: it runs on the main thread,
+ * whose loop (signals, lease renewals, the watchdog) waits meanwhile. */
+#define ENTRY_CHECK_SECONDS 5.0
+
+/* main thread only: the check's deadline, and once it is over, its error */
+static double entry_check_deadline;
+static char entry_check_error[512];
+
+/* The check VM's count hook: past the deadline, or once a TERM or INT is
+ * pending (entry_check blocks them meanwhile), raises in the loading code
+ * (where it was: the file and line that loops), and from then on the same
+ * error at every instruction, so that a pcall in it cannot keep the load
+ * going. */
+static void entry_check_hook(lua_State *L, lua_Debug *ar) {
+    if (!entry_check_error[0]) {
+        sigset_t pending;
+        int sig = sigpending(&pending) == 0 && (sigismember(&pending, SIGTERM) || sigismember(&pending, SIGINT));
+        if (!sig && runner_monotonic() < entry_check_deadline) return;
+        int n = lua_getinfo(L, "Sl", ar) && ar->currentline > 0
+            ? snprintf(entry_check_error, sizeof entry_check_error, "%s:%d: ", ar->short_src, ar->currentline) : 0;
+        if (n < 0 || (size_t)n >= sizeof entry_check_error) n = 0;
+        if (sig) snprintf(entry_check_error + n, sizeof entry_check_error - (size_t)n, "loading was stopped by a TERM or INT");
+        else snprintf(entry_check_error + n, sizeof entry_check_error - (size_t)n,
+                      "loading took longer than %d s (a loop at load time?)", (int)ENTRY_CHECK_SECONDS);
+        lua_sethook(L, entry_check_hook, LUA_MASKCOUNT, 1);
+    }
+    lua_pushstring(L, entry_check_error);
+    lua_error(L);
+}
+
 /* Main thread, on SIGHUP (core.load_check, hostlua.c): loads DIR in a VM of
  * its own as a worker thread would (luakiq.lib.reload.check(arg)), so that
  * nothing of the new code enters the main VM, and closes it. Returns the
  * check's result (a malloc'd string), or NULL with the error's first line in
- * err (a host bug: the check reports DIR's own errors in its result). */
+ * err (a host bug, or a load that did not end: the check reports DIR's own
+ * errors in its result). The load is bounded: the VM runs interpreted (the
+ * JIT off: LuaJIT checks hooks only in the interpreter) under a count hook
+ * with a deadline (ENTRY_CHECK_SECONDS), and TERM and INT are blocked on
+ * this thread meanwhile, so that the hook sees one pending and ends the
+ * load (the loop takes the signal as the mask comes back). A load blocked
+ * in a foreign call (a read from a pipe) is not bounded. */
 static char *entry_check(const char *arg, char *err, size_t len) {
     lua_State *L = vm_new(entry_open_core);
     if (!L) { snprintf(err, len, "cannot create a Lua state"); return NULL; }
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, &old);
+    luaJIT_setmode(L, 0, LUAJIT_MODE_ENGINE | LUAJIT_MODE_OFF);
+    entry_check_deadline = runner_monotonic() + ENTRY_CHECK_SECONDS;
+    entry_check_error[0] = 0;
+    lua_sethook(L, entry_check_hook, LUA_MASKCOUNT, 1000);
     char *out = NULL;
     if (vm_call_module(L, "luakiq.lib.reload", "check", entry_push_string, (void *)arg) != 0) {
         entry_error(L, err, len);
@@ -199,5 +246,6 @@ static char *entry_check(const char *arg, char *err, size_t len) {
         if (!out) snprintf(err, len, "out of memory");
     }
     lua_close(L);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return out;
 }

@@ -155,16 +155,30 @@ static void host_on_renew(evutil_socket_t fd, short what, void *arg) {
     calls_each_leased(host_renew_one, NULL);
 }
 
+/* The TTIN dump: written to a new file of a random name beside the path
+ * (mkstemp: created, never opened through a symlink someone planted, mode
+ * 0600), then renamed over the path (which replaces a symlink there
+ * instead of following it). */
 static void host_dump(void) {
     const char *path = host.plan->dump_path;
+    if (!path) { log_fmt(LOG_ERROR, "TTIN: no dump_path (the start's log says why)"); return; }
     char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) { log_fmt(LOG_ERROR, "TTIN: cannot write %s", tmp); return; }
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0) { close(fd); unlink(tmp); }
+        log_fmt(LOG_ERROR, "TTIN: cannot write %s", tmp);
+        return;
+    }
     fprintf(f, "luakiq thread dump, pid %d\n\n", (int)getpid());
     runner_dump(f);
     fclose(f);
-    if (rename(tmp, path) != 0) { log_fmt(LOG_ERROR, "TTIN: cannot rename to %s", path); return; }
+    if (rename(tmp, path) != 0) {
+        log_fmt(LOG_ERROR, "TTIN: cannot rename to %s", path);
+        unlink(tmp);
+        return;
+    }
     log_fmt(LOG_INFO, "TTIN: thread dump written to %s", path);
 }
 
@@ -309,6 +323,7 @@ void host_catch_signals(void) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }
 
 /* Timer, every plan->tick_ms: the plan's periodic main-thread work. */

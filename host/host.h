@@ -45,7 +45,9 @@ int host_subscribe_shard(const char *prefix);
 /* Main thread, before host_run: a TERM or INT from now on asks for a stop
  * (runner_stopping) instead of killing the process, so a host stopped while
  * it still waits for Redis or registers exits 0 having taken nothing. A second
- * INT exits 130 at once. host_run's own handlers replace these. */
+ * INT exits 130 at once. host_run's own handlers replace these. SIGPIPE is
+ * ignored from here on: a Redis that resets the connection while the host
+ * starts is an error to retry, not the end of the process (exit 141). */
 void host_catch_signals(void);
 /* After host_run: whether a TERM or INT asked it to stop. */
 int host_signalled(void);

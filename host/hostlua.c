@@ -228,11 +228,20 @@ static void hostlua_web_plan(lua_State *L, const char *k, struct web_opts *opts,
 }
 
 /* Pushes a stuck call's record (calls.c) as {worker = , shard = , batch = ,
- * token = , jobs = {{id = , retry_count = }, ...}, done = {id, ...}, parked
- * = bool}: core.call_begin's arguments as they were, batch and token nil
- * when there were none; done: the ids its fetch had done before it. */
+ * token = , key = , jobs = {{id = , retry_count = }, ...}, done = {id, ...},
+ * parked = bool}: core.call_begin's arguments as they were, batch and token
+ * nil when there were none; done: the ids its fetch had done before it. A
+ * stuck thread's unsent ack: {ack = true, key = , batch = , token = }. */
 static void hostlua_push_record(lua_State *L, const struct calls_record *rec) {
-    lua_createtable(L, 0, 7);
+    lua_createtable(L, 0, 8);
+    if (rec->key.p) {
+        lua_pushlstring(L, rec->key.p, rec->key.len);
+        lua_setfield(L, -2, "key");
+    }
+    if (rec->ack) {
+        lua_pushboolean(L, 1);
+        lua_setfield(L, -2, "ack");
+    }
     lua_pushlstring(L, rec->worker.p, rec->worker.len);
     lua_setfield(L, -2, "worker");
     lua_pushinteger(L, rec->shard);
@@ -274,8 +283,9 @@ static void hostlua_push_record(lua_State *L, const struct calls_record *rec) {
  *               tick = {fn = f, ms = n}, reload = fn() -> bool}
  *   -> exit code, stuck, signalled. Main thread only; blocks until the host
  * stops. stuck: the records (hostlua_push_record) of the calls that could
- * not be stopped at their timeout, whose threads still run, and (parked =
- * true) of the calls those threads had waiting in luakiq's I/O; signalled:
+ * not be stopped at their timeout, whose threads still run, (parked =
+ * true) of the calls those threads had waiting in luakiq's I/O and (ack =
+ * true) of those threads' acks not sent yet; signalled:
  * a TERM/INT asked for the stop. */
 static int hostlua_run(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -293,7 +303,7 @@ static int hostlua_run(lua_State *L) {
     luaL_checktype(L, 3, LUA_TTABLE);
     plan.redis_url = luaL_checkstring(L, 4);
     plan.wake_channel = luaL_optstring(L, 5, "");
-    plan.dump_path = luaL_optstring(L, 6, "/tmp/luakiq_ttin.txt");
+    plan.dump_path = luaL_optstring(L, 6, NULL); /* (NULL: no dump) */
     plan.lease_token = luaL_optstring(L, 7, "");
     plan.lease_ms = (long)luaL_optnumber(L, 8, 30000);
     plan.renew_ms = (long)luaL_optnumber(L, 9, 10000);

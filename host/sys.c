@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -145,10 +146,50 @@ static int sys_rss(lua_State *L) {
     return 1;
 }
 
+/* core.private_dir(parent) -> PARENT/luakiq-UID | nil, err: this user's
+ * directory for luakiq's files in a shared one (/tmp): the TTIN dump and
+ * the acks a stop could not send have predictable names, and in a shared
+ * directory another user could plant a symlink there that a write would
+ * follow. Made mode 0700 if missing; refused unless it is a directory (not
+ * a symlink) this user owns that nobody else may enter. */
+static int sys_private_dir(lua_State *L) {
+    const char *parent = luaL_checkstring(L, 1);
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/luakiq-%u", parent, (unsigned)getuid());
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "cannot make %s: %s", path, strerror(errno));
+        return 2;
+    }
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s is not this user's private directory (a directory of mode 0700 it owns)", path);
+        return 2;
+    }
+    lua_pushstring(L, path);
+    return 1;
+}
+
+/* Flushes stdout and stderr, the only streams the host writes, without
+ * waiting for a lock: a stuck thread may hold any FILE's lock for ever (a
+ * read from io.popen blocks inside fread, a print to a full pipe inside
+ * fwrite), and fflush(NULL) would wait on every one of them. A stream whose
+ * lock is taken is left as it is (its thread is stuck in it). */
+static void sys_flush_own(void) {
+    FILE *own[] = {stdout, stderr};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        if (ftrylockfile(own[i]) != 0) continue;
+        fflush_unlocked(own[i]);
+        funlockfile(own[i]);
+    }
+}
+
 /* core.exec_self(argv) - replaces the process with a fresh luakiq (same pid)
  * run with argv (argv[0] first). Every descriptor but stdin/out/err is closed
  * on exec, so the new process can bind the same web port and holds no stale
- * Redis connection. Returns only on failure: nil, err. */
+ * Redis connection. Called while a stuck thread still runs: takes no stdio
+ * lock (sys_flush_own). Returns only on failure: nil, err. */
 static int sys_exec_self(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     int n = (int)lua_objlen(L, 1);
@@ -170,7 +211,7 @@ static int sys_exec_self(lua_State *L) {
         }
         closedir(d);
     }
-    fflush(NULL);
+    sys_flush_own();
     execv("/proc/self/exe", (char *const *)argv);
     int saved = errno;
     free(argv);
@@ -179,11 +220,12 @@ static int sys_exec_self(lua_State *L) {
     return 2;
 }
 
-/* core.exit_now(code) - flushes stdio and ends the process at once, without
- * atexit handlers: for when a thread stuck in a call still runs. */
+/* core.exit_now(code) - flushes stdout and stderr (sys_flush_own: no lock
+ * waited for) and ends the process at once, without atexit handlers: for
+ * when a thread stuck in a call still runs. */
 static int sys_exit_now(lua_State *L) {
     int code = (int)luaL_checkinteger(L, 1);
-    fflush(NULL);
+    sys_flush_own();
     _exit(code);
     return 0;
 }
@@ -230,7 +272,7 @@ static int sys_execute(lua_State *L) {
 
 static const luaL_Reg sys_funcs[] = {
     {"execute", sys_execute},
-    {"exec_self", sys_exec_self}, {"exit_now", sys_exit_now},
+    {"exec_self", sys_exec_self}, {"exit_now", sys_exit_now}, {"private_dir", sys_private_dir},
     {"crc32", sys_crc32},         {"list_dir", sys_list_dir},
     {"hmac_sha256", sys_hmac_sha256}, {"sha256", sys_sha256},
     {"token", sys_token},         {"free_port", sys_free_port},

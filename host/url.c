@@ -61,10 +61,60 @@ size_t url_redact(const char *url, char *out, size_t outlen) {
     return o;
 }
 
+/* Whether s (n bytes) is a number: digits, at least one. */
+static int url_digits(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) if (s[i] < '0' || s[i] > '9') return 0;
+    return n > 0;
+}
+
+/* A URL that does not parse, as its error shows it (into out, truncated to
+ * outlen). url_redact reads a URL by its form, which a broken one does not
+ * have, so this keeps back whatever may be a credential, whatever the
+ * mistake: everything up to the last '@' after the scheme (a password may
+ * hold an unencoded '?', '#', '/' or '@', and with no "://" the scheme is
+ * unknown); every query parameter's value but db's, whichever separator
+ * ('&', ';', '?') and case (PASSWORD=), and a parameter without '=' whole;
+ * a fragment; and the port of an authority with no host (redis://:password,
+ * its "@host" forgotten). */
+static void url_shown(const char *url, char *out, size_t outlen) {
+    size_t o = 0;
+#define PUT(ch) do { if (o + 1 < outlen) out[o] = (ch); o++; } while (0)
+#define PUTS(s) do { for (const char *k_ = (s); *k_; k_++) PUT(*k_); } while (0)
+    const char *sep = strstr(url, "://"), *c = url;
+    const char *start = sep ? sep + 3 : url, *at = strrchr(start, '@');
+    for (; c < start; c++) PUT(*c);
+    if (at) {
+        PUTS("***@");
+        c = at + 1;
+    } else if (*c == ':') {
+        size_t n = strcspn(c + 1, "/?#");
+        PUT(':');
+        if (url_digits(c + 1, n)) for (size_t i = 1; i <= n; i++) PUT(c[i]);
+        else PUTS("***");
+        c += n + 1;
+    }
+    for (; *c && *c != '?' && *c != '#'; c++) PUT(*c);
+    while (*c == '?' || *c == '&' || *c == ';') {
+        PUT(*c);
+        c++;
+        size_t n = strcspn(c, "&;?#"), name = strspn(c, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_");
+        if (name == 2 && n > 2 && strncmp(c, "db=", 3) == 0) for (size_t i = 0; i < n; i++) PUT(c[i]);
+        else if (name > 0 && name < n && c[name] == '=') {
+            for (size_t i = 0; i <= name; i++) PUT(c[i]);
+            PUTS("***");
+        } else PUTS("***");
+        c += n;
+    }
+    if (*c == '#') PUTS("#***");
+    if (outlen) out[o < outlen ? o : outlen - 1] = 0;
+#undef PUTS
+#undef PUT
+}
+
 /* The one message of a URL that does not parse: the forms it may take. */
 static void url_bad(const char *url, char *err, size_t errlen) {
     char shown[600]; /* never echo a password */
-    url_redact(url, shown, sizeof shown);
+    url_shown(url, shown, sizeof shown);
     snprintf(err, errlen, "bad Redis URL '%s' (want redis://[[user]:password@]host[:port][,host[:port]...][/db], "
              "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[/db] or unix:///path[?db=N])",
              shown);

@@ -19,7 +19,8 @@ struct url {
     char password[256];
     int db;
 };
-/* 0, or -1 with a one-line reason in err (the URL in it redacted). */
+/* 0, or -1 with a one-line reason in err (the URL in it shown without
+ * anything that may be a credential, whatever is wrong with it). */
 int url_parse(const char *url, struct url *out, char *err, size_t errlen);
 
 /* The n-th entry (wrapping around) of a "host:port,host:port" list of a

@@ -191,6 +191,44 @@ describe("Redis unreachable at start-up", function()
     assert.are.equal(0, S.stop(p), p:log())
   end)
 
+  -- A Redis that restarts loads its data before it serves: it accepts
+  -- connections and answers LOADING meanwhile (a large AOF can take
+  -- minutes). run waits for it within redis_retry, as for one not up yet.
+  it("run waits while Redis loads its data (LOADING) and starts once it is loaded", function()
+    local core = require "luakiq.core"
+    -- data that takes ~2 s to load (key-load-delay: microseconds a key)
+    srv.conn:call("EVAL", "for i = 1, 15000 do redis.call('SET', 'fill:' .. i, 'v') end", 0)
+    srv.conn:call("BGREWRITEAOF")
+    S.eventually(function() return srv.conn:call("INFO", "persistence"):match("aof_rewrite_in_progress:0") end, 10,
+      "the AOF rewritten")
+    local dir = S.dir("redis_retry = 20, poll_interval = 0.2")
+    srv:down()
+    local p = host.spawn("run " .. host.quote(dir), "REDIS_URL=" .. srv.url)
+    S.sleep(0.3)
+    os.execute(("redis-server --port %d --bind 127.0.0.1 --dir %s --daemonize yes --pidfile %s/redis.pid " ..
+      "--logfile %s/redis.log --save '' --appendonly yes --key-load-delay 100 " ..
+      "--loading-process-events-interval-bytes 1024 >/dev/null 2>&1"):format(srv.port, srv.dir, srv.dir, srv.dir))
+    local loading = S.eventually(function()
+      local c, err = core.connect(srv.url, 2)
+      local r
+      if c then r, err = c:pcall("PING") c:close() end
+      return r == "PONG" and "loaded" or (tostring(err):match("LOADING") and "loading")
+    end, 10, "the server up")
+    assert.are.equal("loading", loading) -- (the case under test: run connects while it loads)
+    S.eventually(function()
+      local c = core.connect(srv.url, 2)
+      local ok = c and c:pcall("PING") == "PONG"
+      if ok then srv.conn = c elseif c then c:close() end
+      return ok
+    end, 30, "the data loaded")
+    srv.pid = tonumber(host.read(srv.dir .. "/redis.pid"))
+    assert.is_true(p:alive(), p:log())
+    S.eventually(function() return p:log():match("thread started") end, 10, "host start")
+    S.push(srv, dir, { { id = "1", payload = "x" } })
+    S.eventually(function() return #S.seen(srv.conn, "1") == 1 end, 10, "performed")
+    assert.are.equal(0, S.stop(p), p:log())
+  end)
+
   it("a TERM or INT while run waits for Redis exits 0 at once, saying nothing was taken", function()
     -- a host stopped during a Redis restart (the soak met it): it used to die
     -- of the signal (143) with nothing in its log
@@ -326,6 +364,13 @@ end }]],
     local env = "REDIS_URL=" .. srv.url
     local tmp = host.scriptdir {} -- TMPDIR of both hosts: where the unsent ack is left
     local p = S.spawn(srv, dir, "TMPDIR=" .. tmp)
+    -- (another user's symlink at the file's old, predictable name in TMPDIR,
+    -- planted once the host started: the ack goes to this user's private
+    -- directory, not through it)
+    local victim = host.tmpdir() .. "/victim"
+    host.write(victim, "precious\n")
+    assert(host.sh(("ln -s %s %s/luakiq_unacked_luakiq_%08x.jsonl"):format(host.quote(victim), host.quote(tmp),
+      require("luakiq.core").crc32(srv.url))))
     local rc, _, err = host.exec("enqueue " .. host.quote(dir) .. " W", '{"id":"a"}', env)
     assert.are.equal(0, rc, err)
     local ok, e = pcall(function()
@@ -343,7 +388,8 @@ end }]],
     local _, lines = log:gsub("stopping with the ack of batch [^\n]* unsent; the lease is kept: a start of luakiq " ..
       "on this machine within lease_ttl %(20 s%) sends it %([^)]*%), else its performed " ..
       "jobs run again when the lease ends", "")
-    assert.truthy(log:find(tmp:gsub("%p", "%%%0") .. "/luakiq_unacked_luakiq_%x+%.jsonl"), log)
+    assert.are.equal("precious\n", host.read(victim))
+    assert.truthy(log:find(tmp:gsub("%p", "%%%0") .. "/luakiq%-%d+/unacked_luakiq_%x+%.jsonl"), log)
     assert.are.equal(1, lines, log)
     assert.truthy(log:find('unsent;[^\n]*"shard":' .. shard .. ',"worker":"W"'), log)
     assert.is_nil(log:find("stack traceback", 1, true), log) -- (the heartbeat's failure too: one line)

@@ -341,10 +341,10 @@ describe("luakiq reshard", function()
     it("refuses bad input with one line and exit 2", function()
       local cases = {
         { "X 3", "^luakiq: unknown worker 'X'\n$" },
-        { "W 0", "^luakiq: N must be a positive integer, got '0'\n$" },
-        { "W -1", "^luakiq: N must be a positive integer, got '%-1'\n$" },
-        { "W 2.5", "^luakiq: N must be a positive integer, got '2.5'\n$" },
-        { "W x", "^luakiq: N must be a positive integer, got 'x'\n$" },
+        { "W 0", "^luakiq: N must be an integer from 1 to 16384, got '0'\n$" },
+        { "W -1", "^luakiq: N must be an integer from 1 to 16384, got '%-1'\n$" },
+        { "W 2.5", "^luakiq: N must be an integer from 1 to 16384, got '2.5'\n$" },
+        { "W x", "^luakiq: N must be an integer from 1 to 16384, got 'x'\n$" },
         { "W", "^luakiq: usage: luakiq reshard DIR WORKER N\n$" },
         { "W 4", "^luakiq: queue 'W' already has 4 shards; nothing to do\n$" },
         { "W 5 --batch 0", "^luakiq: %-%-batch must be an integer from 1 to 1000\n$" },

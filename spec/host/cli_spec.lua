@@ -46,11 +46,22 @@ describe("bad script directories stop start-up with one line and exit 2", functi
     { "no workers", { ["config.lua"] = "return {}" }, "workers" },
     { "misspelt splitter", { ["config.lua"] = "return { splitter = 'elastik' }", ["workers/A.lua"] = WORKER },
       'splitter must be "elastic" or a function' },
+    -- a ':' in a queue's name: "q:1"'s keys ("NS:{q:1}:...") are shard 1 of queue q's
+    { "a queue_name with ':'", { ["workers/A.lua"] = "return { queue_name = 'q:1', perform = function() end }" },
+      "queue_name must be a non-empty string without spaces, control characters, '{', '}' or ':' (a queue's Redis keys " ..
+      "would collide with another queue's shards), got \"q:1\"" },
+    { "a worker name with ':' (its queue's name)", { ["workers/A.lua"] = "return { name = 'q:1', perform = function() end }" },
+      "'q:1'" },
+    -- bounds: absurd values would take gigabytes (one table per thread, per shard)
+    { "shards_count above 16384", { ["workers/A.lua"] = "return { shards_count = 1e6, perform = function() end }" },
+      "shards_count must be an integer from 1 to 16384" },
+    { "threads_per_node above 1024", { ["config.lua"] = "return { threads_per_node = 1e7 }", ["workers/A.lua"] = WORKER },
+      "threads_per_node must be an integer from 1 to 1024" },
   }
   for _, c in ipairs(cases) do
     it(c[1], function()
       local dir = host.scriptdir(c[2])
-      for _, cmd in ipairs { "run", "plan" } do
+      for _, cmd in ipairs { "plan", "run" } do -- (plan first: a run that is not refused would not end)
         local rc, out, err = host.exec(cmd .. " " .. q(dir), nil, env())
         assert.are.equal(2, rc, err)
         assert.truthy(err:find(c[3], 1, true), err)
@@ -58,6 +69,20 @@ describe("bad script directories stop start-up with one line and exit 2", functi
       end
     end)
   end
+
+  it("refuses --threads above 1024 (run, plan) and a reshard to more than 16384 shards", function()
+    local dir = host.scriptdir { ["workers/A.lua"] = WORKER }
+    for _, cmd in ipairs { "plan", "run" } do
+      local rc, _, err = host.exec(cmd .. " " .. q(dir) .. " --threads 1e7", nil, env())
+      assert.are.equal(2, rc, err)
+      assert.truthy(err:find("--threads must be an integer from 1 to 1024", 1, true), err)
+      assert.is_true(one_line(err), err)
+    end
+    assert.are.equal(0, (host.exec("enqueue " .. q(dir) .. " A", '{"id":1}', env())))
+    local rc, _, err = host.exec("reshard " .. q(dir) .. " A 20000", nil, env())
+    assert.are.equal(2, rc, err)
+    assert.truthy(err:find("from 1 to 16384", 1, true), err)
+  end)
 
   it("refuses a worker whose shards_count differs from the registered one", function()
     local dir = host.scriptdir { ["workers/A.lua"] = "return { shards_count = 3, perform = function() end }" }

@@ -179,6 +179,34 @@ describe("luakiq run: kill -HUP reloads the script directory", function()
     for i = 5 * c + 1, #list do assert.are.equal("v2", list[i].version) end
   end)
 
+  -- The check loads DIR on the main thread: a file that never finishes
+  -- loading must not freeze the main loop (signals, lease renewals, the
+  -- watchdog). Its load is bounded (interpreted, a hook with a deadline)
+  -- and a TERM that comes meanwhile ends it at once.
+  it("bounds a load that never ends: one line, the old code runs on, and a TERM during it stops the host", function()
+    start()
+    host.write(dir .. "/workers/W.lua", "local x = 0 while true do x = x + 1 end")
+    local t0 = core.now()
+    assert.is_true(proc:signal("HUP"))
+    local line = host.eventually(function() return proc:log():match("[^\n]*HUP: reload failed: [^\n]*") end, 15,
+      "the failure line", function() return proc:log() end)
+    assert.is_true(core.now() - t0 < 8, ("the check ended %.1f s after the HUP"):format(core.now() - t0))
+    assert.truthy(line:find("W%.lua:1: loading took longer than 5 s"), line)
+    assert.truthy(line:match("the old code keeps running$"), line)
+    round(edir, 1, 5)
+    for _, r in ipairs(drained(5)) do assert.are.equal("v1", r.version) end
+    -- (with a pcall around the loop, and a TERM while it spins)
+    host.write(dir .. "/workers/W.lua", "while true do pcall(function() while true do end end) end")
+    assert.is_true(proc:signal("HUP"))
+    core.sleep(0.5)
+    t0 = core.now()
+    assert.is_true(proc:signal("TERM"))
+    assert.are.equal(0, proc:wait(5), proc:log())
+    assert.is_true(core.now() - t0 < 3, ("TERM took %.1f s"):format(core.now() - t0))
+    assert.are.equal(2, count(proc:log(), "HUP: reload failed: "), proc:log())
+    proc = nil
+  end)
+
   it("refuses what a running host cannot change (shards_count, a worker added, threads_per_node) with one line", function()
     start()
     local cases = {

@@ -221,6 +221,58 @@ describe("luakiq run", function()
     assert.are.equal(0, p:wait(10), p:log())
   end)
 
+  -- Another user of the machine may plant symlinks at predictable names in
+  -- /tmp: the dump never writes through one (a configured dump_path: a
+  -- temporary file of a random name, renamed over the path; the default:
+  -- a private directory, TMPDIR/luakiq-UID, mode 0700).
+  it("writes the TTIN dump through no planted symlink (a shared dump_path, and the default in TMPDIR)", function()
+    local shared, victims = host.tmpdir(), {}
+    local function plant(link)
+      local victim = host.tmpdir() .. "/victim"
+      host.write(victim, "precious\n")
+      assert(host.sh("ln -s " .. q(victim) .. " " .. q(link)))
+      victims[#victims + 1] = victim
+    end
+    local function untouched()
+      for _, v in ipairs(victims) do assert.are.equal("precious\n", host.read(v), v) end
+    end
+    local dump = shared .. "/dump.txt"
+    plant(dump .. ".tmp")
+    plant(dump)
+    local dir = host.scriptdir {
+      ["config.lua"] = ("return { poll_interval = 0.1, dump_path = %q }"):format(dump),
+      ["workers/Rec.lua"] = RECORDER:format(1, 1, ""),
+    }
+    local p = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return p:log():match("thread started") end, 10, "start")
+    p:signal("TTIN")
+    host.eventually(function() return p:log():find("thread dump written", 1, true) end, 5, "the dump", function()
+      return p:log() end)
+    untouched()
+    assert.truthy(host.sh("test -f " .. q(dump) .. " && ! test -L " .. q(dump)), "a file of its own")
+    assert.truthy(host.read(dump):find("== thread t0 ==", 1, true))
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(10), p:log())
+    -- the default path, with TMPDIR a shared directory
+    host.write(dir .. "/config.lua", "return { poll_interval = 0.1 }")
+    p = host.spawn("run " .. q(dir), "TMPDIR=" .. q(shared) .. " " .. env())
+    host.eventually(function() return p:log():match("thread started") end, 10, "start")
+    for _, name in ipairs { "/luakiq_ttin_" .. p.pid .. ".txt", "/luakiq_ttin_" .. p.pid .. ".txt.tmp" } do
+      plant(shared .. name)
+    end
+    p:signal("TTIN")
+    local path = host.eventually(function() return p:log():match("thread dump written to (%S+)") end, 5, "the dump",
+      function() return p:log() end)
+    untouched()
+    local private = shared .. "/luakiq-" .. host.capture("id -u"):match("%d+")
+    assert.are.equal(private, path:match("^(.*)/[^/]*$"))
+    assert.are.equal("700", host.capture("stat -c %a " .. q(private)):match("%d+"))
+    assert.truthy(host.read(path):find("== thread t0 ==", 1, true))
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(10), p:log())
+    host.sh("rm -rf " .. q(shared) .. " " .. q(dir))
+  end)
+
   it("luakiq.fatal stops the host: last_words runs, exit 1, the batch comes back later", function()
     local dir = host.scriptdir {
       ["config.lua"] = [[local luakiq = require "luakiq"
@@ -341,5 +393,26 @@ describe("luakiq run", function()
     assert.are.same({ 'mw:mw:1' }, srv.conn:call("LRANGE", "t:seen:x", 0, -1))
     p:signal("TERM")
     assert.are.equal(0, p:wait(5))
+  end)
+
+  -- A 20 MB error() was stored whole (and sent whole by the API and the
+  -- CLI): what is stored is its first 8 KiB, marked as cut.
+  it("stores at most 8 KiB of a failure's error, marked as cut", function()
+    local dir = host.scriptdir {
+      ["config.lua"] = "return { poll_interval = 0.1 }",
+      ["workers/Big.lua"] = [[return { shards_count = 1, max_retry_count = 0, perform = function(batch)
+          error("big: " .. ("é"):rep(10 * 1024 * 1024), 0)
+        end }]],
+    }
+    enqueue(dir, "Big", { '{"id":"x"}' })
+    local p = host.spawn("run " .. q(dir), env())
+    local dead = host.eventually(function() return host.jobs(dir, "Big", "morgue", env()).x end, 15, "the job failed")
+    p:signal("TERM")
+    assert.are.equal(0, p:wait(5))
+    assert.is_true(#dead.error <= 8192, "stored " .. #dead.error .. " bytes")
+    assert.truthy(dead.error:find("^big: é"), dead.error:sub(1, 40))
+    local body = dead.error:match("^big: (.*)%.%.%. %[cut: 20971525 bytes in all%]$")
+    assert.truthy(body, dead.error:sub(-60))
+    assert.are.equal(("é"):rep(#body / 2), body) -- whole UTF-8 characters
   end)
 end)

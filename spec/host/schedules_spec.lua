@@ -107,6 +107,11 @@ describe("schedules", function()
       ['{ { name = "n", worker = "W", id = "x", cron = "* * * * *", timezone = "Mars/Base" } }'] = "timezone 'Mars/Base': no such time zone",
       ['{ { name = "n", worker = "W", id = "x", every = 0.5 } }'] = "every must be a number >= 1",
       ['{ { name = "n", worker = "W", id = "x", every = 5, when = 1 } }'] = "unknown key 'when'",
+      -- a payload dump_payload cannot dump would morgue a job at every tick
+      ['{ { name = "n", worker = "W", id = "x", every = 5, payload = { f = print } } }'] =
+        "schedules[1] ('n'): payload cannot be dumped (dump_payload): json: cannot encode a function at $.f",
+      ['{ { name = "n", worker = "W", id = "x", every = 5, payload = 0/0 } }'] =
+        "schedules[1] ('n'): payload cannot be dumped (dump_payload): json: cannot encode NaN/inf at $",
     } do
       local d = scriptdir(src)
       local rc, _, err = host.exec("plan " .. q(d))

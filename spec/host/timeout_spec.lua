@@ -100,7 +100,25 @@ local function morgue(dir, worker)
   return dead
 end
 
+-- id -> how many times its call started
+local function start_counts()
+  local starts = {}
+  for _, e in ipairs(srv.conn:call("LRANGE", "t:start", 0, -1)) do
+    local i = e:match("^(.-)@")
+    starts[i] = (starts[i] or 0) + 1
+  end
+  return starts
+end
+
 local dir, proc
+-- Stops the fixture's host once it runs, for a test that starts its own
+-- (a TERM before its signal handling is set up ends it by the signal, 143).
+local function stop_fixture()
+  host.eventually(function() return select(2, proc:log():gsub("thread started", "")) == 2 end, 10,
+    "the fixture's host started")
+  assert.is_true(proc:signal("TERM"))
+  assert.are.equal(0, proc:wait(10), proc:log())
+end
 before_each(function()
   srv.conn:call("FLUSHALL")
   dir = scriptdir()
@@ -143,11 +161,7 @@ describe("a perform call past its timeout", function()
     local dead = host.eventually(function() return morgue(dir, "Stuck")[id] end, TIMEOUT + 8, "the stuck job failed")
     assert.truthy(dead.error:find("^timeout"), dead.error)
     host.eventually(function() return time_of("t:done", "next") end, 10, "the next job")
-    local starts = {}
-    for _, e in ipairs(srv.conn:call("LRANGE", "t:start", 0, -1)) do
-      local i = e:match("^(.-)@")
-      starts[i] = (starts[i] or 0) + 1
-    end
+    local starts = start_counts()
     assert.are.same({ aa = 1, [id] = 1, next = 1 }, starts)
     assert.truthy(proc:log():find("replacing the process", 1, true), proc:log())
   end)
@@ -156,12 +170,7 @@ describe("a perform call past its timeout", function()
   -- performed before it in its fetch stays acked: the thread keeps the done
   -- ids per shard apart from the records (host/calls.c, calls_done).
   it("puts a parked call of the replaced thread back, the job done before it in its fetch acked", function()
-    -- (the fixture's host, stopped once it runs: a TERM before its signal
-    -- handling is set up ends it by the signal, 143)
-    host.eventually(function() return select(2, proc:log():gsub("thread started", "")) == 2 end, 10,
-      "the fixture's host started")
-    assert.is_true(proc:signal("TERM"))
-    assert.are.equal(0, proc:wait(10), proc:log())
+    stop_fixture()
     dir = host.scriptdir {
       ["config.lua"] = ("return { threads_per_node = 1, poll_interval = 0.2, timeout = %d, lease_ttl = 30 }"):format(TIMEOUT),
       ["workers/Stuck.lua"] = STUCK,
@@ -183,13 +192,44 @@ describe("a perform call past its timeout", function()
       for _, e in ipairs(srv.conn:call("LRANGE", "t:start", 0, -1)) do n = n + (e:match("^w2@") and 1 or 0) end
       return n == 2
     end, 10, "w2 again")
-    local starts = {}
-    for _, e in ipairs(srv.conn:call("LRANGE", "t:start", 0, -1)) do
-      local i = e:match("^(.-)@")
-      starts[i] = (starts[i] or 0) + 1
-    end
+    local starts = start_counts()
     assert.are.same({ w1 = 1, w2 = 2, jit = 1 }, starts)
     assert.truthy(proc:log():find("replacing the process", 1, true), proc:log())
+  end)
+  -- The stuck thread's other shards: a fetch that succeeded just before
+  -- has its ack pending (it rides on the thread's next call, which never
+  -- comes). The replacement sends it and gives those shards' leases back,
+  -- so the new process serves them at once and the acked job never runs
+  -- again (before: they stalled for lease_ttl, then the job ran twice).
+  it("acks the stuck thread's other shards and releases them before replacing the process", function()
+    stop_fixture()
+    dir = host.scriptdir {
+      -- poll_interval 5: a finished fetch's ack waits up to 0.5 s for a ride
+      ["config.lua"] = ("return { threads_per_node = 1, poll_interval = 5, timeout = %d, lease_ttl = 30 }"):format(TIMEOUT),
+      ["workers/Two.lua"] = (STUCK:gsub("shards_count = 1", "shards_count = 2")),
+    }
+    local keys = require "luakiq.lib.keys"
+    local a, b, later = "a", nil, nil -- b: a stuck id of the other shard; later: a's shard
+    for i = 1, 100 do
+      if not b and keys.shard("jit\0" .. i, 2) ~= keys.shard(a, 2) then b = "jit\0" .. i end
+      if not later and keys.shard("a" .. i, 2) == keys.shard(a, 2) then later = "a" .. i end
+    end
+    -- both queued before the host starts: a (the older) is fetched first,
+    -- then jit, within the 0.5 s a's ack waits
+    local now = core.now()
+    local rc, _, err = host.exec("enqueue " .. q(dir) .. " Two", json.encode { id = a, perform_in = now - 20 } .. "\n" ..
+      json.encode { id = b, perform_in = now - 10 }, env())
+    assert.are.equal(0, rc, err)
+    proc = host.spawn("run " .. q(dir), env())
+    host.eventually(function() return morgue(dir, "Two")[b] end, TIMEOUT + 8, "the stuck job failed")
+    host.eventually(function() return proc:log():find("replacing the process", 1, true) end, 5, "the replacement")
+    local t0 = core.now()
+    enqueue(dir, "Two", { later })
+    host.eventually(function() return time_of("t:done", later) end, 5, "a job of the other shard after the replacement",
+      function() return proc:log() end)
+    assert.is_true(core.now() - t0 < 5)
+    local starts = start_counts()
+    assert.are.same({ [a] = 1, [b] = 1, [later] = 1 }, starts)
   end)
   it("fails in a loop that calls functions (compiled too: replaced)", function()
     expect_timeout("calls", true)
@@ -211,8 +251,19 @@ describe("a perform call past its timeout", function()
   it("fails in os.execute (its process group is ended)", function()
     expect_timeout("exec", false)
   end)
-  it("fails in a foreign blocking call: a read from io.popen (replaced)", function()
-    expect_timeout("popen", true)
+  -- The stuck thread holds its popen FILE's lock while it reads: the
+  -- replacement must take no stdio lock (no fflush(NULL)), or the host
+  -- wedges until the child ends, deaf to TERM, serving nothing.
+  it("fails in a foreign blocking call: a read from io.popen (replaced; the new process serves, TERM ends it)", function()
+    local stuck_at = expect_timeout("popen", true).updated_at
+    enqueue(dir, "Slow", { "after" })
+    local ran = host.eventually(function()
+      return srv.conn:call("LRANGE", "t:slow", 0, -1)[1] == "after" and core.now()
+    end, 5, "another shard's job after the replacement", function() return proc:log() end)
+    assert.is_true(ran - stuck_at <= 10, ("another shard's job ran %.1f s after"):format(ran - stuck_at))
+    proc:signal("TERM")
+    assert.are.equal(0, proc:wait(6), proc:log())
+    proc = nil
   end)
   it("fails in a foreign blocking call: FFI poll(NULL, 0, -1) (the signal interrupts it)", function()
     expect_timeout("poll", false)
@@ -228,17 +279,20 @@ describe("a perform call past its timeout", function()
 end)
 
 describe("TERM with a call that does not end", function()
-  it("waits at most until the call's timeout, fails it, exits 0", function()
-    enqueue(dir, "Stuck", { "jit" })
-    host.eventually(function() return time_of("t:start", "jit") end, 10, "started")
-    proc:signal("TERM")
-    local t0 = core.now()
-    local rc = proc:wait(TIMEOUT + 5)
-    assert.are.equal(0, rc, proc:log())
-    assert.is_true(core.now() - t0 <= TIMEOUT + 3)
-    assert.truthy(morgue(dir, "Stuck").jit.error:find("^timeout"))
-    proc = nil
-  end)
+  -- popen: the exit takes no stdio lock (the stuck thread holds its FILE's)
+  for _, id in ipairs { "jit", "popen" } do
+    it("waits at most until the call's timeout, fails it, exits 0 (" .. id .. ")", function()
+      enqueue(dir, "Stuck", { id })
+      host.eventually(function() return time_of("t:start", id) end, 10, "started")
+      proc:signal("TERM")
+      local t0 = core.now()
+      local rc = proc:wait(TIMEOUT + 5)
+      assert.are.equal(0, rc, proc:log())
+      assert.is_true(core.now() - t0 <= TIMEOUT + 3)
+      assert.truthy(morgue(dir, "Stuck")[id].error:find("^timeout"))
+      proc = nil
+    end)
+  end
   it("exits at once on an INT after the TERM (130)", function()
     enqueue(dir, "Stuck", { "popen" })
     host.eventually(function() return time_of("t:start", "popen") end, 10, "started")

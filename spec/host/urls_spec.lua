@@ -90,6 +90,28 @@ describe("URLs shown to users", function()
     assert.truthy(err:find("bad Redis URL 'unix:///tmp/r.sock?password=***&db=x'", 1, true), err)
   end)
 
+  -- Whatever is wrong with a URL, its error shows no piece of a password:
+  -- an unencoded '#' or '?' in the password (the parse sees no userinfo),
+  -- a ';' between parameters, PASSWORD= in capitals, a forgotten "@host".
+  it("a URL that does not parse never shows its password, whatever the mistake (exit 2, one line)", function()
+    local dir = scriptdir()
+    local urls = {
+      "redis://:s3#cret@127.0.0.1:6379/0", "redis://u:s3?cret@127.0.0.1/0", "redis://u:s3#cret@127.0.0.1",
+      "redis+sentinel://:s3#cret@127.0.0.1:26379/m", "redis+sentinel://u:s3?cret@127.0.0.1/m",
+      "unix:///tmp/r.sock?db=0;password=s3cret", "unix:///tmp/r.sock?PASSWORD=s3cret",
+      "unix:///tmp/r.sock?db=x;password=s3cret", "unix:///tmp/r.sock?s3cret", "redis://127.0.0.1/0#s3cret",
+      "redis://:s3cret", "redis:/:s3cret@127.0.0.1", "redis//u:s3cret@127.0.0.1",
+    }
+    for _, url in ipairs(urls) do
+      local rc, _, err = host.exec("stats " .. q(dir), nil, "REDIS_URL=" .. q(url))
+      assert.are.equal(2, rc, url .. ": " .. err)
+      assert.truthy(err:find("bad Redis URL", 1, true), err)
+      assert.is_true(host.one_line(err), err)
+      for _, piece in ipairs { "s3", "cret" } do assert.falsy(err:find(piece, 1, true), url .. ": " .. err) end
+    end
+    host.sh("rm -rf " .. q(dir))
+  end)
+
   it("a password with an unencoded '@' connects, and is never shown", function()
     local srv = redis.start()
     srv.conn:call("CONFIG", "SET", "requirepass", "p@ss")

@@ -25,6 +25,12 @@ local retry = require "luakiq.lib.retry"
 
 local M = {}
 
+-- Bounds of threads_per_node (--threads) and shards_count: a thread is a VM
+-- and a Redis connection, and every listing walks every shard, so values
+-- past these take gigabytes (a table per thread or shard) or hang; 16384 is
+-- a Redis Cluster's count of hash slots, past which shards spread no further.
+M.MAX_THREADS, M.MAX_SHARDS = 1024, 16384
+
 local function fail(msg) error(msg, 0) end
 
 local function q(v)
@@ -44,8 +50,15 @@ local function array_of(v, ty)
   end
   return true
 end
+-- An integer check from 1 to max.
+local function upto(max)
+  return function(v) if not (int(v) and v >= 1 and v <= max) then return "an integer from 1 to " .. max end end
+end
+M.threads_check = upto(M.MAX_THREADS)
 local checks = {
   pos_int = function(v) if not (int(v) and v >= 1) then return "a positive integer" end end,
+  threads = M.threads_check,
+  shards = upto(M.MAX_SHARDS),
   nonneg_int = function(v) if not (int(v) and v >= 0) then return "a non-negative integer" end end,
   pos_num = function(v) if not (finite(v) and v > 0) then return "a number > 0" end end,
   nonneg_num = function(v) if not (finite(v) and v >= 0) then return "a number >= 0" end end,
@@ -55,6 +68,14 @@ local checks = {
   name = function(v)
     if type(v) ~= "string" or v == "" or v:find("[%c%s{}]") then
       return "a non-empty string without spaces, control characters, '{' or '}'"
+    end
+  end,
+  -- a queue's name, also without ':': queue q:1's keys ("ns:{q:1}:...")
+  -- would be those of shard 1 of queue q ("ns:{q:1}:lease", ...)
+  queue = function(v)
+    if type(v) ~= "string" or v == "" or v:find("[%c%s{}:]") then
+      return "a non-empty string without spaces, control characters, '{', '}' or ':' " ..
+        "(a queue's Redis keys would collide with another queue's shards)"
     end
   end,
   funcs = function(v) if not array_of(v, "function") then return "an array of functions" end end,
@@ -88,7 +109,7 @@ local checks = {
 
 -- Settings of config.lua: key -> check. Defaults are in M.defaults().
 local SETTINGS = {
-  threads_per_node = "pos_int", poll_interval = "pos_num", redis = "str", namespace = "name",
+  threads_per_node = "threads", poll_interval = "pos_num", redis = "str", namespace = "name",
   workers = "names", splitter = "splitter", scheduler = "scheduler",
   middlewares = "funcs", client_middlewares = "funcs",
   on_server_init = "func", last_words = "func",
@@ -102,7 +123,7 @@ local SETTINGS = {
 
 -- Keys of a worker file: key -> check.
 local WORKER = {
-  name = "name", queue_name = "name", shards_count = "pos_int", batch_size = "pos_int",
+  name = "name", queue_name = "queue", shards_count = "shards", batch_size = "pos_int",
   fetch_size = "pos_int", max_retry_count = "nonneg_int", retry_in = "func", perform = "func", retries_exhausted = "func",
   timeout = "pos_num", concurrent_shards = "pos_int", delivery = "delivery",
   concurrency = "pos_int", cost = "cost", windows = "strs", timezone = "str",
@@ -142,7 +163,7 @@ function M.defaults()
     max_payload_bytes = 1048576,
     redis_timeout = 10,          -- seconds for connect and for each reply
     redis_retry = 30,            -- seconds `run` keeps trying to connect at start
-    dump_path = nil,             -- TTIN dump file (default: $TMPDIR/luakiq_ttin_PID.txt)
+    dump_path = nil,             -- TTIN dump file (default: $TMPDIR/luakiq-UID/ttin_PID.txt)
     timeout = 600,               -- seconds one perform call may run (a worker's own `timeout` wins)
   }
 end
@@ -310,6 +331,10 @@ local function load_worker(file, stem, settings_only)
   elseif t.throttle then
     fixed_fetch = math.max(batch_size, FETCH_AHEAD)
   end
+  if not t.queue_name and checks.queue(name) then
+    fail(file .. ": name '" .. name .. "' is the worker's queue_name too, which must be " .. checks.queue(name) ..
+      "; rename it or set `queue_name`")
+  end
   local w = {
     name = name,
     queue_name = t.queue_name or name,
@@ -441,17 +466,20 @@ function M.load(dir, list_dir, settings_only)
     table.sort(defs, function(a, b) return a.name < b.name end)
   end
   cfg.workers, cfg.by_name = defs, by_name
-  cfg.schedules = M.check_schedules(cfg_file, cfg.schedules or {}, by_name)
+  cfg.schedules = M.check_schedules(cfg_file, cfg.schedules or {}, by_name, cfg.dump_payload)
   return cfg
 end
 
 -- Recurring jobs (config.lua `schedules`): each {name =, worker =, id =,
 -- payload = (optional), cron = "m h dom mon dow" (or 6 fields, seconds
 -- first) or every = seconds, timezone = IANA name (cron only; default
--- UTC)}. Raises one line naming the schedule and what is wrong. Returns
--- the list with spec (parsed cron) and zone filled in.
+-- UTC)}. Raises one line naming the schedule and what is wrong: also a
+-- payload that dump (config.lua's dump_payload) cannot turn into a string,
+-- which would enqueue a job no call can load at every tick. Returns the
+-- list with spec (parsed cron) and zone filled in.
 local SCHEDULE_KEYS = { name = true, worker = true, id = true, payload = true, cron = true, every = true, timezone = true }
-function M.check_schedules(file, list, by_name)
+function M.check_schedules(file, list, by_name, dump)
+  dump = dump or json.encode
   local cron, tz = require "luakiq.lib.cron", require "luakiq.lib.tz"
   local seen = {}
   for i, s in ipairs(list) do
@@ -477,6 +505,11 @@ function M.check_schedules(file, list, by_name)
     local zone, why = tz.zone(s.timezone or "UTC")
     if not zone then fail(where .. ": timezone " .. q(tostring(s.timezone)) .. ": " .. why) end
     s.zone = zone
+    local ok, dumped = pcall(dump, s.payload == nil and "" or s.payload)
+    if not ok or type(dumped) ~= "string" then
+      fail(where .. ": payload cannot be dumped (dump_payload): " ..
+        (ok and "it gave a " .. type(dumped) .. ", not a string" or tostring(dumped):match("^[^\n]*")))
+    end
   end
   return list
 end
@@ -487,7 +520,8 @@ function M.apply_overrides(cfg, o)
   for k, v in pairs(o or {}) do
     if k == "threads" or k == "threads_per_node" then
       if type(v) == "string" then v = tonumber(v) end
-      if not int(v) or v < 1 then fail("--threads must be a positive integer, got " .. q(v)) end
+      local want = M.threads_check(v)
+      if want then fail("--threads must be " .. want .. ", got " .. q(v)) end
       cfg.threads_per_node = v
     elseif k == "redis" or k == "web" then
       if type(v) ~= "string" or v == "" then fail("--" .. k .. " must be a non-empty string") end

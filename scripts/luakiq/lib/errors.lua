@@ -20,6 +20,21 @@ function M.config(msg) raise("config", msg) end
 -- Not raised: the value, for error(errors.missing(msg), 0).
 function M.missing(msg) return setmetatable({ kind = "missing", msg = msg }, mt) end
 
+-- The most of a failure's error text that is stored (fail.lua), listed and
+-- sent (API, CLI): an error() of megabytes would be kept whole.
+M.MAX_TEXT = 8192
+
+-- text cut to at most max bytes (M.MAX_TEXT by default) of whole UTF-8
+-- characters, ending in "... [cut: N bytes in all]" when it was longer.
+function M.cap(text, max)
+  max = max or M.MAX_TEXT
+  if #text <= max then return text end
+  local mark = ("... [cut: %d bytes in all]"):format(#text)
+  local n = max - #mark
+  while n > 0 and (text:byte(n + 1) or 0) >= 0x80 and text:byte(n + 1) < 0xC0 do n = n - 1 end
+  return text:sub(1, n) .. mark
+end
+
 -- kind, message of any error value.
 function M.describe(err)
   if type(err) == "table" and getmetatable(err) == mt then return err.kind, err.msg end

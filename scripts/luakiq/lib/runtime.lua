@@ -29,6 +29,14 @@ function M.load(dir, overrides, settings_only)
   return cfg
 end
 
+-- This user's private directory in TMPDIR (/tmp without it), for files of
+-- predictable names (core.private_dir): its path, or nil and why not.
+function M.private_dir()
+  local tmp = os.getenv("TMPDIR")
+  if not tmp or tmp == "" then tmp = "/tmp" end
+  return core.private_dir(tmp)
+end
+
 -- A URL (Redis or HTTP) fit for logs, errors and pages: its userinfo and
 -- any password= parameter become "***" (core.redact_url: the one redactor,
 -- host/store.c, which C's own messages use too).
@@ -36,13 +44,38 @@ function M.redact(url)
   return core.redact_url(tostring(url))
 end
 
+-- What a Redis answers while it cannot serve yet, and will: loading its
+-- data (a restart: a large AOF loads for minutes, accepting connections),
+-- a script past its time, a replica without its master, a cluster that has
+-- not settled; and, before it closes the connection, that it has all the
+-- clients it takes (maxclients).
+local NOT_READY = { LOADING = true, BUSY = true, MASTERDOWN = true, CLUSTERDOWN = true, TRYAGAIN = true }
+
+-- A new connection's first command: nil when Redis serves, else why not
+-- (one of NOT_READY, or the I/O error of a connection it reset). Any other
+-- answer (a PING renamed away) is left to the commands that follow.
+local function not_ready(conn, url)
+  local r, err = conn:pcall("PING")
+  if r ~= nil or not (conn:broken() or NOT_READY[errors.redis_code(err)]
+                      or tostring(err):find("max number of clients reached", 1, true)) then
+    return nil
+  end
+  return "Redis at " .. M.redact(url) .. " does not serve yet: " .. tostring(err):gsub("^redis: ", "")
+end
+
 -- Connects to cfg.redis. With retry_for > 0, keeps trying (backoff up to 2 s)
--- for that many seconds before giving up. Returns conn or nil, err.
+-- for that many seconds before giving up, also while a Redis that accepts
+-- the connection does not serve yet (not_ready). Returns conn or nil, err.
 function M.connect(cfg, retry_for)
   local deadline = core.now() + (retry_for or 0)
   local delay, warned = 0.05, false
   while true do
     local conn, err = core.connect(cfg.redis, cfg.redis_timeout or 10)
+    local why = conn and not_ready(conn, cfg.redis)
+    if why then
+      conn:close()
+      conn, err = nil, why
+    end
     if conn then
       if warned then log.info("connected to Redis at " .. M.redact(cfg.redis)) end
       M.ctx.conn = conn

@@ -191,7 +191,8 @@ local function overrides(opt)
   if opt.redis then o.redis = opt.redis end
   if opt.threads then
     local n = tonumber(opt.threads)
-    if not n or n < 1 or n ~= math.floor(n) then usage("--threads must be a positive integer") end
+    local want = require("luakiq.lib.config").threads_check(n)
+    if want then usage("--threads must be " .. want) end
     o.threads_per_node = n
   end
   if opt.web then o.web = opt.web end
@@ -549,16 +550,27 @@ end
 -- with the timeout error (the calls those threads had parked in luakiq's I/O:
 -- put back unchanged) and their shards released, here in the main VM, then
 -- the process is replaced by a fresh one with the same arguments (same pid),
--- so the stuck calls never run next to their ids' next calls. After a TERM or
+-- so the stuck calls never run next to their ids' next calls. The acks those
+-- threads had not sent yet go first and every shard of the host (prefixes)
+-- is given back (luakiq.runner.unacked's hand_over). After a TERM or
 -- INT the process exits instead. Never returns normally while a stuck thread runs.
-local function replace(cfg, argv, token, stuck, signalled, code)
+local function replace(cfg, argv, token, stuck, signalled, code, prefixes)
   local log = require "luakiq.lib.log"
   local runner = require "luakiq.runner"
   local conn = connect(cfg, 10, true)
+  local acks, tokens = {}, {}
   for _, s in ipairs(stuck) do
-    local ok, err = pcall(runner.fail_stuck, cfg, conn, token, s)
-    if not ok then log.error("cannot fail a stuck call's jobs (they come back after lease_ttl): " .. tostring(err)) end
+    tokens[s.token or token] = true
+    if s.ack then
+      s.token = s.token or token
+      acks[#acks + 1] = s
+    else
+      local ok, err = pcall(runner.fail_stuck, cfg, conn, token, s)
+      if not ok then log.error("cannot fail a stuck call's jobs (they come back after lease_ttl): " .. tostring(err)) end
+    end
   end
+  local okh, herr = pcall(require("luakiq.runner.unacked").hand_over, conn, cfg, acks, tokens, prefixes)
+  if not okh then log.error("cannot give the stuck threads' shards back (lease_ttl): " .. tostring(herr)) end
   local fatal = core.fatal_message()
   if signalled or fatal then
     log.info("stopped (a call that could not be stopped was failed with its timeout)")
@@ -677,12 +689,19 @@ function commands.run(argv)
     hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web, cfg.elastic))
     follow_reshards()
   end
+  -- the TTIN dump's default place: this user's private directory in TMPDIR
+  local dump_path = cfg.dump_path
+  if not dump_path then
+    local pdir, perr = runtime.private_dir()
+    if pdir then dump_path = pdir .. "/ttin_" .. core.getpid() .. ".txt"
+    else log.warn("TTIN writes no thread dump: " .. perr .. "; set dump_path") end
+  end
   local code, stuck, signalled = core.host_run {
     boots = boots, routes = routes, redis = cfg.redis,
     wake_channel = keys.wake_channel(cfg.namespace), sharded_wake = sharded,
     token = token, tokens = tokens,
     lease_ms = math.floor(cfg.lease_ttl * 1000), renew_ms = math.floor(cfg.lease_renew * 1000),
-    dump_path = cfg.dump_path or (os.getenv("TMPDIR") or "/tmp") .. "/luakiq_ttin_" .. core.getpid() .. ".txt",
+    dump_path = dump_path,
     -- The web server runs on a thread of its own, in a VM of its own
     -- (luakiq.web.open(boot)): no request ever delays this loop.
     web = cfg.web and {
@@ -710,7 +729,11 @@ function commands.run(argv)
   local okl, lerr = pcall(beat, true) -- gone from the hosts list at once
   if not okl then log.warn("could not leave the hosts list (" .. tostring(lerr) .. "); it drops this host in " ..
     hosts.TIMEOUT .. " s") end
-  if #stuck > 0 then return replace(cfg, argv, token, stuck, signalled, code) end
+  if #stuck > 0 then
+    local prefixes = {}
+    for p in pairs(routes) do prefixes[#prefixes + 1] = p end
+    return replace(cfg, argv, token, stuck, signalled, code, prefixes)
+  end
   local fatal = core.fatal_message()
   if fatal then
     log.error("fatal: " .. fatal:match("^[^\n]*"))

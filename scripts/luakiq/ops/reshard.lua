@@ -27,6 +27,7 @@
 -- The queue does not run from 2 to 7 (the "pause" the summary reports);
 -- pushes go on throughout.
 local core = require "luakiq.core"
+local config = require "luakiq.lib.config"
 local errors = require "luakiq.lib.errors"
 local keys = require "luakiq.lib.keys"
 local queue = require "luakiq.runner.queue"
@@ -58,8 +59,9 @@ function M.run(conn, cfg, worker_name, n_text, opts)
   local w = cfg.by_name[worker_name]
   if not w then errors.notfound("unknown worker '" .. esc(worker_name) .. "'") end
   local n = tonumber(n_text)
-  if not n or n ~= math.floor(n) or n < 1 or n > 1e6 or not tostring(n_text):match("^%d+$") then
-    errors.input("N must be a positive integer, got '" .. esc(n_text) .. "'")
+  local max = config.MAX_SHARDS
+  if not n or n ~= math.floor(n) or n < 1 or n > max or not tostring(n_text):match("^%d+$") then
+    errors.input("N must be an integer from 1 to " .. max .. ", got '" .. esc(n_text) .. "'")
   end
   local batch = opts.batch or M.BATCH
   local progress = opts.progress or function() end

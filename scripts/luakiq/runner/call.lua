@@ -51,6 +51,7 @@ end
 local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
   local ok, msg = pcall(cfg.format_error, err, tb)
   if not ok or type(msg) ~= "string" then msg = tostring(err) end
+  msg = require("luakiq.lib.errors").cap(msg) -- (what is stored: at most 8 KiB)
   local dumped = msg
   ok, dumped = pcall(cfg.dump_error, msg)
   if not ok or (dumped ~= nil and type(dumped) ~= "string") then dumped = msg end

@@ -274,6 +274,7 @@ local function process(t, h)
   -- acked is what it ran since poll_interval / ACK_WAIT_PART before its
   -- current fetch, plus that fetch's own, docs/guarantees.md)
   t.pending[h] = started + t.cfg.poll_interval / ACK_WAIT_PART
+  h.done_slot = core.ack_pending(h.prefix, h.batch, h.done_slot) -- (for the main VM, should the thread get stuck)
   return true, res.head
 end
 
