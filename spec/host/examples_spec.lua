@@ -321,7 +321,7 @@ describe("examples/throttle", function()
       assert.is_true(most[region] >= n / 2, region .. " ran only " .. tostring(most[region]) .. " at once")
     end
     assert.is_true(all_most <= 100, "all regions: " .. all_most)
-    assert.are.same({ length = 0, morgue_length = 0, lag = 0, expired = 0 }, stats(DIR).by_worker.Regions)
+    assert.are.same({ length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 }, stats(DIR).by_worker.Regions)
   end)
 end)
 
