@@ -32,6 +32,7 @@ now() { date +%s.%N; }
 t0=$(now)
 "$LUAKIQ_BIN" scripts "$tmp/scripts" reply waitkey >/dev/null
 "$LUAKIQ_BIN" plan "$dir" >"$tmp/plan.txt"
+touch "$tmp/provider.log" "$tmp/consumer.log"
 "$py" "$dir/provider.py" "$tmp/port" "$tmp/provider.log" 2>"$tmp/provider.err" & provider_pid=$!
 for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
 export PROVIDER_URL="http://127.0.0.1:$(cat "$tmp/port")"
@@ -97,4 +98,7 @@ for w in Payments Shipments; do
   "$LUAKIQ_BIN" waiting "$dir" $w --late >"$tmp/late_$w.log"
 done
 echo "$t0" >"$tmp/t0"
-"$py" "$dir/report.py" "$tmp"
+"$py" "$dir/report.py" "$tmp" || {
+  for f in host.log provider.err consumer.err; do echo "--- $f (last lines):"; tail -n 20 "$tmp/$f"; done
+  exit 1
+}
