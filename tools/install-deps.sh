@@ -17,11 +17,12 @@ pkgs=(build-essential cmake pkg-config libluajit2-5.1-dev luajit2 libhiredis-dev
 tests=0 examples=0
 [ "${1:-}" = "--test" ] && tests=1 examples=1
 [ "${1:-}" = "--examples" ] && examples=1
-# The examples with real services (examples/postgres, examples/webhook):
-# PostgreSQL and its Lua client (lua-dbi-postgresql, see docs/workers.md),
-# python3 for the webhook example's receiver.
+# The examples with real services (examples/postgres, examples/webhook,
+# examples/callback): PostgreSQL and its Lua client (lua-dbi-postgresql, see
+# docs/workers.md), python3 for the webhook example's receiver and the
+# callback example's provider, python3-redis for its consumer, curl for its run.sh.
 if [ $examples = 1 ]; then
-  pkgs+=(postgresql lua-dbi-postgresql python3)
+  pkgs+=(postgresql lua-dbi-postgresql python3 python3-redis curl)
 fi
 # luakiq.http's specs: python3 runs the test HTTP(S) server, openssl makes its
 # self-signed certificate.

@@ -3,6 +3,7 @@
 -- connection, `perform_async` enqueues through it (docs/lua-api.md).
 local core = require "luakiq.core"
 local runtime = require "luakiq.lib.runtime"
+local wait = require "luakiq.lib.wait"
 
 local M = {
   json = require "luakiq.json",
@@ -43,10 +44,22 @@ M.redis = {
 -- (then it raises the timeout error), and the thread runs other shards'
 -- calls meanwhile (luakiq.lib.wait). deadline(): seconds left for the running
 -- perform call, nil outside one.
-M.sleep = require("luakiq.lib.wait").sleep
+M.sleep = wait.sleep
 M.http = { request = require("luakiq.http").request }
 M.process = { run = require("luakiq.process").run }
 M.deadline = core.deadline
+
+-- await(id [, opts]) inside perform or on_reply: the job of id (one of the
+-- call's) waits for a reply once the call ends (docs/lua-api.md, "Jobs that
+-- wait for a reply"). Returns {token =, url =, attempt =}. The worker
+-- thread's runner does the work (luakiq.runner.await, through
+-- luakiq.lib.wait's await field); anywhere else this raises.
+function M.await(id, opts)
+  local f = wait.await
+  if not f then error("luakiq.await: only inside perform or on_reply, on a worker thread of luakiq run", 2) end
+  local r = f(id, opts, 2)
+  return r
+end
 
 -- Error values for the failure path (luakiq.lib.failure): error(luakiq.permanent(msg))
 -- sends the call's jobs to the morgue at once; error(luakiq.retry_after(s, msg))

@@ -26,8 +26,14 @@ Routes (any method):
                      "status N"; Retry-After: 2 on 429/503), "flaky" (500 the
                      first time a body is seen, then 200), "later" (429 with
                      Retry-After: 1 the first time, then 200, per body),
-                     "slow" (sleeps 5 s, then 200)
+                     "slow" (sleeps 5 s, then 200), "callback" (202, then,
+                     /hook/callback/MS ms later, a POST to each job's
+                     reply_url: {"status": "failed", "error": E,
+                     "retryable": false} when a payload is {"fail": E},
+                     else {"status": "succeeded"})
   /hooks             JSON array of the recorded deliveries
+  /callbacks         JSON array of the callbacks made: {id, reply_url, body,
+                     status, answer} (the reply URL's status and answer)
   /reset             forgets the recorded IDs and deliveries
 """
 import json
@@ -36,6 +42,8 @@ import ssl
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 DELAY_MS = 0
@@ -44,6 +52,29 @@ TIMES = []
 JOBS_LOCK = threading.Lock()
 HOOKS = []
 SEEN = set()
+CALLBACKS = []
+
+
+def call_back(jobs, delay_ms):
+    """Webhook callback mode's receiver: after delay_ms, POSTs each job's
+    result to its reply_url, recording what the reply URL answered."""
+    time.sleep(delay_ms / 1000.0)
+    for job in jobs:
+        fail = [p["fail"] for p in job["payloads"] if isinstance(p, dict) and "fail" in p]
+        reply = {"status": "failed", "error": fail[0], "retryable": False} if fail else {"status": "succeeded"}
+        body = json.dumps(reply).encode()
+        req = urllib.request.Request(job["reply_url"], data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as res:
+                status, answer = res.status, res.read().decode()
+        except urllib.error.HTTPError as e:
+            status, answer = e.code, e.read().decode()
+        except OSError as e:
+            status, answer = 0, str(e)
+        with JOBS_LOCK:
+            CALLBACKS.append({"id": job["id"], "reply_url": job["reply_url"], "body": body.decode(),
+                              "status": status, "answer": answer})
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -135,11 +166,18 @@ class Handler(BaseHTTPRequestHandler):
             elif arg == "slow":
                 time.sleep(5)
                 self.reply(200, "ok")
+            elif arg == "callback":
+                self.reply(202, "accepted")
+                delay = int(parts[2]) if len(parts) > 2 else 0
+                threading.Thread(target=call_back, args=(json.loads(body)["jobs"], delay), daemon=True).start()
             else:
                 self.reply(404, "no hook mode " + arg)
         elif route == "hooks":
             with JOBS_LOCK:
                 self.reply(200, json.dumps(HOOKS), [("Content-Type", "application/json")])
+        elif route == "callbacks":
+            with JOBS_LOCK:
+                self.reply(200, json.dumps(CALLBACKS), [("Content-Type", "application/json")])
         elif route == "jobs":
             with JOBS_LOCK:
                 self.reply(200, json.dumps(JOBS))
@@ -155,6 +193,7 @@ class Handler(BaseHTTPRequestHandler):
                 del JOBS[:]
                 del TIMES[:]
                 del HOOKS[:]
+                del CALLBACKS[:]
                 SEEN.clear()
             self.reply(200, "ok")
         else:

@@ -321,7 +321,7 @@ describe("examples/throttle", function()
       assert.is_true(most[region] >= n / 2, region .. " ran only " .. tostring(most[region]) .. " at once")
     end
     assert.is_true(all_most <= 100, "all regions: " .. all_most)
-    assert.are.same({ length = 0, morgue_length = 0, lag = 0, expired = 0 }, stats(DIR).by_worker.Regions)
+    assert.are.same({ length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 }, stats(DIR).by_worker.Regions)
   end)
 end)
 
@@ -370,6 +370,40 @@ describe("examples/webhook", function()
     assert.truthy(out:find("rejected: bad signature", 1, true), out)
     assert.truthy(out:find('"error":"webhook: HTTP 400: bad data in order-7","id":"order-7"', 1, true), out)
     assert.truthy(out:find('"error":"webhook: HTTP 401: bad signature","id":"forged-1"', 1, true), out)
+  end)
+end)
+
+-- Jobs that wait for a reply (issue 36): the example's report, with real
+-- processes (a provider over HTTP, a consumer replying by key through the
+-- Redis scripts) and the binary under test.
+describe("examples/callback", function()
+  it("completes or times out every job as its plan says, keeps per-id order, runs other ids meanwhile", function()
+    local rc, out, err = host.sh_out("LUAKIQ_BIN=" .. host.quote(host.bin) .. " examples/callback/run.sh")
+    assert.are.equal(0, rc, out .. err)
+    local pay = assert(out:match("\nPayments (.-)\nShipments "), out)
+    local ship = assert(out:match("\nShipments (.-)\nPer%-id order"), out)
+    for section, want in pairs {
+      [pay] = { "ok      12/12 completed", "twice   4/4 completed", "accepted, then duplicate (200)",
+                "late    3/3 completed on the retry", "refused as stale (410)",
+                "never   3/3 timed out as designed: reply timeout after 2 s", "seq     5/5 completed in order",
+                "cached  20/20 done at once" },
+      [ship] = { "ok      10/10 completed", "twice   4/4 completed", "late    3/3 completed on the retry",
+                 "refused as stale (STALE)", "never   2/2 timed out as designed", "seq     4/4 completed in order" },
+    } do
+      for _, w in ipairs(want) do assert.truthy(section:find(w, 1, true), w .. " missing in:\n" .. out) end
+    end
+    assert.truthy(out:find("Per-id order: 9 ids got steps 2 and 3 pushed", 1, true), out)
+    -- the 9 held ids and others waited at once; the cached payments ran on their shards meanwhile
+    local waited, median, most = out:match("Shards never blocked: (%d+) jobs waited for a reply at once on 8 shards " ..
+      "served by 2 threads; meanwhile 20 cached payments %(other ids, on Payments shards [%d, ]+, where held ids " ..
+      "waited%) were pushed and done in (%d+) ms median, (%d+) ms at most")
+    assert.truthy(waited, out)
+    assert.is_true(tonumber(waited) >= 9 and tonumber(median) <= tonumber(most), out)
+    local late_pay, late_ship = out:match("Late replies kept for operators %(luakiq waiting %-%-late%): " ..
+      "Payments (%d+), Shipments (%d+)")
+    assert.are.equal("3", late_pay, out)
+    assert.is_true(tonumber(late_ship) >= 3 and tonumber(late_ship) <= 7, out) -- 3 late, and the twice copies handled already
+    assert.truthy(out:find("\nOK: every job completed or timed out as designed", 1, true), out)
   end)
 end)
 

@@ -102,13 +102,13 @@ describe("metrics", function()
       env:push("Other", { { id = 1, perform_in = now() - 7 } })
       env:kill("Test", { { id = 1 } })
       assert.are.same({
-        total = { length = 3, morgue_length = 1, lag = 7, expired = 0 },
+        total = { length = 3, morgue_length = 1, lag = 7, expired = 0, waiting = 0 },
         by_worker = {
-          Test = { length = 0, morgue_length = 1, lag = 0, expired = 0 },
-          Batch = { length = 0, morgue_length = 0, lag = 0, expired = 0 },
-          Ahead = { length = 0, morgue_length = 0, lag = 0, expired = 0 },
-          Multi = { length = 2, morgue_length = 0, lag = 4, expired = 0 },
-          Other = { length = 1, morgue_length = 0, lag = 7, expired = 0 },
+          Test = { length = 0, morgue_length = 1, lag = 0, expired = 0, waiting = 0 },
+          Batch = { length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 },
+          Ahead = { length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 },
+          Multi = { length = 2, morgue_length = 0, lag = 4, expired = 0, waiting = 0 },
+          Other = { length = 1, morgue_length = 0, lag = 7, expired = 0, waiting = 0 },
         },
       }, admin.stats(env.conn, env.cfg))
     end)

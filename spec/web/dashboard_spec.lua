@@ -69,7 +69,7 @@ describe("the dashboard in headless Chromium", function()
     -- and Redis agrees: dead1 is queued again, dead2 still dead
     local st, _, v = web.request(base, "GET", "/api/v1/stats")
     assert.are.equal(200, st)
-    assert.are.same({ lag = v.by_worker.Parked.lag, length = 4, morgue_length = 1, expired = 0 }, v.by_worker.Parked)
+    assert.are.same({ lag = v.by_worker.Parked.lag, length = 4, morgue_length = 1, expired = 0, waiting = 0 }, v.by_worker.Parked)
   end)
 
   it("lists the recurring jobs with their next run", function()

@@ -105,6 +105,12 @@ local checks = {
   scheduler = function(v)
     if v ~= "lag" and v ~= "seq" and type(v) ~= "function" then return '"lag", "seq" or a function(ctx)' end
   end,
+  -- the base of the reply URLs luakiq.await returns (its path is added)
+  base_url = function(v)
+    if type(v) ~= "string" or not v:match("^https?://[^%s/]+") or v:find("[%s%c?#]") then
+      return "an http:// or https:// URL without spaces, query or fragment (e.g. \"https://jobs.example.com\")"
+    end
+  end,
 }
 
 -- Settings of config.lua: key -> check. Defaults are in M.defaults().
@@ -119,6 +125,7 @@ local SETTINGS = {
   web_max_connections = "pos_int", web_header_timeout = "pos_num", web_idle_timeout = "pos_num",
   lease_ttl = "pos_num", lease_renew = "pos_num", max_payload_bytes = "pos_int",
   redis_timeout = "pos_num", redis_retry = "nonneg_num", dump_path = "str", timeout = "pos_num",
+  public_url = "base_url",
 }
 
 -- Keys of a worker file: key -> check.
@@ -128,9 +135,17 @@ local WORKER = {
   timeout = "pos_num", concurrent_shards = "pos_int", delivery = "delivery",
   concurrency = "pos_int", cost = "cost", windows = "strs", timezone = "str",
   throttle = "func", label = "func",
+  on_reply = "func", reply_timeout = "pos_num", await_releases_units = "bool",
 }
 
 local function identity(x) return x end
+
+-- LUAKIQ_PUBLIC_URL, public_url's default; nil when unset or empty (a bad
+-- value is refused by M.load as config.lua's would be).
+local function public_url()
+  local v = os.getenv("LUAKIQ_PUBLIC_URL")
+  if v and v ~= "" then return v end
+end
 
 -- A fresh table of every setting's default (docs/configuration.md, Lowkiq's defaults).
 function M.defaults()
@@ -165,10 +180,11 @@ function M.defaults()
     redis_retry = 30,            -- seconds `run` keeps trying to connect at start
     dump_path = nil,             -- TTIN dump file (default: $TMPDIR/luakiq-UID/ttin_PID.txt)
     timeout = 600,               -- seconds one perform call may run (a worker's own `timeout` wins)
+    public_url = public_url(),   -- base of the reply URLs luakiq.await returns (nil: no url)
   }
 end
 
-local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25 }
+local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25, reply_timeout = 86400 }
 -- fetch_size: see docs/configuration.md. Given, it is fixed. Else, for most
 -- workers, each shard's fetch adapts (fetch_auto): it starts at
 -- max(batch_size, FETCH_AHEAD) and then takes what the shard's jobs have
@@ -309,7 +325,7 @@ local function load_worker(file, stem, settings_only)
   end
   validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, fetch_size, " ..
     "max_retry_count, retry_in, perform, retries_exhausted, timeout, concurrent_shards, delivery, concurrency, cost, " ..
-    "throttle, label, windows, timezone")
+    "throttle, label, windows, timezone, on_reply, reply_timeout, await_releases_units")
   if t.perform == nil then fail(file .. ": perform is required (a function(payloads_by_id))") end
   if t.label ~= nil and t.throttle == nil then fail(file .. ": label goes with throttle (it names jobs for it)") end
   local name = t.name or stem
@@ -359,6 +375,10 @@ local function load_worker(file, stem, settings_only)
     retries_exhausted = t.retries_exhausted,
     timeout = t.timeout,         -- nil: config.lua's timeout (set by M.load)
     concurrent_shards = t.concurrent_shards, -- nil: every shard of a thread may be in a call
+    -- jobs that wait for a reply (luakiq.await; docs/lua-api.md)
+    on_reply = t.on_reply,       -- nil: rickover's rule ({"status": "succeeded" | "failed"})
+    reply_timeout = t.reply_timeout or WORKER_DEFAULTS.reply_timeout, -- await's default timeout, seconds
+    await_releases_units = t.await_releases_units or false, -- true: a waiting job holds no concurrency units
     file = file,
     unloaded = ran_err,          -- settings_only: the error its file raised (a stand-in)
   }
@@ -410,6 +430,12 @@ function M.load(dir, list_dir, settings_only)
     end
   end
   cfg.lease_renew = cfg.lease_renew or cfg.lease_ttl / 3
+  if cfg.public_url then
+    -- (config.lua's was checked above; LUAKIQ_PUBLIC_URL's here)
+    local want = checks.base_url(cfg.public_url)
+    if want then fail("LUAKIQ_PUBLIC_URL must be " .. want .. ", got " .. string.format("%q", cfg.public_url)) end
+    cfg.public_url = cfg.public_url:gsub("/+$", "")
+  end
   -- elastic hosts (luakiq.runner.elastic): the string or the splitter itself
   if cfg.splitter == "elastic" then cfg.splitter = splitters.elastic end
   cfg.elastic = cfg.splitter == splitters.elastic

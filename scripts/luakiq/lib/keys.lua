@@ -40,6 +40,11 @@ function M.member_split(m)
   return id, E, e + 2
 end
 
+-- Prefix of a queue's own keys, in the queue's slot (tag {QUEUE}, apart
+-- from its shards'): "NS:{QUEUE}:" (waitkey.lua's KEYS[1]: correlation
+-- keys and the reply tokens' secret).
+function M.queue_prefix(ns, queue) return ns .. ":{" .. queue .. "}:" end
+
 function M.registry(ns) return ns .. ":queues" end
 -- The namespace's layout version (STRING "2"; layout.lua): tagged with the
 -- registry's whole name, so it shares the registry's slot on a Redis

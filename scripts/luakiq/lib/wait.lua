@@ -22,6 +22,9 @@ M.WAIT = setmetatable({}, { __tostring = function() return "luakiq.lib.wait" end
 M.TIMEOUT = setmetatable({}, { __tostring = function() return "luakiq.wait.TIMEOUT" end })
 M.FENCED = setmetatable({}, { __tostring = function() return "luakiq.wait.FENCED" end })
 M.current = nil
+-- luakiq.await's worker-thread side (luakiq.runner.await sets it; nil in
+-- a VM that runs no calls): luakiq.await(id, opts) calls it inside a call.
+M.await = nil
 
 -- True inside the perform call the runner is running (its own coroutine).
 function M.inside()

@@ -32,7 +32,7 @@ end
 M.check = check -- (a pipeline reply: raises "redis: WHAT: ..." on an error reply)
 
 -- Per-worker numbers: fresh, retries, length, morgue_length, lag, processed,
--- failed, busy, expired, paused. One pipeline over every shard of every
+-- failed, busy, expired, waiting (jobs that wait for a reply), paused. One pipeline over every shard of every
 -- worker, and NS:paused.
 function M.worker_stats(conn, cfg)
   local cmds, owners = {}, {}
@@ -50,7 +50,7 @@ function M.worker_stats(conn, cfg)
   local now, by = core.now(), {}
   for _, w in ipairs(cfg.workers) do
     by[w.name] = { fresh = 0, retries = 0, length = 0, morgue_length = 0, lag = 0,
-                   processed = 0, failed = 0, busy = 0, expired = 0, paused = paused[w.queue_name] or false }
+                   processed = 0, failed = 0, busy = 0, expired = 0, waiting = 0, paused = paused[w.queue_name] or false }
   end
   for i, r in ipairs(replies) do
     check(r, "stats")
@@ -64,22 +64,25 @@ function M.worker_stats(conn, cfg)
     s.failed = s.failed + (tonumber(r[6]) or 0)
     s.busy = s.busy + tonumber(r[7])
     s.expired = s.expired + (tonumber(r[8]) or 0)
+    s.waiting = s.waiting + (tonumber(r[9]) or 0)
   end
   for _, s in pairs(by) do s.length = s.fresh + s.retries end
   return by
 end
 
 -- Lowkiq's /api/v1/stats shape, plus expired (payloads that expired before
--- they ran, since the queue began).
+-- they ran, since the queue began) and waiting (jobs that wait for a reply:
+-- luakiq.await; not in length).
 function M.stats(conn, cfg)
   local by = M.worker_stats(conn, cfg)
-  local out = { total = { length = 0, morgue_length = 0, lag = 0, expired = 0 }, by_worker = {} }
+  local out = { total = { length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 }, by_worker = {} }
   for name, s in pairs(by) do
     out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag, expired = s.expired,
-                            paused = s.paused or nil } -- only when paused: "paused": true
+                            waiting = s.waiting, paused = s.paused or nil } -- only when paused: "paused": true
     out.total.length = out.total.length + s.length
     out.total.morgue_length = out.total.morgue_length + s.morgue_length
     out.total.expired = out.total.expired + s.expired
+    out.total.waiting = out.total.waiting + s.waiting
     if s.lag > out.total.lag then out.total.lag = s.lag end
   end
   return out
@@ -304,14 +307,17 @@ local function tags_list(text)
 end
 
 -- One job by id (job.lua on its shard): {id, state = "queued" | "in_flight"
--- | "dead", perform_in, retry_count, error, payloads = {{payload, score}},
+-- | "waiting" | "dead", perform_in, retry_count, error, payloads = {{payload, score}},
 -- tags (the list, for a job that has some)};
 -- queued and in flight also priority (100 by default) and, for a job with
 -- its own windows, windows (the list) and timezone;
 -- in flight also host (the holder's HOST:PID), fetched_at, running (whole
 -- seconds since the fetch) and queued_payloads when more of the id wait
--- behind the running batch; dead: updated_at instead of perform_in and
--- retry_count. An id that is nowhere raises "job ID of WORKER not found"
+-- behind the running batch; waiting (luakiq.await): attempt, since,
+-- deadline, heartbeat_deadline and key when set, replied = true once its
+-- reply came (its call has not run yet), queued_payloads for payloads
+-- pushed meanwhile (they run after the reply was handled); dead:
+-- updated_at instead of perform_in and retry_count. An id that is nowhere raises "job ID of WORKER not found"
 -- (errors.missing: exit 1, HTTP 404).
 -- The commands that read id's record (job.lua and its tags), for job_record.
 local function job_cmds(cfg, w, id, cmds)
@@ -357,6 +363,20 @@ local function job_record(cfg, id, r, tags, now)
       rec.timezone, rec.windows = zone, {}
       for w in list:gmatch("[^,]+") do rec.windows[#rec.windows + 1] = w end
     end
+  end
+  if state == "waiting" then
+    -- attempt, "waiting" | "replied", since, deadline, heartbeat deadline,
+    -- key, then the job: perform_in, retry_count, priority, windows,
+    -- payloads, then the held payloads
+    rec.attempt, rec.replied = tonumber(r[2]), r[3] == "replied" or nil
+    rec.since, rec.deadline, rec.heartbeat_deadline = tonumber(r[4]), tonumber(r[5]), tonumber(r[6])
+    rec.key = r[7] ~= "" and r[7] or nil
+    rec.perform_in, rec.retry_count, rec.error = tonumber(r[8]), tonumber(r[9]), nil
+    fields(10)
+    rec.payloads, i = payloads(12)
+    local held = payloads(i)
+    if #held > 0 then rec.queued_payloads = held end
+    return rec
   end
   if state == "queued" then
     fields(5)

@@ -4,11 +4,12 @@
 -- control asked (luakiq.runner.flow), the call run in a coroutine of its
 -- own under the worker's timeout (core.call_begin/call_end) with the
 -- delivery id perform can read, and a failed call recorded (retry_in per
--- job, fail.lua, retries_exhausted). Also the call record C keeps for a
--- call that cannot be stopped, and the main VM's side of such a call
--- (fail_stuck).
--- The bottom of the runner: it requires no other runner module but flow and
--- queue (luakiq.runner: init -> tasks -> fetch -> call).
+-- job, fail.lua, retries_exhausted). The calls of jobs that waited for a
+-- reply (wait_call: on_reply, rickover's rule, lapsed deadlines). Also the
+-- call record C keeps for a call that cannot be stopped, and the main VM's
+-- side of such a call (fail_stuck).
+-- The bottom of the runner: it requires no other runner module but flow,
+-- queue and await (luakiq.runner: init -> tasks -> fetch -> call).
 local core = require "luakiq.core"
 local keys = require "luakiq.lib.keys"
 local log = require "luakiq.lib.log"
@@ -17,6 +18,8 @@ local wait = require "luakiq.lib.wait"
 local timing = require "luakiq.ops.timing"
 local failure = require "luakiq.lib.failure"
 local flow = require "luakiq.runner.flow"
+local awaits = require "luakiq.runner.await"
+local json = require "luakiq.json"
 local retry = require "luakiq.lib.retry"
 local windows = require "luakiq.lib.windows"
 local luakiq = require "luakiq"
@@ -221,7 +224,8 @@ local function call_body(fn, w, batch, call)
   end
 end
 
--- Runs one perform call (with the server middlewares) in a coroutine of its
+-- Runs one call, fn (h.perform or h.reply: the worker's function with the
+-- server middlewares), in a coroutine of its
 -- own (a spare one, above), bounded by the worker's timeout
 -- (core.call_begin/call_end: past it, a hook raises "timeout: ..." in the
 -- call; luakiq's own waits end themselves). A wait in luakiq's I/O parks h's
@@ -233,8 +237,9 @@ end
 -- thread's own), the jobs' ids and retry counts (one job's as two
 -- arguments: no table for C to read), and the ids done before the call in
 -- its fetch (done), which it keeps per shard as done grows by each call of
--- the fetch (reset: another fetch's list).
-local function run_call(h, w, batch, njobs, call, jobs, done, token)
+-- the fetch (reset: another fetch's list). actx: the call's context for
+-- luakiq.await (luakiq.runner.await), current while the call runs.
+local function run_call(h, w, fn, batch, njobs, call, jobs, done, token, actx)
   local co = spare_call or coroutine.create(call_body)
   spare_call = nil
   local m0 = core.mono()
@@ -244,15 +249,15 @@ local function run_call(h, w, batch, njobs, call, jobs, done, token)
   local started, deadline, slot = core.call_begin(w.timeout, h.lease_until, h.worker, h.shard, h.batch, token,
     h.prefix, done, reset, h.done_slot, one and one.id or jobs, one and one.retry_count)
   h.done_slot = slot
-  wait.current = co
-  local ok, a, req = coroutine.resume(co, h.perform, w, batch, call)
+  wait.current, awaits.current = co, actx
+  local ok, a, req = coroutine.resume(co, fn, w, batch, call)
   while ok and a ~= CALL_DONE and coroutine.status(co) == "suspended" do
     if a ~= wait.WAIT then
       ok, a = false, "perform yielded: coroutine.yield outside a coroutine of its own"
       break
     end
     core.call_pause()
-    wait.current = nil
+    wait.current, awaits.current = nil, nil
     local answer
     if h.task and coroutine.running() == h.task then
       answer = coroutine.yield(req, deadline) -- to the thread loop (task_step)
@@ -262,10 +267,10 @@ local function run_call(h, w, batch, njobs, call, jobs, done, token)
     -- the fence: past its lease bound, the call must not run on (the
     -- shard's next holder may already run its jobs)
     if not core.call_resume(started, deadline, w.timeout) then answer = wait.FENCED end
-    wait.current = co
+    wait.current, awaits.current = co, actx
     ok, a, req = coroutine.resume(co, answer)
   end
-  wait.current = nil
+  wait.current, awaits.current = nil, nil
   local expired, lease_until, fenced = core.call_end(njobs)
   if ok and a == CALL_DONE and not spare_call then spare_call = co end
   h.lease_until = lease_until
@@ -352,6 +357,8 @@ local function in_windows(h, w, loaded)
   return run
 end
 
+local run_jobs -- (below)
+
 -- Performs jobs (a slice of h's batch in flight) as one perform call. done:
 -- the ids of the batch already performed. Returns ok, err, traceback; ok is
 -- true too when nothing was left to perform, nil when the lease went, "held"
@@ -373,13 +380,25 @@ local function perform(t, h, jobs, done)
     if #run == 0 then return refused and "units" or "held" end
     loaded, batch = only(run, loaded, batch)
   end
+  local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
+  return run_jobs(t, h, h.perform, loaded, batch, call, done)
+end
+
+-- Runs the call of fn (h.perform, h.reply) for loaded (jobs, their payloads
+-- by id in batch), with its perform argument call: perform's results.
+-- A call that failed, or whose luakiq.await raised (even when the call
+-- caught it: its wait must not be kept), gives back the units holds of its
+-- waits. Returns perform's results, then the call's await context.
+function run_jobs(t, h, fn, loaded, batch, call, done)
+  local w = h.def
   local njobs = #loaded
   core.set_state(STATE.performing, w.name, h.shard,
     njobs == 1 and loaded[1].id or table.concat(queue.ids(loaded), ","), h.prefix)
   local started = core.now()
-  local call = setmetatable({ worker = w.name, shard = h.shard, queue_ = w.queue_name, jobs_ = loaded }, CALL_MT)
-  local ok, err, tb, fenced = run_call(h, w, batch, njobs, call, loaded, done, t.el and t.token or nil)
+  local actx = awaits.context(t, h, loaded, batch)
+  local ok, err, tb, fenced = run_call(h, w, fn, batch, njobs, call, loaded, done, t.el and t.token or nil, actx)
   flow.done(t, h)
+  if ok and actx.broken then ok, err, tb = false, actx.broken, nil end
   if fenced then
     -- nothing is recorded: the fetch stays in flight for the shard's holder
     -- (another host restores it; this host, if it still holds the shard,
@@ -398,10 +417,63 @@ local function perform(t, h, jobs, done)
       log.debug("batch done",
         { worker = w.name, shard = h.shard, ids = queue.ids(loaded), duration = core.now() - started })
     end
-    return true, loaded
+    return true, loaded, nil, nil, actx
   end
   if err == luakiq.FATAL then error(err, 0) end
-  return false, loaded, err, tb
+  awaits.release_awaited(actx)
+  return false, loaded, err, tb, actx
+end
+
+-- One job of h's fetch that the fetch flagged as a reply or a lapsed
+-- deadline (job.wait = {kind =, attempt =, value =}: queue.parse_fetch):
+-- a call of its own. A reply runs on_reply(id, reply, payloads, call)
+-- with the server middlewares around it, as perform (they wrap every call
+-- of the worker's code: error reporting, tracing, a transaction), batch
+-- = {[id] = payloads}; call has worker, shard, delivery and attempt (the
+-- one replied to). Without on_reply, rickover's rule: {"status":
+-- "succeeded"} is done, {"status": "failed", "error": ..., "retryable":
+-- false} fails (the morgue at once when retryable is false). A lapsed
+-- deadline fails with "reply timeout after N s" ("heartbeat timeout after
+-- N s"). Returns true (done: acked with the fetch); "later", err (a failure
+-- with no user code: the fetch records it after its other calls,
+-- luakiq.runner.fetch); false, jobs, err, traceback (on_reply failed); nil
+-- (the lease was lost). The job's units hold (a worker with concurrency)
+-- is given back unless on_reply awaited again.
+function M.wait_call(t, h, job, done)
+  local w, wt = h.def, job.wait
+  if wt.kind ~= "reply" or not w.on_reply then
+    awaits.release(t, w, job.id)
+    if wt.kind ~= "reply" then
+      return "later", ("%s timeout after %s s"):format(wt.kind == "heartbeat" and "heartbeat" or "reply", wt.value)
+    end
+    local reply = json.decode_safe(wt.value)
+    local status = type(reply) == "table" and reply.status
+    if status == "succeeded" then return true end
+    if status ~= "failed" then
+      return "later", "the reply is not {\"status\": \"succeeded\" | \"failed\"} and the worker has no on_reply: " ..
+        wt.value:sub(1, 200)
+    end
+    local msg = type(reply.error) == "string" and reply.error ~= "" and reply.error or "the reply's status is failed"
+    if reply.retryable == false then return "later", luakiq.permanent(msg) end
+    return "later", msg
+  end
+  local loaded, batch = load_batch(t, h, { job })
+  if not loaded then return nil end -- lease lost while burying
+  if #loaded == 0 then -- its payloads went to the morgue (bury.lua ended its wait)
+    awaits.release(t, w, job.id)
+    return true
+  end
+  local reply, jerr = json.decode_safe(wt.value) -- (reply.lua took only JSON)
+  if jerr then
+    awaits.release(t, w, job.id)
+    return false, loaded, "the reply does not decode: " .. jerr
+  end
+  local call = setmetatable({ worker = w.name, shard = h.shard, attempt = wt.attempt, queue_ = w.queue_name,
+                              jobs_ = loaded, id_ = job.id, reply_ = reply }, CALL_MT)
+  local ok, performed, err, tb, actx = run_jobs(t, h, h.reply, loaded, batch, call, done)
+  if ok == nil then return nil end
+  if not (ok and actx.awaited and actx.awaited[job.id]) then awaits.release(t, w, job.id) end
+  return ok, performed, err, tb
 end
 
 -- The main VM's side of a call that could not be stopped (its thread still
@@ -433,4 +505,10 @@ function M.fail_stuck(cfg, conn, token, s)
 end
 
 M.traceback, M.in_flight, M.perform, M.fail = traceback, in_flight, perform, fail
+-- h.reply's inner function (luakiq.runner.init's new_handler): on_reply
+-- with the reply and the job's payloads (M.wait_call's call).
+function M.on_reply(worker, batch, call)
+  local id = call.id_
+  return worker.on_reply(id, call.reply_, batch[id], call)
+end
 return M

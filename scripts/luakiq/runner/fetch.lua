@@ -144,13 +144,26 @@ local function fetched_bytes(h, n, bytes)
   h.job_bytes = moving(h.job_bytes, bytes / n)
 end
 
+-- The jobs of a fetch the "waits" section flagged (job.wait) apart from
+-- the others: jobs to perform, wait calls.
+local function split_waits(all)
+  local jobs, waits = {}, {}
+  for _, job in ipairs(all) do
+    if job.wait then waits[#waits + 1] = job else jobs[#jobs + 1] = job end
+  end
+  return jobs, waits
+end
+
 -- One fetch of shard h: up to fetch_size due jobs, performed batch_size ids
 -- per perform call, in perform_in order. Returns ok (jobs ran and all
 -- succeeded), head (the shard's earliest perform_in left, or nil).
 -- The fetched jobs are one batch in flight in Redis. All done: acked by the
 -- shard's next fetch, or this thread's next Redis call (pending_acks). A
 -- perform call fails: one fail.lua call fails its ids, acks the ones done
--- before and puts the rest back unchanged. Stopping,
+-- before and puts the rest back unchanged. The fetch's replies and lapsed
+-- deadlines of jobs that waited run first, each a call of its own
+-- (call.wait_call); the failures that need no user code (a timeout) are
+-- recorded after the other calls, in one fail.lua call. Stopping,
 -- or poll_interval after the fetch with jobs still to perform: the same call
 -- without failures (queue.settle), so a stop never waits for more than the
 -- perform in progress, and at most ~poll_interval of finished work is ever
@@ -189,12 +202,17 @@ local function process(t, h)
   if #jobs == 0 then return false, res.head end
   fetched_bytes(h, #jobs, res.bytes)
   local size = h.def.batch_size
+  -- replies and lapsed deadlines of jobs that waited (the fetch flagged
+  -- them: job.wait) are calls of their own (call.wait_call), before the
+  -- jobs to perform: a reply's handling is not held back by them
+  local wjobs
+  if res.waits then jobs, wjobs = split_waits(jobs) end
   -- h.done: ids of the batch in flight already performed with success. When
   -- the fail.lua/settle call that would have acked them never reached Redis,
   -- the next fetch delivers the same batch again: those ids are not rerun.
-  -- (Only a fetch with several perform calls needs it.)
+  -- (Only a fetch with several calls needs it.)
   local ran
-  if #jobs > size then
+  if #jobs > size or wjobs then
     if not h.done or h.done.batch ~= h.batch then h.done = { batch = h.batch, ids = {} } end
     ran = h.done.ids
   end
@@ -202,15 +220,50 @@ local function process(t, h)
   -- ack (several calls, or flow control holding some jobs back)
   local fetched, started = core.now(), core.mono()
   local done = (ran or h.def.throttle or h.def.concurrency) and {} or nil
-  for first = 1, #jobs, size do
-    if first > 1 and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval) then
-      fetch_adapt(h, first - 1, core.mono() - started)
-      queue.settle(in_flight(t, h), done, h.later)
-      h.batch, h.done, h.later, h.held = nil, nil, nil, nil
-      local head = res.head
-      if not head or jobs[first].perform_in < head then head = jobs[first].perform_in end
-      return true, head
+  -- Before each call but the fetch's first: stopping, or poll_interval
+  -- passed, what ran is acked and the rest goes back (settle). Returns
+  -- true and the shard's head then (pin: the perform_in of the next job),
+  -- false when the fetch goes on.
+  local calls, nrun = 0, 0
+  local function settle_now(pin)
+    calls = calls + 1
+    if calls == 1 or not (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval) then
+      return false
     end
+    fetch_adapt(h, nrun, core.mono() - started)
+    queue.settle(in_flight(t, h), done, h.later)
+    h.batch, h.done, h.later, h.held = nil, nil, nil, nil
+    local head = res.head
+    if not head or pin < head then head = pin end
+    return true, head
+  end
+  -- failures with no user code (lapsed deadlines, rickover's "failed"):
+  -- recorded together after the fetch's other calls
+  local later_failed
+  for _, job in ipairs(wjobs or {}) do
+    local settled, head = settle_now(fetched) -- (a reply put back is due at once)
+    if settled then return true, head end
+    if ran[job.id] then
+      done[#done + 1] = job.id
+    else
+      local ok, performed, err, tb = call.wait_call(t, h, job, done)
+      if ok == nil then return false, nil end
+      if ok == "later" then
+        later_failed = later_failed or {}
+        later_failed[#later_failed + 1] = { job = job, err = performed }
+      elseif not ok then
+        fail(t, h, performed, err, tb, done)
+        h.done = nil
+        return false, nil
+      else
+        done[#done + 1] = job.id
+        ran[job.id] = true
+      end
+    end
+  end
+  for first = 1, #jobs, size do
+    local settled, head = settle_now(jobs[first].perform_in)
+    if settled then return true, head end
     local slice = #jobs <= size and jobs or (size == 1 and { jobs[first] })
       or { unpack(jobs, first, math.min(first + size - 1, #jobs)) }
     if ran and next(ran) then
@@ -235,6 +288,7 @@ local function process(t, h)
       local now, qn = core.now(), h.def.queue_name
       for i = 1, #slice do timing.observe(t.timing, qn, "w", now - slice[i].perform_in, now) end
       ok, performed, err, tb = perform(t, h, slice, done)
+      nrun = nrun + #slice
     end
     if ok == nil then return false, nil end
     -- the throttle held every job of this call: they go back at the end of
@@ -259,6 +313,18 @@ local function process(t, h)
         if ran then ran[job.id] = true end
       end
     end
+  end
+  if later_failed then
+    -- one fail.lua call: the failures of the first one's error (the usual
+    -- case: timeouts of one reply_timeout); the others stay due and come
+    -- back with the next fetch
+    local first, same = later_failed[1], {}
+    for _, f in ipairs(later_failed) do
+      if rawequal(f.err, first.err) or (type(f.err) == "string" and f.err == first.err) then same[#same + 1] = f.job end
+    end
+    fail(t, h, same, first.err, nil, done)
+    h.done = nil
+    return false, nil
   end
   if h.later or h.held then
     -- the throttle kept some jobs: not an ack of the whole fetch, a partial

@@ -61,7 +61,8 @@ local function back_off(t, h)
   if not t.wake_at or at < t.wake_at then t.wake_at = at end
 end
 
--- One job's cost: cost(id, payloads) or the number (default 1).
+-- One job's cost: cost(id, payloads) or the number (default 1). (Also a
+-- waiting job's units hold: luakiq.runner.await.)
 local function cost_of(w, id, payloads)
   local c = w.cost
   if type(c) == "function" then
@@ -74,6 +75,8 @@ local function cost_of(w, id, payloads)
   end
   return c or 1
 end
+
+M.cost_of = cost_of
 
 -- The running list the throttle sees: every registered call's jobs but
 -- this shard's own (its previous call is over: one call per shard).

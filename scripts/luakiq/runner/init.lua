@@ -62,6 +62,8 @@ function M.new_handler(t, w, shard)
     timing = t.timing, -- the thread's timing observations (luakiq.ops.timing)
     -- perform with the server middlewares around it
     perform = middleware.chain(t.cfg.middlewares, function(worker, batch, call) return worker.perform(batch, call) end),
+    -- on_reply with the server middlewares around it (a reply's call, luakiq.runner.call's wait_call)
+    reply = middleware.chain(t.cfg.middlewares, call.on_reply),
     -- its fetch (luakiq.runner.fetch)
     batch = nil,       -- the id of its batch in flight (fetch.lua's; nil: none)
     done = nil,        -- {batch =, ids = {id -> true}}: the ids of that batch performed (a fetch of several calls)
@@ -116,6 +118,8 @@ local function setup(boot)
     sched = nil,     -- schedule name -> {tick =, next =, claimed =} (thread 0 with schedules; schedules_tick)
     sched_at = nil,  -- wall time: the next look at the schedules
     tick_every = nil, -- seconds: how often the schedules are looked at (caps the thread's waits)
+    sweep_at = nil,  -- wall time: the next sweep of correlation keys (thread 0; sweep_tick), nil: not this thread
+    sweeps = nil,    -- queue -> waitkey.lua sweep's cursor (sweep_tick)
   }
   -- Elastic hosts (luakiq.runner.elastic): boot.handlers is every shard; the thread
   -- serves its share, t.handlers, recomputed every beat (elastic_tick).
@@ -421,6 +425,34 @@ local function schedules_tick(t)
   end
 end
 
+-- Correlation keys of waits (luakiq.await's key; docs/redis.md, "Waits"),
+-- on thread 0 of every host: every SWEEP_EVERY seconds, one step of
+-- waitkey.lua sweep (an HSCAN page of SWEEP_COUNT) per queue drops the
+-- entries whose wait's deadline passed. Correctness never depends on it
+-- (a reply by key re-checks the wait; a claim takes a lapsed entry over):
+-- it keeps the keys of finished waits from piling up. The cursor is kept
+-- per queue, so a large hash is walked a page a minute.
+local SWEEP_EVERY, SWEEP_COUNT = 60, 500
+local function sweep_tick(t)
+  local now = core.now()
+  if now < t.sweep_at then return end
+  t.sweep_at = now + SWEEP_EVERY
+  local cmds, names, seen = {}, {}, {}
+  for _, w in ipairs(t.cfg.workers) do
+    if not seen[w.queue_name] then
+      seen[w.queue_name] = true
+      names[#names + 1] = w.queue_name
+      cmds[#cmds + 1] = { script = "waitkey", keys.queue_prefix(t.cfg.namespace, w.queue_name), "sweep",
+                          t.sweeps[w.queue_name] or "0", SWEEP_COUNT, string.format("%.17g", now) }
+    end
+  end
+  local r = t.conn:pipeline(cmds)
+  for i, q in ipairs(names) do
+    if type(r[i]) ~= "table" or r[i].err then error("waitkey.lua sweep failed: " .. tostring(r[i] and r[i].err), 0) end
+    t.sweeps[q] = r[i][1]
+  end
+end
+
 -- Exposed for the shard-handler specs, which drive one thread's state from a
 -- `luakiq lua` VM: setup(boot) -> t, process(t, handler) -> ok, head, flush(t);
 -- and for the main VM (luakiq.ops.cli): fail_stuck.
@@ -454,6 +486,7 @@ function M.open(boot_json, reloading)
   core.set_state(STATE.idle)
   local ticker = core.thread_index() == 0 and #t.cfg.schedules > 0
   if ticker then t.sched, t.tick_every = {}, SCHEDULE_CHECK end
+  if core.thread_index() == 0 then t.sweep_at, t.sweeps = core.now(), {} end -- (the first sweep at start)
   current = { t = t, ctx = ctx, step = step, ticker = ticker }
 end
 
@@ -495,6 +528,7 @@ function M.run()
     elseif not core.reload_wanted() then
       ok, err = xpcall(current.step, traceback)
       if ok and ticker then ok, err = xpcall(schedules_tick, traceback, t) end
+      if ok and t.sweep_at then ok, err = xpcall(sweep_tick, traceback, t) end
     elseif t.ntasks > 0 then
       -- no new fetch; the parked calls finish (each bounded by its timeout)
       ok, err = xpcall(ctx.wait, traceback, 0.05)

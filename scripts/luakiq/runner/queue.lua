@@ -92,7 +92,11 @@ end
 -- (nil when no job came), best = the priority of the best due job left or
 -- nil (100 or none), windows = true when some job has windows of its own
 -- (job.windows, their text), restored = the jobs of a dead holder this
--- call put back, acked = the jobs its ack acked}, or
+-- call put back, acked = the jobs its ack acked, waits = how many jobs the
+-- "waits" section flagged or nil: each such job has job.wait = {kind =
+-- "reply" | "timeout" | "heartbeat", attempt = number, value = the reply's
+-- JSON or the seconds that lapsed}: a reply or deadline of a job that
+-- waited, not a job to perform (docs/redis.md, "Waits")}, or
 -- {leased = true, pttl = ms left of its lease, reshard = true when a reshard
 -- froze the shard} when another holder has the shard's lease. Raises on an
 -- error reply. The caller keeps the batch id (the runner: h.batch).
@@ -106,10 +110,11 @@ function M.parse_fetch(r, h)
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
   end
   -- one element per job (member_job), then optional sections: "errors"
-  -- (the jobs that carry one: count, then job number, error) and "best"
-  -- (the priority of the best due job left, with priorities)
+  -- (the jobs that carry one: count, then job number, error), "best" (the
+  -- priority of the best due job left, with priorities) and, last,
+  -- "waits" (count, then job number, kind, attempt, value)
   local n = tonumber(r[6])
-  local i, best, errs = 7 + n, nil, nil
+  local i, best, errs, waits = 7 + n, nil, nil, nil
   while r[i] do
     if r[i] == "errors" then
       errs = {}
@@ -119,11 +124,19 @@ function M.parse_fetch(r, h)
     elseif r[i] == "best" then
       best = tonumber(r[i + 1])
       i = i + 2
+    elseif r[i] == "waits" then
+      waits = {}
+      local c = tonumber(r[i + 1])
+      for k = 0, c - 1 do
+        local b = i + 2 + 4 * k
+        waits[tonumber(r[b])] = { kind = r[b + 1], attempt = tonumber(r[b + 2]), value = r[b + 3] }
+      end
+      i = i + 2 + 4 * c
     else
       break
     end
   end
-  local jobs, windows, bytes = {}, nil, 0
+  local jobs, windows, bytes, nwaits = {}, nil, 0, nil
   for k = 1, n do
     -- (defaults in busy_job and member_job: a nil here would break the
     -- failure path and loop on the batch forever)
@@ -133,13 +146,17 @@ function M.parse_fetch(r, h)
       bytes = bytes + #rec
       jobs[#jobs + 1] = job
       windows = windows or job.windows ~= nil
+      if waits and waits[k] then
+        job.wait = waits[k]
+        nwaits = (nwaits or 0) + 1
+      end
     else
       log.warn("dropped job " .. tostring(id) .. ": its busy record does not decode (junk written by another client)",
         { worker = h.worker, shard = h.shard })
     end
   end
   return { jobs = jobs, head = head ~= "" and tonumber(head) or nil, batch = n > 0 and batch or nil, best = best,
-           windows = windows, bytes = bytes, restored = restored, acked = tonumber(r[5]) }
+           windows = windows, bytes = bytes, restored = restored, acked = tonumber(r[5]), waits = nwaits }
 end
 
 function M.ids(jobs)
