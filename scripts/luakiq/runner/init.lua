@@ -83,6 +83,12 @@ function M.new_handler(t, w, shard)
     units = nil,       -- the queue whose units its call holds (given back after the call)
     units_until = nil, -- mono: no fetch before then (a held or refused call's back-off)
     snapshot = nil,    -- running_read.lua's reply for its next throttled call
+    -- its call's luakiq.await (luakiq.runner.await; luakiq.runner.call sets them per call)
+    thread = t,        -- the thread's state
+    call_jobs = nil,   -- the call's jobs
+    call_batch = nil,  -- their payloads by id
+    awaited = nil,     -- id -> {attempt =, deadline =}: the waits the call made
+    await_error = nil, -- the first error an await of the call raised (the call fails with it)
   }
 end
 
