@@ -17,9 +17,10 @@
 --          size of an adapting fetch
 --   call   one perform call: payloads, job windows, flow control, the call
 --          under its timeout, delivery ids, failures (fail.lua), the call
---          record and fail_stuck
+--          record and fail_stuck; the calls of replies and lapsed deadlines
 --   flow   concurrency units and the throttle (luakiq.runner.flow)
 --   queue  the calls of the queue scripts and their replies (luakiq.runner.queue)
+--   await  luakiq.await in a call (luakiq.runner.await)
 -- elastic (the pure share of shards among hosts and threads, which the
 -- main VM's splitter and the CLI use too) and unacked are init's alone.
 local core = require "luakiq.core"
