@@ -12,9 +12,9 @@
 -- shard handler (one call per shard at a time: h.call_jobs, h.call_batch
 -- are its jobs and their payloads by id, h.thread the thread's state)
 -- whenever it runs the call's coroutine (with wait.current); the public
--- luakiq.await reaches M.await through
--- luakiq.lib.wait's await field, set here. Nothing here yields: each
--- Redis call is a whole round trip on the thread's connection.
+-- luakiq.await reaches M.await through luakiq.lib.wait's await field, set
+-- here. Nothing here yields: each Redis call is a whole round trip on the
+-- thread's connection.
 -- (The bottom of the runner, with flow and queue: luakiq.runner.call requires it.)
 local core = require "luakiq.core"
 local keys = require "luakiq.lib.keys"
@@ -84,7 +84,7 @@ local function still_held(t, w, Q, key, a, other)
   local r = t.conn:pipeline({ { script = "job", P2, other }, { "HEXISTS", P2 .. "waits:new", other },
                               { "HGET", Q .. "waitkeys", key } })
   for i = 1, 3 do
-    if type(r[i]) == "table" and r[i].err then error("luakiq.await: " .. r[i].err, 0) end
+    if type(r[i]) == "table" and r[i].err then error(errors.redis_text(r[i].err), 0) end
   end
   local state = r[1][1]
   local held = (state == "waiting" and r[1][2] == a) or (state == "in_flight" and r[2] == 1)
@@ -102,8 +102,9 @@ local function claim(t, w, Q, key, attempt, id, deadline, now)
     if expected then cmd[#cmd + 1] = expected end
     local r = t.conn:pipeline({ cmd })[1]
     if r == "OK" then return nil end
-    local code, rest = errors.redis_code(type(r) == "table" and r.err or tostring(r))
-    if code ~= "TAKEN" then error("luakiq.await: waitkey.lua claim failed: " .. errors.redis_text(r.err or r), 0) end
+    local text = type(r) == "table" and r.err or tostring(r)
+    local code, rest = errors.redis_code(text)
+    if code ~= "TAKEN" then error("waitkey.lua claim failed: " .. errors.redis_text(text), 0) end
     local a, other = rest:match("^(%d+) (.-) luakiq waitkey: ")
     local held, value = still_held(t, w, Q, key, a, other)
     if held then
@@ -114,10 +115,40 @@ local function claim(t, w, Q, key, attempt, id, deadline, now)
   return ("duplicate key %q: other waits kept claiming it"):format(key)
 end
 
+-- The wait of id in h's call (M.await's checked arguments): await.lua,
+-- the units hold, the key's claim. Returns the token and the attempt;
+-- raises the one line of what went wrong (a lost lease stops the call
+-- through core.fence, whatever catches this).
+local function write(h, id, timeout, hb, key)
+  local t, w = h.thread, h.def
+  local Q = keys.queue_prefix(t.cfg.namespace, w.queue_name)
+  local now = core.now()
+  local r = t.conn:pipeline({ { script = "await", h.prefix, t.token, t.lease_ms, string.format("%.17g", now), h.batch or "",
+    id, string.format("%.17g", timeout), hb and string.format("%.17g", hb) or "", key or "",
+    w.on_reply and "" or "status", secret(t, Q) } })[1]
+  if type(r) ~= "table" or r.err then
+    local text = type(r) == "table" and r.err or tostring(r)
+    if errors.redis_code(text) == "FENCED" then core.fence() end -- stops the call as a lost lease does
+    error(errors.redis_text(text), 0)
+  end
+  local token, attempt, deadline = r[1], r[2], r[3]
+  h.awaited = h.awaited or {}
+  h.awaited[id] = { attempt = tonumber(attempt), deadline = tonumber(deadline) }
+  if M.holds_units(w) then
+    local hr = t.conn:pipeline({ hold_cmd(t, w, id, flow.cost_of(w, id, h.call_batch[id]), tonumber(deadline)) })[1]
+    if type(hr) == "table" and hr.err then error("units_acquire.lua failed: " .. errors.redis_text(hr.err), 0) end
+  end
+  if key then
+    local dup = claim(t, w, Q, key, attempt, id, deadline, now)
+    if dup then error(dup, 0) end
+  end
+  return token, attempt
+end
+
 local OPTS = "timeout, key, heartbeat"
 
 -- Raises msg at the caller of luakiq.await (level: the public function's
--- caller), after marking the call broken (M.context).
+-- caller), after marking the call broken (h.await_error).
 local function refuse(h, msg, level)
   msg = "luakiq.await: " .. msg
   h.await_error = h.await_error or msg
@@ -133,8 +164,7 @@ function M.await(id, opts, level)
   if not h or not wait.inside() then
     error("luakiq.await: only inside perform or on_reply (in the call itself, not in a coroutine of its own)", level)
   end
-  local t, batch = h.thread, h.call_batch
-  local w = h.def
+  local w, batch = h.def, h.call_batch
   if type(id) == "number" and id == math.floor(id) then id = string.format("%.0f", id) end
   if type(id) ~= "string" or batch[id] == nil then
     local ids = {}
@@ -168,28 +198,9 @@ function M.await(id, opts, level)
   end
   -- the fence: no write past the lease's bound (as luakiq.redis)
   core.lease_check()
-  local Q = keys.queue_prefix(t.cfg.namespace, w.queue_name)
-  local now = core.now()
-  local r = t.conn:pipeline({ { script = "await", h.prefix, t.token, t.lease_ms, string.format("%.17g", now), h.batch or "",
-    id, string.format("%.17g", timeout), hb and string.format("%.17g", hb) or "", key or "",
-    w.on_reply and "" or "status", secret(t, Q) } })[1]
-  if type(r) ~= "table" or r.err then
-    local code = errors.redis_code(type(r) == "table" and r.err or tostring(r))
-    if code == "FENCED" then core.fence() end -- stops the call as a lost lease does
-    refuse(h, errors.redis_text(type(r) == "table" and r.err or tostring(r)), level)
-  end
-  local token, attempt, deadline = r[1], r[2], r[3]
-  h.awaited = h.awaited or {}
-  h.awaited[id] = { attempt = tonumber(attempt), deadline = tonumber(deadline) }
-  if M.holds_units(w) then
-    local hr = t.conn:pipeline({ hold_cmd(t, w, id, flow.cost_of(w, id, batch[id]), tonumber(deadline)) })[1]
-    if type(hr) == "table" and hr.err then refuse(h, "units_acquire.lua failed: " .. hr.err, level) end
-  end
-  if key then
-    local dup = claim(t, w, Q, key, attempt, id, deadline, now)
-    if dup then refuse(h, dup, level) end
-  end
-  local base = t.cfg.public_url
+  local ok, token, attempt = pcall(write, h, id, timeout, hb, key)
+  if not ok then refuse(h, tostring(token), level) end
+  local base = h.thread.cfg.public_url
   return { token = token, attempt = tonumber(attempt), url = base and (base .. "/api/v1/replies/" .. token) or nil }
 end
 
