@@ -283,6 +283,15 @@ describe("luakiq.await", function()
     assert.are.equal(1, host.stats(box.dir, env()).by_worker.W.waiting)
   end)
 
+  it("refuses luakiq.await outside a worker thread's call", function()
+    local f = box.dir .. "/outside.lua"
+    host.write(f, [[print(select(2, pcall(function() local w = require("luakiq").await("a") return w end)))]])
+    local rc, out, err = host.exec("lua " .. q(f), nil, env())
+    assert.are.equal(0, rc, err)
+    assert.truthy(out:find("outside.lua:1: luakiq.await: only inside perform or on_reply, on a worker thread of luakiq run",
+      1, true), out)
+  end)
+
   it("gives a re-run of the same attempt the same token (its host killed with -9 before the ack)", function()
     start()
     enqueue("W", { { id = "a", payload = { tag = "p1", await = true, sleep = 60 } } })

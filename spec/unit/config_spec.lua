@@ -99,6 +99,34 @@ describe("luakiq.config.load", function()
     assert.equal(30, config.load(d).by_name.A.timeout)
   end)
 
+  it("reads the keys of jobs that wait for a reply: on_reply, reply_timeout (86400), await_releases_units, public_url", function()
+    local d = make { ["workers/A.lua"] = "return { perform = function() end }",
+                     ["workers/B.lua"] = "return { on_reply = function() end, reply_timeout = 60, " ..
+                       "await_releases_units = true, perform = function() end }" }
+    local cfg = config.load(d)
+    local a, b = cfg.by_name.A, cfg.by_name.B
+    assert.same({ 86400, false }, { a.reply_timeout, a.await_releases_units })
+    assert.is_nil(a.on_reply)
+    assert.same({ "function", 60, true }, { type(b.on_reply), b.reply_timeout, b.await_releases_units })
+    assert.equal(os.getenv("LUAKIQ_PUBLIC_URL") ~= "" and os.getenv("LUAKIQ_PUBLIC_URL") or nil, cfg.public_url)
+    -- (trailing slashes go: await adds "/api/v1/replies/TOKEN")
+    d = make { ["config.lua"] = "return { public_url = 'https://jobs.example.com/luakiq//' }",
+               ["workers/A.lua"] = "return { perform = function() end }" }
+    assert.equal("https://jobs.example.com/luakiq", config.load(d).public_url)
+  end)
+
+  it("refuses a bad LUAKIQ_PUBLIC_URL with one line, as config.lua's public_url", function()
+    local host = require "helpers.host"
+    local d = make { ["workers/A.lua"] = "return { perform = function() end }" }
+    local rc, _, err = host.exec("plan " .. q(d), nil, "LUAKIQ_PUBLIC_URL=jobs.example.com")
+    assert.equal(2, rc)
+    has(err, 'LUAKIQ_PUBLIC_URL must be an http:// or https:// URL without spaces, query or fragment ' ..
+      '(e.g. "https://jobs.example.com"), got "jobs.example.com"')
+    assert.is_true(host.one_line(err), err)
+    rc, _, err = host.exec("plan " .. q(d), nil, "LUAKIQ_PUBLIC_URL=http://127.0.0.1:8080/")
+    assert.equal(0, rc, err)
+  end)
+
   it("adapts fetch_size between batch_size and max(batch_size, 300) unless given or fixed by the worker's kind", function()
     local d = make { ["workers/A.lua"] = "return { batch_size = 200, perform = function() end }",
                      ["workers/B.lua"] = "return { fetch_size = 64, perform = function() end }",
@@ -314,6 +342,10 @@ describe("luakiq.config.load errors", function()
     config_case("workers = 'A'", { "workers must be an array of worker names" })
     config_case("workers = { 1 }", { "workers must be an array of worker names" })
     config_case("max_payload_bytes = 0", { "max_payload_bytes must be a positive integer" })
+    config_case("public_url = 'jobs.example.com'", { "public_url must be an http:// or https:// URL", 'got "jobs.example.com"' })
+    config_case("public_url = 'https://a b'", { "public_url must be an http:// or https:// URL" })
+    config_case("public_url = 'https://a/?x=1'", { "public_url must be an http:// or https:// URL" })
+    config_case("public_url = 5", { "public_url must be an http:// or https:// URL", "got 5" })
     config_case("lease_ttl = 0", { "lease_ttl must be a number > 0" })
     config_case("lease_ttl = 10, lease_renew = 10", { "lease_renew (10) must be less than lease_ttl (10)" })
     config_case("timeout = 0", { "timeout must be a number > 0, got 0" })
@@ -340,6 +372,11 @@ describe("luakiq.config.load errors", function()
     worker_case("timeout = '10s', " .. PERFORM, { "timeout must be a number > 0" })
     worker_case("name = '', " .. PERFORM, { "name must be a non-empty string" })
     worker_case("queue_name = 'a{b}', " .. PERFORM, { "queue_name must be" })
+    worker_case("on_reply = true, " .. PERFORM, { "on_reply must be a function, got boolean" })
+    worker_case("reply_timeout = 0, " .. PERFORM, { "reply_timeout must be a number > 0, got 0" })
+    worker_case("reply_timeout = 1/0, " .. PERFORM, { "reply_timeout must be a number > 0" })
+    worker_case("await_releases_units = 1, " .. PERFORM, { "await_releases_units must be true or false, got 1" })
+    worker_case("on_replay = print, " .. PERFORM, { "unknown key 'on_replay' (did you mean 'on_reply'?)" })
   end)
 
   it("a worker without perform", function()

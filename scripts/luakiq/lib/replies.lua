@@ -39,10 +39,6 @@ local function shards_count(conn, ns, queue, fresh)
   return counts[k]
 end
 
--- The queue's own prefix "NS:{QUEUE}:" (waitkey.lua's KEYS[1]: its
--- correlation keys and secret, in the queue's slot).
-local function queue_prefix(ns, queue) return ns .. ":{" .. queue .. "}:" end
-
 -- reply.lua's message without its "CODE luakiq reply: " head.
 local function said(rest) return (rest:gsub("^luakiq %a+: ", "")) end
 
@@ -165,7 +161,7 @@ function M.by_key(conn, cfg, worker, key, body)
   end
   local big, why = too_big(body)
   if big then return big, why end
-  local Q = queue_prefix(cfg.namespace, w.queue_name)
+  local Q = keys.queue_prefix(cfg.namespace, w.queue_name)
   local ok, r = pcall(conn.script, conn, "waitkey", Q, "lookup", key)
   if not ok then
     local code, rest = errors.redis_code(r)

@@ -399,7 +399,7 @@ function M.job(conn, cfg, worker_name, id, now)
   job_cmds(cfg, w, id, cmds)
   local replies = conn:pipeline(cmds)
   local rec = job_record(cfg, id, replies[1], replies[2], now)
-  if not rec then error(errors.missing(("job %s of %s not found (not queued, in flight or dead)"):format(id, w.name)), 0) end
+  if not rec then error(errors.missing(("job %s of %s not found (not queued, in flight, waiting or dead)"):format(id, w.name)), 0) end
   return rec
 end
 

@@ -8,11 +8,13 @@
 -- member "wait:" .. id, until the wait's deadline). When the call ends, the
 -- ack or fail.lua decides (Redis): acked, the job waits; failed, the wait is
 -- dropped (and the runner gives the hold back, M.release).
--- Who calls what: runner/call.lua makes a context per call (M.context) and
--- sets M.current to it whenever it runs the call's coroutine (with
--- wait.current); the public luakiq.await reaches M.await through
--- luakiq.lib.wait's await field, set here. Nothing here yields: each
--- Redis call is a whole round trip on the thread's connection.
+-- Who calls what: runner/call.lua sets M.current to the running call's
+-- shard handler (one call per shard at a time: h.call_jobs, h.call_batch
+-- are its jobs and their payloads by id, h.thread the thread's state)
+-- whenever it runs the call's coroutine (with wait.current); the public
+-- luakiq.await reaches M.await through luakiq.lib.wait's await field, set
+-- here. Nothing here yields: each Redis call is a whole round trip on the
+-- thread's connection.
 -- (The bottom of the runner, with flow and queue: luakiq.runner.call requires it.)
 local core = require "luakiq.core"
 local keys = require "luakiq.lib.keys"
@@ -22,17 +24,12 @@ local flow = require "luakiq.runner.flow"
 
 local M = {}
 
--- The context of the call running now (M.context), or nil between calls.
+-- The handler of the call running now, or nil between calls. M.await
+-- sets its awaited (id -> {attempt =, deadline =} of the waits the call
+-- made) and await_error (the first await error of the call: the call
+-- fails with it even when perform caught it, as an await that raised must
+-- leave no wait behind); runner/call.lua resets both per call.
 M.current = nil
-
--- The context of one call of shard h (t: the thread's state): its jobs and
--- their payloads by id (batch). awaited: id -> {attempt =, deadline =} of
--- the waits the call made; broken: the first await error of the call (the
--- call fails with it even when perform caught it: an await that raised
--- must leave no wait behind).
-function M.context(t, h, jobs, batch)
-  return { t = t, h = h, jobs = jobs, batch = batch, awaited = nil, broken = nil }
-end
 
 -- The queue's secret (waitkey.lua "secret": the first host's random one is
 -- kept), per queue and VM: asked once.
@@ -71,10 +68,10 @@ function M.release(t, w, id)
   list[#list + 1] = "wait:" .. id
 end
 
--- The holds of the waits a call made that will not be (the call failed).
-function M.release_awaited(ctx)
-  if not ctx or not ctx.awaited then return end
-  for id in pairs(ctx.awaited) do M.release(ctx.t, ctx.h.def, id) end
+-- The holds of the waits h's call made that will not be (the call failed).
+function M.release_awaited(h)
+  if not h.awaited then return end
+  for id in pairs(h.awaited) do M.release(h.thread, h.def, id) end
 end
 
 -- Whether the key entry holding `key` (attempt a, id other) names a wait
@@ -87,7 +84,7 @@ local function still_held(t, w, Q, key, a, other)
   local r = t.conn:pipeline({ { script = "job", P2, other }, { "HEXISTS", P2 .. "waits:new", other },
                               { "HGET", Q .. "waitkeys", key } })
   for i = 1, 3 do
-    if type(r[i]) == "table" and r[i].err then error("luakiq.await: " .. r[i].err, 0) end
+    if type(r[i]) == "table" and r[i].err then error(errors.redis_text(r[i].err), 0) end
   end
   local state = r[1][1]
   local held = (state == "waiting" and r[1][2] == a) or (state == "in_flight" and r[2] == 1)
@@ -105,8 +102,9 @@ local function claim(t, w, Q, key, attempt, id, deadline, now)
     if expected then cmd[#cmd + 1] = expected end
     local r = t.conn:pipeline({ cmd })[1]
     if r == "OK" then return nil end
-    local code, rest = errors.redis_code(type(r) == "table" and r.err or tostring(r))
-    if code ~= "TAKEN" then error("luakiq.await: waitkey.lua claim failed: " .. errors.redis_text(r.err or r), 0) end
+    local text = type(r) == "table" and r.err or tostring(r)
+    local code, rest = errors.redis_code(text)
+    if code ~= "TAKEN" then error("waitkey.lua claim failed: " .. errors.redis_text(text), 0) end
     local a, other = rest:match("^(%d+) (.-) luakiq waitkey: ")
     local held, value = still_held(t, w, Q, key, a, other)
     if held then
@@ -117,82 +115,92 @@ local function claim(t, w, Q, key, attempt, id, deadline, now)
   return ("duplicate key %q: other waits kept claiming it"):format(key)
 end
 
-local OPTS = "timeout, key, heartbeat"
-
--- Raises msg at the caller of luakiq.await (level: the public function's
--- caller), after marking the call broken (M.context).
-local function refuse(ctx, msg, level)
-  msg = "luakiq.await: " .. msg
-  ctx.broken = ctx.broken or msg
-  error(msg, level + 1)
-end
-
--- luakiq.await(id [, opts]) in the running call (ctx = M.current; level:
--- the error level of luakiq.await's caller seen from here). Returns
--- {token =, url = (nil without public_url), attempt =}.
-function M.await(id, opts, level)
-  level = (level or 1) + 1
-  local ctx = M.current
-  if not ctx or not wait.inside() then
-    error("luakiq.await: only inside perform or on_reply (in the call itself, not in a coroutine of its own)", level)
-  end
-  local t, h = ctx.t, ctx.h
-  local w = h.def
-  if type(id) == "number" and id == math.floor(id) then id = string.format("%.0f", id) end
-  if type(id) ~= "string" or ctx.batch[id] == nil then
-    local ids = {}
-    for i, j in ipairs(ctx.jobs) do ids[i] = j.id end
-    refuse(ctx, ("%s is not a job of this call (its ids: %s)"):format(
-      type(id) == "string" and ("'" .. id .. "'") or tostring(id), table.concat(ids, ", ")), level)
-  end
-  local timeout, key, hb = w.reply_timeout, nil, nil
-  if opts ~= nil then
-    if type(opts) ~= "table" then refuse(ctx, "opts must be a table (" .. OPTS .. "), got " .. type(opts), level) end
-    for k, v in pairs(opts) do
-      if k == "timeout" then
-        if type(v) ~= "number" or not (v > 0) or v == math.huge then
-          refuse(ctx, "timeout must be a number of seconds > 0, got " .. tostring(v), level)
-        end
-        timeout = v
-      elseif k == "heartbeat" then
-        if type(v) ~= "number" or not (v >= 0) or v == math.huge then
-          refuse(ctx, "heartbeat must be a number of seconds >= 0 (0: none), got " .. tostring(v), level)
-        end
-        hb = v > 0 and v or nil
-      elseif k == "key" then
-        if type(v) ~= "string" or v == "" or #v > 1024 then
-          refuse(ctx, "key must be a string of 1 to 1024 bytes, got " .. (type(v) == "string" and (#v .. " bytes") or type(v)), level)
-        end
-        key = v
-      else
-        refuse(ctx, ("unknown option %s (%s)"):format(type(k) == "string" and ("'" .. k .. "'") or tostring(k), OPTS), level)
-      end
-    end
-  end
-  -- the fence: no write past the lease's bound (as luakiq.redis)
-  core.lease_check()
+-- The wait of id in h's call (M.await's checked arguments): await.lua,
+-- the units hold, the key's claim. Returns the token and the attempt;
+-- raises the one line of what went wrong (a lost lease stops the call
+-- through core.fence, whatever catches this).
+local function write(h, id, timeout, hb, key)
+  local t, w = h.thread, h.def
   local Q = keys.queue_prefix(t.cfg.namespace, w.queue_name)
   local now = core.now()
   local r = t.conn:pipeline({ { script = "await", h.prefix, t.token, t.lease_ms, string.format("%.17g", now), h.batch or "",
     id, string.format("%.17g", timeout), hb and string.format("%.17g", hb) or "", key or "",
     w.on_reply and "" or "status", secret(t, Q) } })[1]
   if type(r) ~= "table" or r.err then
-    local code = errors.redis_code(type(r) == "table" and r.err or tostring(r))
-    if code == "FENCED" then core.fence() end -- stops the call as a lost lease does
-    refuse(ctx, errors.redis_text(type(r) == "table" and r.err or tostring(r)), level)
+    local text = type(r) == "table" and r.err or tostring(r)
+    if errors.redis_code(text) == "FENCED" then core.fence() end -- stops the call as a lost lease does
+    error(errors.redis_text(text), 0)
   end
   local token, attempt, deadline = r[1], r[2], r[3]
-  ctx.awaited = ctx.awaited or {}
-  ctx.awaited[id] = { attempt = tonumber(attempt), deadline = tonumber(deadline) }
+  h.awaited = h.awaited or {}
+  h.awaited[id] = { attempt = tonumber(attempt), deadline = tonumber(deadline) }
   if M.holds_units(w) then
-    local hr = t.conn:pipeline({ hold_cmd(t, w, id, flow.cost_of(w, id, ctx.batch[id]), tonumber(deadline)) })[1]
-    if type(hr) == "table" and hr.err then refuse(ctx, "units_acquire.lua failed: " .. hr.err, level) end
+    local hr = t.conn:pipeline({ hold_cmd(t, w, id, flow.cost_of(w, id, h.call_batch[id]), tonumber(deadline)) })[1]
+    if type(hr) == "table" and hr.err then error("units_acquire.lua failed: " .. errors.redis_text(hr.err), 0) end
   end
   if key then
     local dup = claim(t, w, Q, key, attempt, id, deadline, now)
-    if dup then refuse(ctx, dup, level) end
+    if dup then error(dup, 0) end
   end
-  local base = t.cfg.public_url
+  return token, attempt
+end
+
+local OPTS = "timeout, key, heartbeat"
+
+-- Raises msg at the caller of luakiq.await (level: the public function's
+-- caller), after marking the call broken (h.await_error).
+local function refuse(h, msg, level)
+  msg = "luakiq.await: " .. msg
+  h.await_error = h.await_error or msg
+  error(msg, level + 1)
+end
+
+-- luakiq.await(id [, opts]) in the running call (M.current; level:
+-- the error level of luakiq.await's caller seen from here). Returns
+-- {token =, url = (nil without public_url), attempt =}.
+function M.await(id, opts, level)
+  level = (level or 1) + 1
+  local h = M.current
+  if not h or not wait.inside() then
+    error("luakiq.await: only inside perform or on_reply (in the call itself, not in a coroutine of its own)", level)
+  end
+  local w, batch = h.def, h.call_batch
+  if type(id) == "number" and id == math.floor(id) then id = string.format("%.0f", id) end
+  if type(id) ~= "string" or batch[id] == nil then
+    local ids = {}
+    for i, j in ipairs(h.call_jobs) do ids[i] = j.id end
+    refuse(h, ("%s is not a job of this call (its ids: %s)"):format(
+      type(id) == "string" and ("'" .. id .. "'") or tostring(id), table.concat(ids, ", ")), level)
+  end
+  local timeout, key, hb = w.reply_timeout, nil, nil
+  if opts ~= nil then
+    if type(opts) ~= "table" then refuse(h, "opts must be a table (" .. OPTS .. "), got " .. type(opts), level) end
+    for k, v in pairs(opts) do
+      if k == "timeout" then
+        if type(v) ~= "number" or not (v > 0) or v == math.huge then
+          refuse(h, "timeout must be a number of seconds > 0, got " .. tostring(v), level)
+        end
+        timeout = v
+      elseif k == "heartbeat" then
+        if type(v) ~= "number" or not (v >= 0) or v == math.huge then
+          refuse(h, "heartbeat must be a number of seconds >= 0 (0: none), got " .. tostring(v), level)
+        end
+        hb = v > 0 and v or nil
+      elseif k == "key" then
+        if type(v) ~= "string" or v == "" or #v > 1024 then
+          refuse(h, "key must be a string of 1 to 1024 bytes, got " .. (type(v) == "string" and (#v .. " bytes") or type(v)), level)
+        end
+        key = v
+      else
+        refuse(h, ("unknown option %s (%s)"):format(type(k) == "string" and ("'" .. k .. "'") or tostring(k), OPTS), level)
+      end
+    end
+  end
+  -- the fence: no write past the lease's bound (as luakiq.redis)
+  core.lease_check()
+  local ok, token, attempt = pcall(write, h, id, timeout, hb, key)
+  if not ok then refuse(h, tostring(token), level) end
+  local base = h.thread.cfg.public_url
   return { token = token, attempt = tonumber(attempt), url = base and (base .. "/api/v1/replies/" .. token) or nil }
 end
 

@@ -237,9 +237,9 @@ end
 -- thread's own), the jobs' ids and retry counts (one job's as two
 -- arguments: no table for C to read), and the ids done before the call in
 -- its fetch (done), which it keeps per shard as done grows by each call of
--- the fetch (reset: another fetch's list). actx: the call's context for
--- luakiq.await (luakiq.runner.await), current while the call runs.
-local function run_call(h, w, fn, batch, njobs, call, jobs, done, token, actx)
+-- the fetch (reset: another fetch's list). h is the call's context for
+-- luakiq.await (luakiq.runner.await.current while the call runs).
+local function run_call(h, w, fn, batch, njobs, call, jobs, done, token)
   local co = spare_call or coroutine.create(call_body)
   spare_call = nil
   local m0 = core.mono()
@@ -249,7 +249,7 @@ local function run_call(h, w, fn, batch, njobs, call, jobs, done, token, actx)
   local started, deadline, slot = core.call_begin(w.timeout, h.lease_until, h.worker, h.shard, h.batch, token,
     h.prefix, done, reset, h.done_slot, one and one.id or jobs, one and one.retry_count)
   h.done_slot = slot
-  wait.current, awaits.current = co, actx
+  wait.current, awaits.current = co, h
   local ok, a, req = coroutine.resume(co, fn, w, batch, call)
   while ok and a ~= CALL_DONE and coroutine.status(co) == "suspended" do
     if a ~= wait.WAIT then
@@ -267,7 +267,7 @@ local function run_call(h, w, fn, batch, njobs, call, jobs, done, token, actx)
     -- the fence: past its lease bound, the call must not run on (the
     -- shard's next holder may already run its jobs)
     if not core.call_resume(started, deadline, w.timeout) then answer = wait.FENCED end
-    wait.current, awaits.current = co, actx
+    wait.current, awaits.current = co, h
     ok, a, req = coroutine.resume(co, answer)
   end
   wait.current, awaits.current = nil, nil
@@ -385,20 +385,22 @@ local function perform(t, h, jobs, done)
 end
 
 -- Runs the call of fn (h.perform, h.reply) for loaded (jobs, their payloads
--- by id in batch), with its perform argument call: perform's results.
--- A call that failed, or whose luakiq.await raised (even when the call
--- caught it: its wait must not be kept), gives back the units holds of its
--- waits. Returns perform's results, then the call's await context.
+-- by id in batch), with its perform argument call (CALL_MT): perform's
+-- results. What luakiq.await reads of the call is in h (call_jobs,
+-- call_batch; it writes awaited and await_error: one call per shard at a
+-- time, so the handler holds its call's). A call that failed, or whose
+-- luakiq.await raised (even when the call caught it: its wait must not be
+-- kept), gives back the units holds of its waits.
 function run_jobs(t, h, fn, loaded, batch, call, done)
   local w = h.def
   local njobs = #loaded
   core.set_state(STATE.performing, w.name, h.shard,
     njobs == 1 and loaded[1].id or table.concat(queue.ids(loaded), ","), h.prefix)
   local started = core.now()
-  local actx = awaits.context(t, h, loaded, batch)
-  local ok, err, tb, fenced = run_call(h, w, fn, batch, njobs, call, loaded, done, t.el and t.token or nil, actx)
+  h.call_jobs, h.call_batch, h.awaited, h.await_error = loaded, batch, nil, nil
+  local ok, err, tb, fenced = run_call(h, w, fn, batch, njobs, call, loaded, done, t.el and t.token or nil)
   flow.done(t, h)
-  if ok and actx.broken then ok, err, tb = false, actx.broken, nil end
+  if ok and h.await_error then ok, err, tb = false, h.await_error, nil end
   if fenced then
     -- nothing is recorded: the fetch stays in flight for the shard's holder
     -- (another host restores it; this host, if it still holds the shard,
@@ -417,11 +419,11 @@ function run_jobs(t, h, fn, loaded, batch, call, done)
       log.debug("batch done",
         { worker = w.name, shard = h.shard, ids = queue.ids(loaded), duration = core.now() - started })
     end
-    return true, loaded, nil, nil, actx
+    return true, loaded
   end
   if err == luakiq.FATAL then error(err, 0) end
-  awaits.release_awaited(actx)
-  return false, loaded, err, tb, actx
+  awaits.release_awaited(h)
+  return false, loaded, err, tb
 end
 
 -- One job of h's fetch that the fetch flagged as a reply or a lapsed
@@ -470,9 +472,9 @@ function M.wait_call(t, h, job, done)
   end
   local call = setmetatable({ worker = w.name, shard = h.shard, attempt = wt.attempt, queue_ = w.queue_name,
                               jobs_ = loaded, id_ = job.id, reply_ = reply }, CALL_MT)
-  local ok, performed, err, tb, actx = run_jobs(t, h, h.reply, loaded, batch, call, done)
+  local ok, performed, err, tb = run_jobs(t, h, h.reply, loaded, batch, call, done)
   if ok == nil then return nil end
-  if not (ok and actx.awaited and actx.awaited[job.id]) then awaits.release(t, w, job.id) end
+  if not (ok and h.awaited and h.awaited[job.id]) then awaits.release(t, w, job.id) end
   return ok, performed, err, tb
 end
 

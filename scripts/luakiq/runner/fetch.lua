@@ -154,6 +154,57 @@ local function split_waits(all)
   return jobs, waits
 end
 
+-- The calls of a fetch's jobs that waited (wjobs: replies and lapsed
+-- deadlines, process's), before its jobs to perform, each a call of its
+-- own (call.wait_call); ran, done, fetched: process's. Returns true and
+-- process's results when the fetch ends here (a call failed, the lease was
+-- lost, or, before a call but the first, the thread stops or
+-- poll_interval passed: what ran is acked, the rest goes back); else
+-- false and the failures that need no user code ({job =, err =}...: a
+-- lapsed deadline, rickover's "failed"), for fail_later, or nil.
+local function wait_calls(t, h, wjobs, ran, done, fetched)
+  local later_failed
+  for k, job in ipairs(wjobs) do
+    if k > 1 and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval) then
+      queue.settle(in_flight(t, h), done, h.later)
+      h.batch, h.done, h.later, h.held = nil, nil, nil, nil
+      return true, true, fetched -- (a reply put back is due at once)
+    end
+    if ran[job.id] then
+      done[#done + 1] = job.id
+    else
+      local ok, performed, err, tb = call.wait_call(t, h, job, done)
+      if ok == nil then return true, false, nil end
+      if ok == "later" then
+        later_failed = later_failed or {}
+        later_failed[#later_failed + 1] = { job = job, err = performed }
+      elseif not ok then
+        fail(t, h, performed, err, tb, done)
+        h.done = nil
+        return true, false, nil
+      else
+        done[#done + 1] = job.id
+        ran[job.id] = true
+      end
+    end
+  end
+  return false, later_failed
+end
+
+-- Records the failures wait_calls left (list), with the ids done, in one
+-- fail.lua call: those of the first one's error (the usual case: timeouts
+-- of one reply_timeout); the others are not listed, so they stay due and
+-- come back with the shard's next fetch. Returns process's results.
+local function fail_later(t, h, list, done)
+  local first, same = list[1], {}
+  for _, f in ipairs(list) do
+    if rawequal(f.err, first.err) then same[#same + 1] = f.job end -- (equal strings, or the same value)
+  end
+  fail(t, h, same, first.err, nil, done)
+  h.done = nil
+  return false, nil
+end
+
 -- One fetch of shard h: up to fetch_size due jobs, performed batch_size ids
 -- per perform call, in perform_in order. Returns ok (jobs ran and all
 -- succeeded), head (the shard's earliest perform_in left, or nil).
@@ -220,50 +271,21 @@ local function process(t, h)
   -- ack (several calls, or flow control holding some jobs back)
   local fetched, started = core.now(), core.mono()
   local done = (ran or h.def.throttle or h.def.concurrency) and {} or nil
-  -- Before each call but the fetch's first: stopping, or poll_interval
-  -- passed, what ran is acked and the rest goes back (settle). Returns
-  -- true and the shard's head then (pin: the perform_in of the next job),
-  -- false when the fetch goes on.
-  local calls, nrun = 0, 0
-  local function settle_now(pin)
-    calls = calls + 1
-    if calls == 1 or not (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval) then
-      return false
-    end
-    fetch_adapt(h, nrun, core.mono() - started)
-    queue.settle(in_flight(t, h), done, h.later)
-    h.batch, h.done, h.later, h.held = nil, nil, nil, nil
-    local head = res.head
-    if not head or pin < head then head = pin end
-    return true, head
-  end
-  -- failures with no user code (lapsed deadlines, rickover's "failed"):
-  -- recorded together after the fetch's other calls
   local later_failed
-  for _, job in ipairs(wjobs or {}) do
-    local settled, head = settle_now(fetched) -- (a reply put back is due at once)
-    if settled then return true, head end
-    if ran[job.id] then
-      done[#done + 1] = job.id
-    else
-      local ok, performed, err, tb = call.wait_call(t, h, job, done)
-      if ok == nil then return false, nil end
-      if ok == "later" then
-        later_failed = later_failed or {}
-        later_failed[#later_failed + 1] = { job = job, err = performed }
-      elseif not ok then
-        fail(t, h, performed, err, tb, done)
-        h.done = nil
-        return false, nil
-      else
-        done[#done + 1] = job.id
-        ran[job.id] = true
-      end
-    end
+  if wjobs then
+    local ended, a, b = wait_calls(t, h, wjobs, ran, done, fetched)
+    if ended then return a, b end
+    later_failed = a
   end
   for first = 1, #jobs, size do
-    local settled, head = settle_now(jobs[first].perform_in)
-    if settled then return true, head end
+    if (first > 1 or wjobs) and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval) then
+      fetch_adapt(h, first - 1, core.mono() - started)
+      queue.settle(in_flight(t, h), done, h.later)
+      h.batch, h.done, h.later, h.held = nil, nil, nil, nil
+      local head = res.head
+      if not head or jobs[first].perform_in < head then head = jobs[first].perform_in end
+      return true, head
+    end
     local slice = #jobs <= size and jobs or (size == 1 and { jobs[first] })
       or { unpack(jobs, first, math.min(first + size - 1, #jobs)) }
     if ran and next(ran) then
@@ -288,7 +310,6 @@ local function process(t, h)
       local now, qn = core.now(), h.def.queue_name
       for i = 1, #slice do timing.observe(t.timing, qn, "w", now - slice[i].perform_in, now) end
       ok, performed, err, tb = perform(t, h, slice, done)
-      nrun = nrun + #slice
     end
     if ok == nil then return false, nil end
     -- the throttle held every job of this call: they go back at the end of
@@ -314,18 +335,7 @@ local function process(t, h)
       end
     end
   end
-  if later_failed then
-    -- one fail.lua call: the failures of the first one's error (the usual
-    -- case: timeouts of one reply_timeout); the others stay due and come
-    -- back with the next fetch
-    local first, same = later_failed[1], {}
-    for _, f in ipairs(later_failed) do
-      if rawequal(f.err, first.err) or (type(f.err) == "string" and f.err == first.err) then same[#same + 1] = f.job end
-    end
-    fail(t, h, same, first.err, nil, done)
-    h.done = nil
-    return false, nil
-  end
+  if later_failed then return fail_later(t, h, later_failed, done) end
   if h.later or h.held then
     -- the throttle kept some jobs: not an ack of the whole fetch, a partial
     -- one (the held jobs go back unchanged, the later ones at their time)

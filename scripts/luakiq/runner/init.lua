@@ -17,9 +17,10 @@
 --          size of an adapting fetch
 --   call   one perform call: payloads, job windows, flow control, the call
 --          under its timeout, delivery ids, failures (fail.lua), the call
---          record and fail_stuck
+--          record and fail_stuck; the calls of replies and lapsed deadlines
 --   flow   concurrency units and the throttle (luakiq.runner.flow)
 --   queue  the calls of the queue scripts and their replies (luakiq.runner.queue)
+--   await  luakiq.await in a call (luakiq.runner.await)
 -- elastic (the pure share of shards among hosts and threads, which the
 -- main VM's splitter and the CLI use too) and unacked are init's alone.
 local core = require "luakiq.core"
@@ -83,6 +84,12 @@ function M.new_handler(t, w, shard)
     units = nil,       -- the queue whose units its call holds (given back after the call)
     units_until = nil, -- mono: no fetch before then (a held or refused call's back-off)
     snapshot = nil,    -- running_read.lua's reply for its next throttled call
+    -- its call's luakiq.await (luakiq.runner.await; luakiq.runner.call sets them per call)
+    thread = t,        -- the thread's state
+    call_jobs = nil,   -- the call's jobs
+    call_batch = nil,  -- their payloads by id
+    awaited = nil,     -- id -> {attempt =, deadline =}: the waits the call made
+    await_error = nil, -- the first error an await of the call raised (the call fails with it)
   }
 end
 
