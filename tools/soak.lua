@@ -66,7 +66,7 @@ local httpd = require "helpers.httpd"
 local opt = {
   payloads = 20000, ids = 0, hosts = 2, threads = 3, shards = 8, batch = 10, ["fetch-size"] = 0, fail = 0.1,
   ["kill-every"] = 4, ["redis-restarts"] = 1, ["max-retry"] = 4, ["lease-ttl"] = 1.5, work = 1,
-  backlog = 0, timeout = 0, seed = 0, io = 0, rate = 400,
+  backlog = 0, timeout = 0, seed = 0, io = 0, rate = 400, await = 0, ["reply-timeout"] = 3,
 }
 local flags = { quiet = true, keep = true, elastic = true }
 do
@@ -134,16 +134,42 @@ local core = require "luakiq.core"
 local pid = core.getpid() .. "." .. (core.thread_index() or 0) -- process.thread
 math.randomseed(core.getpid() * 1000 + (core.thread_index() or 0) + math.floor(core.now() * 1000) %% 100000)
 local FAIL, WORK, IO, URL = %s, %s, %d, %q
+local AWAIT = %s -- the share of ids (by number) whose jobs wait for a reply
+local function awaited(id) return tonumber(id) %% 100 < AWAIT * 100 end
+local function list(ps)
+  local s = {}
+  for i, p in ipairs(ps) do s[i] = string.format("%%d", p) end
+  return table.concat(s, ",")
+end
 return {
   shards_count = %d, batch_size = %d, fetch_size = %s, max_retry_count = %d,
   retry_in = function(count) return 0.05 * (count + 1) end,
+  reply_timeout = %s,
+  -- (--await) a reply's call: one record "S|F, start, end, pid, id:payloads@attempt=v"
+  on_reply = AWAIT > 0 and function(id, reply, payloads, call)
+    local t0 = core.now()
+    local failed, d = math.random() < FAIL, math.random() * WORK
+    luakiq.redis.call("RPUSH", "soak:log", string.format("%%s|%%.6f|%%.6f|%%s|%%s:%%s@%%d=%%s",
+      failed and "F" or "S", t0, t0 + d, pid, id, list(payloads), call.attempt, tostring(reply.v)))
+    -- (the work after the record: a kill -9 meanwhile redelivers a recorded call)
+    if d > 0 then core.sleep(d) end
+    if failed then error("soak: random failure in on_reply") end
+    luakiq.redis.call("INCRBY", "soak:done", #payloads)
+  end or nil,
   perform = function(batch)
     local t0 = core.now()
-    local parts = {}
+    local parts, waits = {}, 0
     for id, ps in pairs(batch) do
-      local s = {}
-      for i, p in ipairs(ps) do s[i] = string.format("%%d", p) end
-      parts[#parts + 1] = id .. ":" .. table.concat(s, ",")
+      if AWAIT > 0 and awaited(id) then
+        -- the wait is in Redis when await returns: its token goes to the
+        -- replier at once, so a reply may come before this call's ack
+        local w = luakiq.await(id)
+        luakiq.redis.call("RPUSH", "soak:await", id .. "|" .. w.token .. "|" .. w.attempt)
+        parts[#parts + 1] = id .. ":" .. list(ps) .. "@" .. w.attempt
+        waits = waits + #ps
+      else
+        parts[#parts + 1] = id .. ":" .. list(ps)
+      end
     end
     if IO > 0 then
       local res = luakiq.http.request { url = URL .. "/delay/" .. math.random(0, IO), timeout = 30 }
@@ -153,16 +179,18 @@ return {
     end
     local failed = math.random() < FAIL
     local t1 = core.now()
+    -- (ids awaited in a call that succeeds are marked by their @attempt:
+    -- not done yet, their reply's call completes them)
     luakiq.redis.call("RPUSH", "soak:log", string.format("%%s|%%.6f|%%.6f|%%s|%%s",
       failed and "F" or "S", t0, t1, pid, table.concat(parts, ";")))
     if failed then error("soak: random failure") end
     local n = 0
     for _, ps in pairs(batch) do n = n + #ps end
-    luakiq.redis.call("INCRBY", "soak:done", n) -- for the pusher's pacing only
+    luakiq.redis.call("INCRBY", "soak:done", n - waits) -- for the pusher's pacing only
   end,
 }
-]]):format(opt.fail, opt.work / 1000, math.floor(opt.io), web and web.url or "", opt.shards, opt.batch,
-  opt["fetch-size"] > 0 and tostring(opt["fetch-size"]) or "nil", opt["max-retry"])
+]]):format(opt.fail, opt.work / 1000, math.floor(opt.io), web and web.url or "", opt.await, opt.shards, opt.batch,
+  opt["fetch-size"] > 0 and tostring(opt["fetch-size"]) or "nil", opt["max-retry"], opt["reply-timeout"])
 local dir = host.scriptdir {
   ["config.lua"] = ("return { threads_per_node = %d, poll_interval = 0.2, lease_ttl = %s, redis_retry = 60%s }")
     :format(opt.threads, opt["lease-ttl"], (opt.elastic or opt.reshard) and ', splitter = "elastic"' or ""),
@@ -200,16 +228,90 @@ local function conn() return srv.conn end
 local function backlog()
   local cmds = {}
   for i, P in ipairs(prefixes) do
-    cmds[2 * i - 1] = { "ZCARD", P .. "jobs" } -- (layout 2: one member per queued job)
-    cmds[2 * i] = { "EXISTS", P .. "busy" }
+    cmds[5 * i - 4] = { "ZCARD", P .. "jobs" } -- (layout 2: one member per queued job)
+    cmds[5 * i - 3] = { "EXISTS", P .. "busy" }
+    cmds[5 * i - 2] = { "HLEN", P .. "waits" } -- (jobs that wait for a reply, the held ones)
+    cmds[5 * i - 1] = { "HLEN", P .. "waits:new" }
+    cmds[5 * i] = { "ZCARD", P .. "held" }
   end
   local r = conn():pipeline(cmds)
-  local queued, busy = 0, 0
+  local queued, busy, waiting = 0, 0, 0
   for i = 1, #prefixes do
-    queued = queued + r[2 * i - 1]
-    busy = busy + r[2 * i]
+    queued = queued + r[5 * i - 4] + r[5 * i]
+    busy = busy + r[5 * i - 3]
+    waiting = waiting + r[5 * i - 2] + r[5 * i - 1]
   end
-  return queued, busy
+  return queued, busy, waiting
+end
+
+-- The replier (--await) ---------------------------------------------------------
+-- Reads the tokens the calls of awaited jobs append to soak:await and
+-- replies by token through luakiq.lib.replies (the functions behind POST
+-- /api/v1/replies/TOKEN and `luakiq reply`), each after a random delay:
+-- most within 0.5 s (some before the awaiting call's ack), some twice
+-- (duplicates), some never (the wait times out: the retry path), some only
+-- after the wait's timeout (late: STALE, unless no fetch took the timeout
+-- yet), and some again long after the first was accepted (the wait ended:
+-- STALE). Every answer is kept per token for the checker.
+local rp
+if opt.await > 0 then
+  local replies = require "luakiq.lib.replies"
+  local RT = opt["reply-timeout"]
+  rp = { seen = 0, due = {}, sent = {}, answers = {}, by_token = {}, tokens = 0, again = 0, n = {} }
+  local function plan(at, token, body, why)
+    rp.due[#rp.due + 1] = { at = at, token = token, body = body, why = why }
+  end
+  function rp.step()
+    local c = conn()
+    local n = c:call("LLEN", "soak:await")
+    if n > rp.seen then
+      local now = core.now()
+      for _, line in ipairs(c:call("LRANGE", "soak:await", rp.seen, n - 1)) do
+        local id, token, attempt = line:match("^([^|]+)|([^|]+)|(%d+)$")
+        local t = rp.by_token[token]
+        if t then
+          rp.again = rp.again + 1 -- the same token from a re-run (a kill before the ack)
+        else
+          rp.tokens = rp.tokens + 1
+          t = { id = id, attempt = tonumber(attempt), answers = {}, body_v = tostring(rp.tokens) }
+          rp.by_token[token] = t
+          local body = json.encode { v = rp.tokens }
+          local r = math.random()
+          if r < 0.05 then
+            t.plan = "never"
+          elseif r < 0.12 then
+            t.plan = "late"
+            plan(now + RT + 0.5 + math.random() * 1.5, token, body, "late")
+          else
+            t.plan = "soon"
+            local at = now + math.random() * 0.5
+            plan(at, token, body, "first")
+            if math.random() < 0.2 then plan(at + math.random() * 0.5, token, body, "duplicate") end
+            if math.random() < 0.1 then plan(at + RT + 2 + math.random(), token, body, "after") end
+          end
+        end
+      end
+      rp.seen = n
+    end
+    local now, keep = core.now(), {}
+    for _, d in ipairs(rp.due) do
+      if d.at <= now then
+        local ok, outcome = pcall(replies.by_token, c, cfg, d.token, d.body, "Soak")
+        if ok then
+          local t = rp.by_token[d.token]
+          t.answers[#t.answers + 1] = { at = core.now(), outcome = outcome, why = d.why }
+          rp.n[outcome] = (rp.n[outcome] or 0) + 1
+        else
+          rp.n.retried = (rp.n.retried or 0) + 1 -- Redis away: again in a moment
+          d.at = now + 0.2
+          keep[#keep + 1] = d
+        end
+      else
+        keep[#keep + 1] = d
+      end
+    end
+    rp.due = keep
+  end
 end
 
 -- Pushing --------------------------------------------------------------------
@@ -244,10 +346,12 @@ local function fault_step()
     local i = math.random(1, #hosts)
     local p = hosts[i]
     if math.random() < 0.25 then
+      say(("TERM host %s"):format(tostring(p.pid)))
       p:signal("TERM")
       stats.terms = stats.terms + 1
       stopped(p, ("after a TERM at %.1f s"):format(core.now() - opt.t0))
     else
+      say(("kill -9 host %s"):format(tostring(p.pid)))
       p:signal("KILL")
       p:wait(5)
       dead_pids[tostring(p.pid)] = true
@@ -446,7 +550,8 @@ while core.now() < deadline do
     rs.step()
     if rs.done and total < N and core.now() >= rs.next_at then N = total end -- 2 s after the last one
   end
-  local queued, busy = backlog()
+  local queued, busy, waiting = backlog()
+  if rp then rp.step() end
   if total < N then
     local done = tonumber(conn():call("GET", "soak:done")) or 0
     if el or rs then
@@ -454,18 +559,18 @@ while core.now() < deadline do
       if total < opt.rate * (core.now() - opt.t0) then push_chunk(math.max(1, math.floor(opt.rate / 20)))
       else core.sleep(0.02) end
     elseif total - done < BACKLOG then push_chunk(chunk) else core.sleep(0.02) end
-  elseif queued == 0 and busy == 0 then
+  elseif queued == 0 and busy == 0 and waiting == 0 and not (rp and #rp.due > 0) then
     -- drained: confirm after a moment (retries scheduled in the future, restores)
     core.sleep(0.5)
-    local q2, b2 = backlog()
-    if q2 == 0 and b2 == 0 then break end
+    local q2, b2, w2 = backlog()
+    if q2 == 0 and b2 == 0 and w2 == 0 then break end
   else
     core.sleep(0.05)
   end
   if core.now() - last_report >= 5 then
     last_report = core.now()
-    say(("pushed %d/%d, queued ids %d, busy shards %d, records %d, kills %d, terms %d"):format(
-      total, N, queued, busy, conn():call("LLEN", "soak:log"), stats.kills, stats.terms))
+    say(("pushed %d/%d, queued ids %d, busy shards %d, waiting %d, records %d, kills %d, terms %d"):format(
+      total, N, queued, busy, waiting, conn():call("LLEN", "soak:log"), stats.kills, stats.terms))
   end
 end
 local timed_out = core.now() >= deadline
@@ -490,12 +595,16 @@ for from = 0, nlog - 1, 20000 do
     else
       nrec = nrec + 1
       for part in rest:gmatch("[^;]+") do
-        local id, list = part:match("^([^:]+):(.*)$")
+        -- id:payloads, @attempt when the call awaited the id, =v in a reply's call
+        local id, list, att, v = part:match("^([^:]+):([^@]*)@?(%d*)=?(.*)$")
         local ps = {}
         for p in list:gmatch("[^,]+") do ps[#ps + 1] = tonumber(p) end
         local recs = records[id]
         if not recs then recs = {} records[id] = recs end
-        recs[#recs + 1] = { kind = kind, t0 = tonumber(t0), t1 = tonumber(t1), pid = pid, ps = ps, n = nrec }
+        local k = kind
+        if att ~= "" and v == "" and kind == "S" then k = "W" end -- awaited: not done yet
+        recs[#recs + 1] = { kind = k, t0 = tonumber(t0), t1 = tonumber(t1), pid = pid, ps = ps, n = nrec,
+                            attempt = tonumber(att), reply = v ~= "" and v or nil }
       end
     end
   end
@@ -521,7 +630,9 @@ for _, P in ipairs(prefixes) do
 end
 
 local c = { lost = 0, overlaps = 0, order = 0, inner_order = 0, duplicates = 0, succeeded = 0, executions = 0,
-            failed_attempts = 0, reruns = 0, morgued_and_succeeded = 0, unknown = 0 }
+            failed_attempts = 0, reruns = 0, morgued_and_succeeded = 0, unknown = 0, awaited = 0,
+            double = 0, unreplied = 0, wrong_reply = 0, dropped = 0, revived = 0, bad_answers = 0,
+            redelivered = 0, timed_out = 0, replied_calls = 0 }
 local examples = {}
 local function example(kind, msg)
   c[kind] = c[kind] + 1
@@ -560,7 +671,9 @@ for idn = 1, IDS do
         break
       end
     end
-    if r.kind == "S" then
+    if r.kind == "W" then
+      c.awaited = c.awaited + #r.ps
+    elseif r.kind == "S" then
       c.executions = c.executions + #r.ps
       for _, p in ipairs(r.ps) do ok_count[p] = (ok_count[p] or 0) + 1 end
       if final[i] then high = math.max(high, r.ps[#r.ps] or high) end
@@ -580,6 +693,83 @@ for idn = 1, IDS do
     end
   end
   for p in pairs(ok_count) do if p > pushed[idn] then example("unknown", "id " .. id .. " payload " .. p) end end
+end
+
+-- Waits and replies (--await), per (id, attempt):
+--   double      a reply's call completed one attempt twice, the first on a
+--               host that was not killed (a kill -9 before its ack is
+--               at-least-once delivery: counted as redelivered)
+--   unreplied   a reply's call of an attempt no reply was accepted for
+--   wrong_reply a reply's call got a body other than the accepted one
+--   dropped     an accepted reply whose call never ran, and no call that
+--               awaited that attempt failed (which drops the wait)
+--   revived     a token answered STALE, then accepted
+--   bad_answers any answer but accepted, duplicate and STALE
+-- An attempt awaited and never replied to in time times out (the retry
+-- path): counted as timed_out, its payloads checked as any other's.
+local rstats = { late_accepted = 0, late_stale = 0, after_stale = 0, after_other = 0 }
+if rp then
+  local calls, failed_waits, awaits = {}, {}, {}
+  for id, recs in pairs(records) do
+    for _, r in ipairs(recs) do
+      if r.attempt then
+        local k = id .. "@" .. r.attempt
+        if r.reply then
+          local l = calls[k] or {}
+          calls[k] = l
+          l[#l + 1] = r
+        elseif r.kind == "F" then
+          failed_waits[k] = true
+        else
+          awaits[k] = true
+        end
+      end
+    end
+  end
+  local token_of = {}
+  for token, t in pairs(rp.by_token) do
+    token_of[t.id .. "@" .. t.attempt] = t
+    local stale_at, accepted
+    table.sort(t.answers, function(a, b) return a.at < b.at end)
+    for _, a in ipairs(t.answers) do
+      if a.outcome == "accepted" then
+        accepted = accepted or a
+        if stale_at then example("revived", ("token %s: STALE, then accepted"):format(token)) end
+      elseif a.outcome == "STALE" then
+        stale_at = stale_at or a.at
+      elseif a.outcome ~= "duplicate" then
+        c.bad_answers = c.bad_answers + 1
+        if #examples < 10 then examples[#examples + 1] = "bad answer: " .. token .. ": " .. tostring(a.outcome) end
+      end
+      if a.why == "late" then
+        if a.outcome == "STALE" then rstats.late_stale = rstats.late_stale + 1 else rstats.late_accepted = rstats.late_accepted + 1 end
+      elseif a.why == "after" then
+        if a.outcome == "STALE" then rstats.after_stale = rstats.after_stale + 1 else rstats.after_other = rstats.after_other + 1 end
+      end
+    end
+    t.accepted = accepted
+    local k = t.id .. "@" .. t.attempt
+    if accepted and not calls[k] and not failed_waits[k] then
+      example("dropped", ("id %s attempt %d: reply accepted, never handled"):format(t.id, t.attempt))
+    end
+    if not accepted and awaits[k] and not calls[k] then c.timed_out = c.timed_out + 1 end
+  end
+  for k, l in pairs(calls) do
+    table.sort(l, function(a, b) return a.t0 < b.t0 end)
+    local t = token_of[k]
+    if not (t and t.accepted) then example("unreplied", k .. ": a reply's call, no reply accepted") end
+    local done
+    for _, r in ipairs(l) do
+      c.replied_calls = c.replied_calls + 1
+      if t and t.body_v and r.reply ~= t.body_v then example("wrong_reply", k .. ": got v=" .. r.reply) end
+      if done and r.kind == "S" then
+        if dead_pids[done.pid:match("^(%d+)")] then c.redelivered = c.redelivered + 1
+        else example("double", ("%s: completed at %.3f s (pid %s) and again at %.3f s (pid %s)"):format(
+          k, done.t0 - opt.t0, done.pid, r.t0 - opt.t0, r.pid)) end
+      end
+      if r.kind == "S" then done = r end
+    end
+  end
 end
 
 -- Shard overlaps: two calls of one shard at once (two holders, or two calls
@@ -653,6 +843,8 @@ if rs then
   end
 end
 local ok = c.lost == 0 and c.overlaps == 0 and c.order == 0 and c.inner_order == 0 and c.unknown == 0
+  and c.double == 0 and c.unreplied == 0 and c.wrong_reply == 0 and c.dropped == 0 and c.revived == 0
+  and c.bad_answers == 0
   and reshard_ok
   and shard_overlaps == 0 and not (el and (#el.failed > 0 or not el.done))
   and bad_records == 0 and not timed_out and host_errors == 0 and (stats.bad_exit or 0) == 0
@@ -674,6 +866,18 @@ out:write(("  succeeded %d, in morgue %d (of which also succeeded %d), lost %d\n
   c.succeeded, morgued, c.morgued_and_succeeded, c.lost))
 out:write(("  duplicates %d (re-runs of batches killed before their ack: %d)\n"):format(c.duplicates, c.reruns))
 out:write(("  shard overlaps %d\n"):format(shard_overlaps))
+if rp then
+  out:write(("  waits: %d payloads awaited (share %g of ids, reply_timeout %g s), %d tokens (%d seen again after a re-run), " ..
+    "%d reply calls, %d attempts timed out; redelivered after kill -9: %d\n"):format(c.awaited, opt.await,
+    opt["reply-timeout"], rp.tokens, rp.again, c.replied_calls, c.timed_out, c.redelivered))
+  out:write(("  replies: accepted %d, duplicate %d, stale %d, other %d, retried after Redis errors %d; " ..
+    "late: %d stale, %d accepted (timeout not taken yet); again after the wait ended: %d stale, %d other\n"):format(
+    rp.n.accepted or 0, rp.n.duplicate or 0, rp.n.STALE or 0, c.bad_answers, rp.n.retried or 0,
+    rstats.late_stale, rstats.late_accepted, rstats.after_stale, rstats.after_other))
+  out:write(("  double completions %d, reply calls without an accepted reply %d, wrong replies %d, " ..
+    "accepted replies dropped %d, stale tokens revived %d\n"):format(c.double, c.unreplied, c.wrong_reply,
+    c.dropped, c.revived))
+end
 if el then
   local parts = {}
   for _, r in ipairs(el.results) do
