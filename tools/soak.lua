@@ -4,6 +4,7 @@
 --       [--shards S] [--batch B] [--fetch-size Z] [--fail F] [--kill-every SECS] [--redis-restarts R]
 --       [--max-retry M] [--lease-ttl L] [--work MS] [--backlog X] [--bin PATH]
 --       [--timeout SECS] [--seed N] [--io MS] [--quiet] [--elastic [--rate R]]
+--       [--await SHARE [--reply-timeout SECS]]
 --
 -- Starts a private redis-server (appendonly, free port) and H hosts (`luakiq
 -- run`, same script directory) of the binary running this script (or --bin),
@@ -50,6 +51,24 @@
 -- After each one every job (queued, in flight, dead) must be in its shard,
 -- crc32(id) % count. The shard-overlap count then covers only the calls
 -- after the last reshard (a shard number names another set of ids before).
+--
+-- --await SHARE [--reply-timeout SECS]: jobs that wait for a reply (docs/lua-api.md,
+-- luakiq.await, on_reply). The ids whose number % 100 < SHARE * 100 are
+-- awaited by every call that gets them (a re-run awaits the same ids, so a
+-- kill before the ack must give the same token); each await appends its
+-- token to soak:await, and this process replies to it by token through
+-- luakiq.lib.replies (the code behind POST /api/v1/replies/TOKEN and
+-- `luakiq reply`) with random delays: some twice, some late (after the
+-- wait's reply_timeout, default 3 s), some never (the timeout's retry
+-- path), some again after the wait ended. on_reply records "id:payloads@
+-- attempt=v" (v: the reply's body) before 0..--work ms more of work, so kills
+-- land inside it too. Besides the checks above (a timed-out wait's payloads
+-- run again, so they are checked as any other's), per (id, attempt): no
+-- double completion (a second one only after the first holder's kill -9, or
+-- its lease lost in a Redis outage: both at-least-once by design), no reply
+-- call without an accepted reply or with another body, no accepted reply
+-- dropped (unless the awaiting call failed), no STALE token accepted later,
+-- no answer but accepted, duplicate and STALE.
 local root = (arg and arg[0] or ""):match("^(.*)/tools/[^/]*$") or "."
 package.path = root .. "/spec/?.lua;" .. package.path
 
@@ -149,12 +168,13 @@ return {
   on_reply = AWAIT > 0 and function(id, reply, payloads, call)
     local t0 = core.now()
     local failed, d = math.random() < FAIL, math.random() * WORK
+    if not failed then luakiq.redis.call("INCRBY", "soak:done", #payloads) end -- (pacing only)
+    -- the record is the call's last Redis command: a call that records its
+    -- success cannot fail after it (only a kill -9 redelivers it: at least once)
     luakiq.redis.call("RPUSH", "soak:log", string.format("%%s|%%.6f|%%.6f|%%s|%%s:%%s@%%d=%%s",
       failed and "F" or "S", t0, t0 + d, pid, id, list(payloads), call.attempt, tostring(reply.v)))
-    -- (the work after the record: a kill -9 meanwhile redelivers a recorded call)
-    if d > 0 then core.sleep(d) end
+    if d > 0 then core.sleep(d) end -- (after the record: a kill -9 here redelivers a recorded call)
     if failed then error("soak: random failure in on_reply") end
-    luakiq.redis.call("INCRBY", "soak:done", #payloads)
   end or nil,
   perform = function(batch)
     local t0 = core.now()
@@ -178,15 +198,19 @@ return {
       core.sleep(math.random() * WORK)
     end
     local failed = math.random() < FAIL
+    if not failed then
+      local n = 0
+      for _, ps in pairs(batch) do n = n + #ps end
+      luakiq.redis.call("INCRBY", "soak:done", n - waits) -- for the pusher's pacing only
+    end
     local t1 = core.now()
-    -- (ids awaited in a call that succeeds are marked by their @attempt:
-    -- not done yet, their reply's call completes them)
+    -- The record is the call's last Redis command (a success recorded is
+    -- not failed by a Redis error after it). Ids awaited in a call that
+    -- succeeds are marked by their @attempt: not done yet, their reply's
+    -- call completes them.
     luakiq.redis.call("RPUSH", "soak:log", string.format("%%s|%%.6f|%%.6f|%%s|%%s",
       failed and "F" or "S", t0, t1, pid, table.concat(parts, ";")))
     if failed then error("soak: random failure") end
-    local n = 0
-    for _, ps in pairs(batch) do n = n + #ps end
-    luakiq.redis.call("INCRBY", "soak:done", n - waits) -- for the pusher's pacing only
   end,
 }
 ]]):format(opt.fail, opt.work / 1000, math.floor(opt.io), web and web.url or "", opt.await, opt.shards, opt.batch,
@@ -315,8 +339,8 @@ if opt.await > 0 then
 end
 
 -- Pushing --------------------------------------------------------------------
-local pushed, total = {}, 0
-for id = 1, IDS do pushed[id] = 0 end
+local pushed, total, pushed_at = {}, 0, {}
+for id = 1, IDS do pushed[id], pushed_at[id] = 0, {} end
 local function push_chunk(n)
   local jobs = {}
   local now = core.now()
@@ -327,6 +351,7 @@ local function push_chunk(n)
     total = total + 1
     local seq = pushed[id]
     local job = { id = tostring(id), payload = seq, score = seq }
+    if opt.await > 0 then pushed_at[id][seq] = now end
     if math.random() < 0.03 then job.perform_in = now + math.random() * 1.5 end -- a few scheduled ones
     jobs[#jobs + 1] = job
   end
@@ -632,7 +657,7 @@ end
 local c = { lost = 0, overlaps = 0, order = 0, inner_order = 0, duplicates = 0, succeeded = 0, executions = 0,
             failed_attempts = 0, reruns = 0, morgued_and_succeeded = 0, unknown = 0, awaited = 0,
             double = 0, unreplied = 0, wrong_reply = 0, dropped = 0, revived = 0, bad_answers = 0,
-            redelivered = 0, timed_out = 0, replied_calls = 0 }
+            redelivered = 0, taken_over = 0, timed_out = 0, replied_calls = 0, held = 0 }
 local examples = {}
 local function example(kind, msg)
   c[kind] = c[kind] + 1
@@ -708,7 +733,33 @@ end
 -- An attempt awaited and never replied to in time times out (the retry
 -- path): counted as timed_out, its payloads checked as any other's.
 local rstats = { late_accepted = 0, late_stale = 0, after_stale = 0, after_other = 0 }
+-- When each host found a shard's lease taken by another (after a Redis
+-- outage longer than its lease: docs/guarantees.md, P4 holds only without
+-- lease loss), from its log: pid -> shard -> times (epoch seconds).
+local function lease_losses()
+  local out, t = {}, os.time()
+  local offset = os.difftime(t, os.time(os.date("!*t", t))) -- (log times are UTC)
+  for _, p in ipairs(logs) do
+    local m = {}
+    out[tostring(p.pid)] = m
+    for y, mo, d, h, mi, sec, shard in p:log():gmatch(
+        "(%d+)%-(%d+)%-(%d+)T(%d+):(%d+):([%d.]+)Z [^\n]-leased by another host[^\n]-\"shard\":(%d+)") do
+      local at = os.time { year = y, month = mo, day = d, hour = h, min = mi, sec = 0 } + offset + tonumber(sec)
+      local l = m[tonumber(shard)] or {}
+      m[tonumber(shard)] = l
+      l[#l + 1] = at
+    end
+  end
+  return out
+end
 if rp then
+  local losses = lease_losses()
+  -- did process pid lose the lease of id's shard between t0 and t1?
+  local function lost_lease(pid, id, t0, t1)
+    for _, at in ipairs((losses[pid] or {})[keys.shard(id, opt.shards)] or {}) do
+      if at >= t0 and at <= t1 then return true end
+    end
+  end
   local calls, failed_waits, awaits = {}, {}, {}
   for id, recs in pairs(records) do
     for _, r in ipairs(recs) do
@@ -721,7 +772,7 @@ if rp then
         elseif r.kind == "F" then
           failed_waits[k] = true
         else
-          awaits[k] = true
+          awaits[k] = r
         end
       end
     end
@@ -763,11 +814,32 @@ if rp then
       c.replied_calls = c.replied_calls + 1
       if t and t.body_v and r.reply ~= t.body_v then example("wrong_reply", k .. ": got v=" .. r.reply) end
       if done and r.kind == "S" then
-        if dead_pids[done.pid:match("^(%d+)")] then c.redelivered = c.redelivered + 1
+        local pid = done.pid:match("^(%d+)")
+        if dead_pids[pid] then c.redelivered = c.redelivered + 1
+        elseif lost_lease(pid, k:match("^[^@]+"), done.t0, r.t0) then c.taken_over = c.taken_over + 1
         else example("double", ("%s: completed at %.3f s (pid %s) and again at %.3f s (pid %s)"):format(
           k, done.t0 - opt.t0, done.pid, r.t0 - opt.t0, r.pid)) end
       end
       if r.kind == "S" then done = r end
+    end
+    -- payloads pushed while the id waited (after its awaiting call ended,
+    -- before its reply's call began) succeed only after that call began
+    local w, first = awaits[k], l[1]
+    if w and first.kind == "S" then
+      local id = k:match("^[^@]+")
+      for p, at in pairs(pushed_at[tonumber(id)]) do
+        if at > w.t1 and at < first.t0 then
+          c.held = c.held + 1
+          for _, r in ipairs(records[id]) do
+            if r.kind == "S" and r.t0 < first.t0 then
+              for _, q in ipairs(r.ps) do
+                if q == p then example("order", ("id %s: payload %d pushed while it waited (attempt %s) ran before its reply"):format(
+                  id, p, k:match("@(%d+)"))) end
+              end
+            end
+          end
+        end
+      end
     end
   end
 end
@@ -868,12 +940,14 @@ out:write(("  duplicates %d (re-runs of batches killed before their ack: %d)\n")
 out:write(("  shard overlaps %d\n"):format(shard_overlaps))
 if rp then
   out:write(("  waits: %d payloads awaited (share %g of ids, reply_timeout %g s), %d tokens (%d seen again after a re-run), " ..
-    "%d reply calls, %d attempts timed out; redelivered after kill -9: %d\n"):format(c.awaited, opt.await,
-    opt["reply-timeout"], rp.tokens, rp.again, c.replied_calls, c.timed_out, c.redelivered))
+    "%d reply calls, %d attempts timed out; reply calls run again: %d after a kill -9, %d after a lease " ..
+    "lost in a Redis outage\n"):format(c.awaited, opt.await, opt["reply-timeout"], rp.tokens, rp.again,
+    c.replied_calls, c.timed_out, c.redelivered, c.taken_over))
   out:write(("  replies: accepted %d, duplicate %d, stale %d, other %d, retried after Redis errors %d; " ..
     "late: %d stale, %d accepted (timeout not taken yet); again after the wait ended: %d stale, %d other\n"):format(
     rp.n.accepted or 0, rp.n.duplicate or 0, rp.n.STALE or 0, c.bad_answers, rp.n.retried or 0,
     rstats.late_stale, rstats.late_accepted, rstats.after_stale, rstats.after_other))
+  out:write(("  payloads pushed while their id waited: %d, each succeeded after the reply's call began\n"):format(c.held))
   out:write(("  double completions %d, reply calls without an accepted reply %d, wrong replies %d, " ..
     "accepted replies dropped %d, stale tokens revived %d\n"):format(c.double, c.unreplied, c.wrong_reply,
     c.dropped, c.revived))
