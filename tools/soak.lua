@@ -225,7 +225,7 @@ local prefixes = {}
 for s = 0, MAXSHARDS - 1 do prefixes[#prefixes + 1] = keys.prefix("luakiq", "Soak", s) end
 
 -- Hosts ----------------------------------------------------------------------
-local hosts, dead_pids, stats = {}, {}, { kills = 0, terms = 0, restarts = 0, redis_restarts = 0 }
+local hosts, dead_pids, stats = {}, {}, { kills = 0, terms = 0, restarts = 0, redis_restarts = 0, outages = {} }
 local logs = {}
 -- A host that did not exit 0 after TERM: counted, with its code and the end
 -- of its log, so a failing run says which host and why.
@@ -390,7 +390,9 @@ local function fault_step()
   if restarts_due[1] and total >= restarts_due[1] * N then
     table.remove(restarts_due, 1)
     say("restarting Redis")
+    local down = core.now()
     srv:restart(0.5 + math.random())
+    stats.outages[#stats.outages + 1] = { down, core.now() }
     stats.redis_restarts = stats.redis_restarts + 1
   end
 end
@@ -733,17 +735,18 @@ end
 -- An attempt awaited and never replied to in time times out (the retry
 -- path): counted as timed_out, its payloads checked as any other's.
 local rstats = { late_accepted = 0, late_stale = 0, after_stale = 0, after_other = 0 }
--- When each host found a shard's lease taken by another (after a Redis
--- outage longer than its lease: docs/guarantees.md, P4 holds only without
--- lease loss), from its log: pid -> shard -> times (epoch seconds).
-local function lease_losses()
+-- When each host restored a shard's batch of a previous holder, from its
+-- log: pid -> shard -> times (epoch seconds). A holder that was not killed
+-- loses its batch so only when its lease lapsed in a Redis outage longer
+-- than the lease left (docs/guarantees.md: P4 holds without lease loss).
+local function restores()
   local out, t = {}, os.time()
   local offset = os.difftime(t, os.time(os.date("!*t", t))) -- (log times are UTC)
   for _, p in ipairs(logs) do
     local m = {}
     out[tostring(p.pid)] = m
     for y, mo, d, h, mi, sec, shard in p:log():gmatch(
-        "(%d+)%-(%d+)%-(%d+)T(%d+):(%d+):([%d.]+)Z [^\n]-leased by another host[^\n]-\"shard\":(%d+)") do
+        "(%d+)%-(%d+)%-(%d+)T(%d+):(%d+):([%d.]+)Z [^\n]-of a previous holder[^\n]-\"shard\":(%d+)") do
       local at = os.time { year = y, month = mo, day = d, hour = h, min = mi, sec = 0 } + offset + tonumber(sec)
       local l = m[tonumber(shard)] or {}
       m[tonumber(shard)] = l
@@ -753,10 +756,16 @@ local function lease_losses()
   return out
 end
 if rp then
-  local losses = lease_losses()
-  -- did process pid lose the lease of id's shard between t0 and t1?
+  local restored = restores()
+  -- did a Redis outage start by t1 that ended after t0 - lease_ttl, and
+  -- process pid restore id's shard from a previous holder between t0 and t1?
   local function lost_lease(pid, id, t0, t1)
-    for _, at in ipairs((losses[pid] or {})[keys.shard(id, opt.shards)] or {}) do
+    local outage
+    for _, o in ipairs(stats.outages) do
+      if o[1] <= t1 and o[2] >= t0 - opt["lease-ttl"] then outage = true end
+    end
+    if not outage then return false end
+    for _, at in ipairs((restored[pid] or {})[keys.shard(id, opt.shards)] or {}) do
       if at >= t0 and at <= t1 then return true end
     end
   end
@@ -816,7 +825,7 @@ if rp then
       if done and r.kind == "S" then
         local pid = done.pid:match("^(%d+)")
         if dead_pids[pid] then c.redelivered = c.redelivered + 1
-        elseif lost_lease(pid, k:match("^[^@]+"), done.t0, r.t0) then c.taken_over = c.taken_over + 1
+        elseif lost_lease(r.pid:match("^(%d+)"), k:match("^[^@]+"), done.t0, r.t0) then c.taken_over = c.taken_over + 1
         else example("double", ("%s: completed at %.3f s (pid %s) and again at %.3f s (pid %s)"):format(
           k, done.t0 - opt.t0, done.pid, r.t0 - opt.t0, r.pid)) end
       end

@@ -105,8 +105,9 @@ if not w or w.attempt ~= attempt then
   end
 end
 if w and key and w.key ~= key then w = nil end -- (the key moved on between lookup and reply)
--- A wait whose deadline was taken (its timeout is being handled) is over
-if w and w.state == "handling" and w.kind ~= "reply" then w = nil end
+-- A wait whose deadline was taken (its timeout is being handled, or was
+-- and its holder died: lib/waits.lua, W.settle_back) is over
+if w and w.kind and w.kind ~= "reply" then w = nil end
 if not w then
   count("stale")
   local why = "the wait of '" .. id .. "' with attempt " .. attempt .. " is over (an older attempt, or handled, " ..

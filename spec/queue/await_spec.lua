@@ -261,6 +261,26 @@ describe("waits", function()
     assert.are.same({ "" }, job("a"))
   end)
 
+  it("keeps a timed-out wait over when its timeout call's holder dies: a reply is STALE, the timeout is taken again", function()
+    local w = waiting("a")
+    fetch { ack = w.batch }
+    local t = fetch { now = now() + 61 }
+    assert.are.same({ kind = "timeout", attempt = w.attempt, value = "60" }, t.waits[1])
+    assert.are.equal("STALE", by_token(w.token, '{"v":1}', { now = now() + 61 }))
+    -- the holder dies before its failure of the timeout is recorded: the
+    -- next holder's restore must not make the wait accept a reply again
+    -- (the soak found 410 STALE, then the same token accepted and on_reply run)
+    env.conn:call("DEL", P .. "lease")
+    local g = fetch { token = "B", now = now() + 62 }
+    assert.are.same({ kind = "timeout", attempt = w.attempt, value = "60" }, g.waits[1])
+    env.conn:call("DEL", P .. "lease")
+    fetch { token = "C", now = now() + 63, fetch = false } -- (the restore)
+    assert.are.equal("STALE", by_token(w.token, '{"v":1}', { now = now() + 63 }))
+    assert.are.equal("STALE", reply("token", { w.token }, nil, { op = "heartbeat", now = now() + 63 }))
+    local i = fetch { token = "C", now = now() + 64 }
+    assert.are.same({ kind = "timeout", attempt = w.attempt, value = "60" }, i.waits[1])
+  end)
+
   it("refuses an await of an id that is not in the batch in flight, or by another holder", function()
     push("a", "p1")
     local f = fetch()

@@ -43,7 +43,8 @@ if WAITS_WANTED then
   -- worker without on_reply, rickover's body rule), job (the busy record;
   -- false while pending: the job is in P busy), reply (the body),
   -- replied_at, batch (pending, handling: the batch of the call), kind
-  -- (handling: "reply", "timeout" or "heartbeat").
+  -- (handling: "reply", "timeout" or "heartbeat"; a waiting one whose
+  -- timeout call was restored keeps "timeout" or "heartbeat": it is over).
   local FIELDS = { "state", "attempt", "since", "deadline", "hb", "beat", "key", "rule", "job", "reply",
                    "replied_at", "batch", "kind" }
   function W.pack(w)
@@ -180,6 +181,9 @@ if WAITS_WANTED then
   -- A call that is not settled (a dead holder's batch restored, "at:T",
   -- not listed by fail.lua) and was a reply or timeout call goes back to
   -- its due state: the reply (or the lapsed deadline) is delivered again.
+  -- A timeout's wait keeps its kind: it stays over for replies and
+  -- heartbeats (reply.lua: STALE, as while its call ran), so a reply
+  -- answered STALE is never followed by one accepted for that attempt.
   -- Returns true when id was one (the caller does not requeue it).
   function W.settle_back(K, id, run)
     if not run[id] then return false end
@@ -190,11 +194,11 @@ if WAITS_WANTED then
     if w.kind == "reply" then
       w.state = "replied"
       redis.call("ZADD", K.waits_due, score_str(w.replied_at or 0), id)
+      w.kind = nil
     else
-      w.state = "waiting"
+      w.state = "waiting" -- (its deadline passed: the next fetch takes it again)
       redis.call("ZADD", K.waits_due, score_str(W.due(w)), id)
     end
-    w.kind = nil
     redis.call("HSET", K.waits, id, W.pack(w))
     return true
   end
