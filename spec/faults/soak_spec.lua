@@ -7,7 +7,9 @@
 -- requests, many per thread, under the same faults. The third (--await) makes
 -- jobs wait for replies, which a replier sends by token (some twice, some
 -- late, some never, some again after the wait ended) under the same kills
--- and Redis restart.
+-- and Redis restart; its long run:
+--   build/luakiq lua tools/soak.lua --await 0.75 --payloads 200000 --ids 5000 --backlog 4000 \
+--       --kill-every 4 --redis-restarts 3 --max-retry 2 --work 5 --reply-timeout 3
 local host = require "helpers.host"
 
 -- Runs the soak with args; checks what every case must show and returns its report.
