@@ -6,14 +6,17 @@
 -- 1. Memory: N blank jobs queued (used_memory), then, on a fresh database, a
 --    host (5 threads, 24 shards, batch 100, a --replies listener) started and
 --    left idle (its VmRSS), the same N jobs pushed and awaited: VmRSS and
---    used_memory once all N wait.
--- 2. Replies through reply.lua: the worker paused (no reply is handled
---    yet), half the tokens sent by CLIENTS processes of await_client.lua,
---    PIPE calls in flight each: replies/s from the first call to the last.
--- 3. Replies through POST /api/v1/replies/TOKEN: the other half sent by wrk
---    (Debian's package) with await_wrk.lua to the host's --replies listener;
+--    used_memory once all N wait. The host is stopped (the waits stay).
+-- 2. Replies through reply.lua, a third of the tokens, sent by CLIENTS
+--    processes of await_client.lua, PIPE calls in flight each: replies/s
+--    from the first call to the last (the script alone: no host runs).
+-- 3. Replies through POST /api/v1/replies/TOKEN, the next third, sent by
+--    wrk (Debian's package) with await_wrk.lua to the --replies listener of
+--    a host that only takes replies (app-replies/): the intake alone;
 --    replies/s by Redis's replies_accepted counters, first to last.
--- 4. Resumed: the N on_reply calls drain (rate; each id handled once).
+-- 4. The host again: it handles those replies (on_reply calls/s), then
+--    takes the last third by HTTP while it handles them as they come
+--    (replies/s and handled/s, each id handled once).
 -- 5. Latency: L more jobs awaited; replies sent one at a time through
 --    reply.lua, 2-4 ms apart, each carrying its send time; on_reply writes
 --    now - t. Percentiles.
@@ -34,7 +37,7 @@ local client = require "luakiq.client"
 local NS, QUEUE = "benchawait", "Await"
 local SHARDS, BATCH = 24, 100        -- phases 1-5
 local CLIENTS, PIPE = 4, 100         -- phase 2
-local WRK_THREADS, WRK_CONNS = 2, 32 -- phase 3
+local WRK_THREADS, WRK_CONNS = 1, 32 -- phases 3, 4 (one wrk thread leaves a core to the listener and Redis)
 local WAITING_OTHERS = 1000          -- phase 6
 local IO_SHARDS, IO_DELAY_MS = 200, 1000
 local SIDEKIQ_IO_JOBS = 50           -- 10 s at Sidekiq's bound
@@ -162,6 +165,40 @@ local function cli(B, args)
     "luakiq " .. args .. " failed")
 end
 
+-- Replies by HTTP: wrk (await_wrk.lua) sends tokens[from..to] to the
+-- --replies listener at base_url of host pid. Returns the count accepted,
+-- the rate (Redis's replies_accepted counters, first poll that saw one to
+-- the last), with `handling` (the host runs their on_reply calls) the rate
+-- they were handled at (until nothing waits but the rest of the tokens),
+-- and CPU per reply of Redis, the host and wrk while the replies came.
+local function http_replies(B, conn, pid, base_url, tokens, from, to, handling)
+  local m = to - from + 1
+  local file = B.TMP .. "/await-tokens-" .. from .. ".txt"
+  write_lines(file, tokens, from, to)
+  local c0 = counts(conn, SHARDS)
+  local want, rest = c0.accepted + m, c0.waits - m
+  local rcpu, hcpu = B.redis_cpu(), B.cpu_secs(pid)
+  local limit = math.max(20, math.ceil(m / 1000)) -- (1,000 replies/s at least)
+  local log = B.TMP .. "/wrk-" .. from .. ".log"
+  local wpid = B.spawn(nil, "wrk -t " .. WRK_THREADS .. " -c " .. WRK_CONNS .. " -d " .. limit .. "s -s "
+    .. B.q(B.BENCH_DIR .. "/await_wrk.lua") .. " " .. base_url .. " -- " .. B.q(file) .. " " .. WRK_THREADS, log)
+  local ok, t_first, c_first, t_end, c_end = pcall(poll, conn, SHARDS, limit, "the HTTP replies",
+    function(c) return c.accepted > c0.accepted end, function(c) return c.accepted >= want end)
+  local wcpu = B.cpu_secs(wpid)
+  B.stop(wpid)
+  if not ok then error(t_first .. "; wrk log: " .. log, 0) end
+  local r = { n = m, accepted = c_end.accepted - c0.accepted,
+              rate = (c_end.accepted - c_first.accepted) / math.max(t_end - t_first, 1e-3),
+              rcpu = (B.redis_cpu() - rcpu) / m, hcpu = (B.cpu_secs(pid) - hcpu) / m, wcpu = wcpu / m }
+  if handling then
+    local _, _, t_done = poll(conn, SHARDS, 300, "the on_reply calls", nil, function(c)
+      return c.waits == rest and c.busy == 0 and c.jobs == 0
+    end)
+    r.handled = m / math.max(t_done - t_first, 1e-3)
+  end
+  return r
+end
+
 -- Phases 1-5 (one host). Fills res.
 local function main_host(B, n, res)
   local dir = B.TMP .. "/await"
@@ -204,14 +241,14 @@ local function main_host(B, n, res)
     -- 2. replies through reply.lua, no host running (the waits stay: they
     -- are the shards', not the host's): the script alone
     B.stop(pid)
-    local half = math.floor(n / 2)
+    local third = math.floor(n / 3)
     local all = B.TMP .. "/await-tokens.txt"
     write_lines(all, tokens, 1, n)
     local go = core.now() + 1.5 -- every client has read its tokens and connected
-    local outs, per = {}, math.ceil(half / CLIENTS)
+    local outs, per = {}, math.ceil(third / CLIENTS)
     local rcpu0 = B.redis_cpu()
     for k = 1, CLIENTS do
-      local from, to = (k - 1) * per + 1, math.min(k * per, half)
+      local from, to = (k - 1) * per + 1, math.min(k * per, third)
       outs[k] = B.TMP .. "/await-client-" .. k .. ".out"
       B.spawn(nil, B.q(B.LUAKIQ) .. " lua " .. B.q(B.BENCH_DIR .. "/await_client.lua") .. " " .. table.concat({
         B.q(B.REDIS_URL), NS, QUEUE, SHARDS, B.q(all), from, to, PIPE, string.format("%.6f", go), B.q(outs[k]) }, " "),
@@ -228,40 +265,27 @@ local function main_host(B, n, res)
       starts, ends = math.min(starts, tonumber(a)), math.max(ends, tonumber(b))
       sent, accepted = sent + tonumber(s), accepted + tonumber(acc)
     end
-    res.script = { n = half, sent = sent, accepted = accepted, rate = sent / (ends - starts),
+    res.script = { n = third, sent = sent, accepted = accepted, rate = sent / (ends - starts),
                    rcpu = (B.redis_cpu() - rcpu0) / sent }
 
-    -- 3. the host again: it handles those replies (on_reply calls alone)
+    -- 3. replies through POST /api/v1/replies/TOKEN to a host that only
+    -- takes them (app-replies): the intake alone
+    local lpid = B.spawn({ REDIS_URL = B.REDIS_URL }, B.q(B.LUAKIQ) .. " run " .. B.q(B.BENCH_DIR .. "/app-replies")
+      .. " --replies 127.0.0.1:" .. port, B.TMP .. "/host-replies.log")
+    core.sleep(1)
+    local ok3, r3 = pcall(http_replies, B, conn, lpid, base_url, tokens, third + 1, 2 * third)
+    B.stop(lpid)
+    if not ok3 then error(r3, 0) end
+    res.http = r3
+
+    -- 4. the host again: it handles those replies (on_reply calls alone),
+    -- then takes the last third by HTTP while handling them as they come
     start()
     local t2, c2, t3 = poll(conn, SHARDS, 300, "the on_reply calls", function(c) return c.waits < n end,
-      function(c) return c.waits == n - half and c.busy == 0 and c.jobs == 0 end)
-    res.handled = { rate = (c2 and (c2.waits - (n - half)) or half) / math.max(t3 - (t2 or t3), 1e-3) }
+      function(c) return c.waits == n - 2 * third and c.busy == 0 and c.jobs == 0 end)
+    res.handled = { rate = (c2 and (c2.waits - (n - 2 * third)) or 2 * third) / math.max(t3 - (t2 or t3), 1e-3) }
     core.sleep(0.5)
-
-    -- 4. replies through POST /api/v1/replies/TOKEN (wrk) to the host's
-    -- --replies listener, its threads handling them as they come
-    local second = B.TMP .. "/await-tokens-http.txt"
-    write_lines(second, tokens, half + 1, n)
-    local c0 = counts(conn, SHARDS).accepted
-    local want = c0 + (n - half)
-    local rcpu1, hcpu1 = B.redis_cpu(), B.cpu_secs(pid)
-    local limit = math.max(20, math.ceil((n - half) / 1000)) -- (1,000 replies/s at least)
-    local wpid = B.spawn(nil, "wrk -t " .. WRK_THREADS .. " -c " .. WRK_CONNS .. " -d " .. limit .. "s -s "
-      .. B.q(B.BENCH_DIR .. "/await_wrk.lua") .. " " .. base_url .. " -- " .. B.q(second) .. " " .. WRK_THREADS,
-      B.TMP .. "/wrk.log")
-    local ok2, t_first, c_first, t_end, c_end = pcall(poll, conn, SHARDS, limit, "the HTTP replies",
-      function(c) return c.accepted > c0 end, function(c) return c.accepted >= want end)
-    local wcpu = B.cpu_secs(wpid)
-    B.stop(wpid)
-    if not ok2 then error(t_first .. "; wrk log: " .. B.TMP .. "/wrk.log", 0) end
-    local _, _, t4 = poll(conn, SHARDS, 300, "the on_reply calls", nil, function(c)
-      return c.waits == 0 and c.busy == 0 and c.jobs == 0
-    end)
-    res.http = { n = n - half, accepted = c_end.accepted - c0,
-                 rate = (c_end.accepted - c_first.accepted) / math.max(t_end - t_first, 1e-3),
-                 handled = (n - half) / math.max(t4 - t_first, 1e-3),
-                 rcpu = (B.redis_cpu() - rcpu1) / (n - half), hcpu = (B.cpu_secs(pid) - hcpu1) / (n - half),
-                 wcpu = wcpu / (n - half) }
+    res.live = http_replies(B, conn, pid, base_url, tokens, 2 * third + 1, n, true)
     local seen, dup = {}, 0
     for _, id in ipairs(all_lines(B, dir, "done")) do
       if seen[id] then dup = dup + 1 end
@@ -270,7 +294,7 @@ local function main_host(B, n, res)
     local lost = 0
     for i = 1, n do if not seen["w" .. i] then lost = lost + 1 end end
     res.handled.lost, res.handled.dup = lost, dup
-    res.handled.accepted = res.script.accepted + res.http.accepted
+    res.handled.accepted = res.script.accepted + res.http.accepted + res.live.accepted
 
     -- 5. latency: L jobs awaited, replied to one at a time
     local L = res.latency_n
@@ -473,17 +497,20 @@ function M.print(B, res)
     { "Redis bytes a job: queued / waiting", ("%.0f / %.0f"):format(res.queued_b, res.waiting_b) },
   })
   print()
-  local s, h, d = res.script, res.http, res.handled
-  B.print_table({ "replies", "replies", "replies/s", "handled/s", "Redis CPU/reply", "host CPU/reply",
-                  "wrk CPU/reply" }, {
+  local s, h, d, live = res.script, res.http, res.handled, res.live
+  B.print_table({ "replies", "replies", "replies/s", "Redis CPU/reply", "host CPU/reply", "wrk CPU/reply" }, {
     { ("reply.lua, %d clients of %d in flight, no host running"):format(CLIENTS, PIPE), B.fmt_int(s.sent),
-      B.fmt_int(s.rate), B.fmt_int(d.rate), us(s.rcpu), "-", "-" },
-    { ("POST /api/v1/replies/TOKEN, wrk -t%d -c%d, the host handling them"):format(WRK_THREADS, WRK_CONNS),
-      B.fmt_int(h.n), B.fmt_int(h.rate), B.fmt_int(h.handled), us(h.rcpu), us(h.hcpu), us(h.wcpu) },
+      B.fmt_int(s.rate), us(s.rcpu), "-", "-" },
+    { ("POST /api/v1/replies/TOKEN, wrk -t%d -c%d, a host that only takes replies"):format(WRK_THREADS, WRK_CONNS),
+      B.fmt_int(h.n), B.fmt_int(h.rate), us(h.rcpu), us(h.hcpu), us(h.wcpu) },
+    { "on_reply calls of those replies, the worker's host started after them", B.fmt_int(s.sent + h.n),
+      B.fmt_int(d.rate), "-", "-", "-" },
+    { "POST ... as above, to the worker's host, which handles them meanwhile", B.fmt_int(live.n),
+      ("%s (handled %s/s)"):format(B.fmt_int(live.rate), B.fmt_int(live.handled)), us(live.rcpu), us(live.hcpu),
+      us(live.wcpu) },
   })
-  print("handled/s: on_reply calls run; for reply.lua, by the host started once the replies were in; for HTTP,")
-  print("from the first reply accepted to the last call's end. CPU per reply: during the replies (for HTTP, with")
-  print("the handling they caused meanwhile: the host's reply listener and worker threads, and Redis).")
+  print("CPU per reply: user+system time while the replies came (with the handling they caused meanwhile, in the last")
+  print("row: the host's listener and worker threads, Redis's fetches). handled/s: on_reply calls run per second.")
   print(("accepted %d of %d; on_reply: lost %d, duplicated %d"):format(d.accepted, res.n, d.lost, d.dup))
   print()
   local l = res.latency
