@@ -165,6 +165,19 @@ local function cli(B, args)
     "luakiq " .. args .. " failed")
 end
 
+-- The machine's CPU ticks so far: busy (all but idle and iowait) and all.
+local function machine()
+  local f = io.open("/proc/stat")
+  local line = f and f:read("*l") or ""
+  if f then f:close() end
+  local v, i = {}, 0
+  for x in line:gmatch("%d+") do i = i + 1 v[i] = tonumber(x) end
+  local all = 0
+  for k = 1, math.min(i, 8) do all = all + v[k] end
+  return all - (v[4] or 0) - (v[5] or 0), all
+end
+local TICKS = tonumber(io.popen("getconf CLK_TCK"):read("*l")) or 100
+
 -- Replies by HTTP: wrk (await_wrk.lua) sends tokens[from..to] to the
 -- --replies listener at base_url of host pid. Returns the count accepted,
 -- the rate (Redis's replies_accepted counters, first poll that saw one to
@@ -177,7 +190,8 @@ local function http_replies(B, conn, pid, base_url, tokens, from, to, handling)
   write_lines(file, tokens, from, to)
   local c0 = counts(conn, SHARDS)
   local want, rest = c0.accepted + m, c0.waits - m
-  local rcpu, hcpu = B.redis_cpu(), B.cpu_secs(pid)
+  local rcpu, hcpu, dcpu = B.redis_cpu(), B.cpu_secs(pid), B.cpu_secs(core.getpid())
+  local busy0, all0 = machine()
   local limit = math.max(20, math.ceil(m / 1000)) -- (1,000 replies/s at least)
   local log = B.TMP .. "/wrk-" .. from .. ".log"
   local wpid = B.spawn(nil, "wrk -t " .. WRK_THREADS .. " -c " .. WRK_CONNS .. " -d " .. limit .. "s -s "
@@ -185,11 +199,17 @@ local function http_replies(B, conn, pid, base_url, tokens, from, to, handling)
   local ok, t_first, c_first, t_end, c_end = pcall(poll, conn, SHARDS, limit, "the HTTP replies",
     function(c) return c.accepted > c0.accepted end, function(c) return c.accepted >= want end)
   local wcpu = B.cpu_secs(wpid)
+  local busy1, all1 = machine()
   B.stop(wpid)
   if not ok then error(t_first .. "; wrk log: " .. log, 0) end
   local r = { n = m, accepted = c_end.accepted - c0.accepted,
               rate = (c_end.accepted - c_first.accepted) / math.max(t_end - t_first, 1e-3),
               rcpu = (B.redis_cpu() - rcpu) / m, hcpu = (B.cpu_secs(pid) - hcpu) / m, wcpu = wcpu / m }
+  -- how busy the machine's CPUs were meanwhile, and the part of it that was
+  -- not this benchmark's (Redis, the host, wrk, this driver): other work
+  local ours = (r.rcpu + r.hcpu + r.wcpu) * m + B.cpu_secs(core.getpid()) - dcpu
+  local total = math.max(all1 - all0, 1)
+  r.busy, r.others = (busy1 - busy0) / total, math.max(0, (busy1 - busy0) / TICKS - ours) / (total / TICKS)
   if handling then
     local _, _, t_done = poll(conn, SHARDS, 300, "the on_reply calls", nil, function(c)
       return c.waits == rest and c.busy == 0 and c.jobs == 0
@@ -353,14 +373,19 @@ local function one_shard(B, n, others)
     end
     push(B, conn, cfg, "b", n)
     local rcpu0 = B.redis_cpu()
+    local t_spawn = core.now()
     local pid = B.spawn(env, B.q(B.LUAKIQ) .. " run " .. B.q(app(B)), log)
     local ok2, t_first, c_first, t_end = pcall(poll, conn, 1, 300, "the drain",
       function(c) return c.jobs + c.busy < n end, function(c) return c.jobs + c.busy == 0 end)
     local rcpu = B.redis_cpu() - rcpu0
     B.stop(pid)
     if not ok2 then error(t_first, 0) end
-    local left = c_first.jobs + c_first.busy
-    return { rate = left / math.max(t_end - t_first, 1e-3), rcpu = rcpu / n, waits = counts(conn, 1).waits }
+    -- (as bench.lua's drains: the jobs left at the first poll that saw one
+    -- taken, over the time to drain them; a drain within one poll: all of
+    -- them over the time since the start)
+    local left = c_first and (c_first.jobs + c_first.busy) or 0
+    local rate = (left > 0 and t_end > t_first) and left / (t_end - t_first) or n / (t_end - t_spawn)
+    return { rate = rate, rcpu = rcpu / n, waits = counts(conn, 1).waits }
   end)
   conn:close()
   if not ok then error(r .. "; host log: " .. log, 0) end
@@ -511,6 +536,9 @@ function M.print(B, res)
   })
   print("CPU per reply: user+system time while the replies came (with the handling they caused meanwhile, in the last")
   print("row: the host's listener and worker threads, Redis's fetches). handled/s: on_reply calls run per second.")
+  print(("While the HTTP replies came the machine's CPUs were %.0f %% and %.0f %% busy, %.0f %% and %.0f %% of them by"
+    .. " other work than this benchmark's"):format(h.busy * 100, live.busy * 100, h.others * 100, live.others * 100))
+  print("(a shared machine: the listener is one thread making one Redis call per request, so others' load slows it).")
   print(("accepted %d of %d; on_reply: lost %d, duplicated %d"):format(d.accepted, res.n, d.lost, d.dup))
   print()
   local l = res.latency
