@@ -17,12 +17,12 @@
 -- 4. The host again: it handles those replies (on_reply calls/s), then
 --    takes the last third by HTTP while it handles them as they come
 --    (replies/s and handled/s, each id handled once).
--- 5. Latency: L more jobs awaited; replies sent one at a time through
+-- 5. Latency: L = min(1,000, N / 10) more jobs awaited; replies sent one at a time through
 --    reply.lua, 2-4 ms apart, each carrying its send time; on_reply writes
 --    now - t. Percentiles.
 -- 6. A shard with 1,000 waiting ids against one with none: one shard,
 --    batch 1, N blank jobs drained, in --rounds alternating pairs.
--- 7. The I/O-bound shape with a callback: J jobs, each awaits and POSTs its
+-- 7. The I/O-bound shape with a callback: J = max(100, N / 20) jobs, each awaits and POSTs its
 --    reply URL to callback_provider.py, which calls it back 1 s later
 --    (5 threads, 200 shards, batch 1), against Sidekiq's 5 threads each
 --    blocked 1 s in one GET (spec/helpers/httpd.py --delay-ms 1000), or its

@@ -7,7 +7,9 @@
 -- stops the host. Then the same N jobs through Sidekiq (when installed), and
 -- the latency mode (idle host, one job at a time), and the I/O-bound shape
 -- (io_shape.lua: one 100 ms HTTP request per job, against Sidekiq too).
--- Prints the tables.
+-- Prints the tables. Apart (alone, each runs nothing else): --cluster
+-- (cluster_shape.lua), --big and --merge (large_shapes.lua), --await
+-- (await_shape.lua: jobs that wait for a reply).
 local core = require "luakiq.core"
 local runtime = require "luakiq.lib.runtime"
 local client = require "luakiq.client"
