@@ -37,6 +37,9 @@ if [ $tests = 1 ]; then
   pkgs+=(python3-redis python3-venv python3-setuptools)
   # spec/clients/ruby_spec.lua builds, installs and tests clients/ruby (on redis-rb)
   pkgs+=(ruby ruby-redis)
+  # spec/host/examples_spec.lua runs examples/benchmark's --await, whose
+  # replies over HTTP come from wrk
+  pkgs+=(wrk)
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi

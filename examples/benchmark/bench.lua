@@ -7,7 +7,9 @@
 -- stops the host. Then the same N jobs through Sidekiq (when installed), and
 -- the latency mode (idle host, one job at a time), and the I/O-bound shape
 -- (io_shape.lua: one 100 ms HTTP request per job, against Sidekiq too).
--- Prints the tables.
+-- Prints the tables. Apart (alone, each runs nothing else): --cluster
+-- (cluster_shape.lua), --big and --merge (large_shapes.lua), --await
+-- (await_shape.lua: jobs that wait for a reply).
 local core = require "luakiq.core"
 local runtime = require "luakiq.lib.runtime"
 local client = require "luakiq.client"
@@ -47,7 +49,12 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
   --big-ids padded    --big's ids as 10 digits (0000000001, ...), which sort as they are pushed; by default
                       1..N, whose oldest scatter in byte order under a large backlog (1, 10, 100, ...)
   --merge N           the merge-heavy shape (large_shapes.lua): N payloads, 100 for each of N/100 ids, pushed
-                      in calls of 10,000 and drained, against Sidekiq's N jobs; alone it runs nothing else]]
+                      in calls of 10,000 and drained, against Sidekiq's N jobs; alone it runs nothing else
+  --await N           jobs that wait for a reply (await_shape.lua; issue 36's numbers): N jobs waiting on one
+                      host (host RSS, Redis bytes), replies/s through reply.lua and through POST
+                      /api/v1/replies/TOKEN (wrk), idle reply -> on_reply latency, one shard's drain with 1,000
+                      ids waiting against none (--rounds pairs), and the I/O-bound shape with a 1 s callback
+                      against Sidekiq blocked on the same 1 s; needs wrk and python3; alone it runs nothing else]]
 
 local SHAPES = {
   lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },
@@ -121,11 +128,12 @@ do
       opt.big_ids = val()
       if opt.big_ids ~= "padded" then io.stderr:write("--big-ids: only padded\n", USAGE, "\n") os.exit(2) end
     elseif a == "--merge" then opt.merge = assert(tonumber(val()), "--merge: a number")
+    elseif a == "--await" then opt.await = assert(tonumber(val()), "--await: a number")
     else io.stderr:write(USAGE, "\n") os.exit(a == "--help" and 0 or 2) end
     given[a] = true
     i = i + 1
   end
-  if opt.cluster or opt.big or opt.merge then -- alone, each runs nothing else
+  if opt.cluster or opt.big or opt.merge or opt.await then -- alone, each runs nothing else
     if not given["--shapes"] then opt.shapes = {} end
     if not given["--latency"] then opt.latency = 0 end
     if not given["--io"] then opt.io = 0 end
@@ -148,6 +156,13 @@ if opt.big then
       :format(opt.big, need / 2 ^ 30, avail / 2 ^ 20))
     os.exit(2)
   end
+end
+if opt.await and (opt.await < 100 or opt.await % 1 ~= 0) then
+  io.stderr:write("--await N needs an integer N >= 100\n") os.exit(2)
+end
+local has_wrk = opt.await and os.execute("command -v wrk >/dev/null 2>&1")
+if opt.await and has_wrk ~= 0 and has_wrk ~= true then
+  io.stderr:write("--await needs wrk, the HTTP load generator: apt-get install wrk\n") os.exit(2)
 end
 if opt.merge and (opt.merge < 100 or opt.merge % 100 ~= 0) then
   io.stderr:write("--merge N needs a multiple of 100 (100 payloads per id)\n") os.exit(2)
@@ -727,6 +742,16 @@ local main_ok, main_err = xpcall(function()
     if opt.merge then merge_rows = large.merge(large.B, opt.merge) end
     if opt.big then big_res = large.big(large.B, opt.big, opt.sample, opt.big_ids == "padded") end
   end
+  local await_shape, await_res
+  if opt.await then
+    await_shape = dofile(BENCH_DIR .. "/await_shape.lua")
+    await_shape.B = { capture = capture, q = q, ok = ok, spawn = spawn, stop = stop, peak_rss = peak_rss,
+                      cpu_secs = cpu_secs, redis_cpu = redis_cpu, fresh_db = fresh_db, TMP = TMP,
+                      BENCH_DIR = BENCH_DIR, ROOT = BENCH_DIR .. "/../..", LUAKIQ = LUAKIQ, THREADS = THREADS,
+                      REDIS_URL = REDIS_URL, SIDEKIQ_VERSION = SIDEKIQ_VERSION, ENQUEUE_CALL = ENQUEUE_CALL,
+                      print_table = print_table, fmt_int = fmt_int, mb = mb }
+    await_res = await_shape.run(await_shape.B, opt.await, opt.rounds)
+  end
   local rtt, floor_w, floor_l
   if #results > 0 then
     io.stderr:write("  redis-benchmark ...\n")
@@ -795,6 +820,7 @@ local main_ok, main_err = xpcall(function()
   if cl_rows then cl_shape.print(cl_shape.B, cl_rows, cl_idle, opt.masters, cl_pub, cl_tr) end
   if merge_rows then large.print_merge(large.B, merge_rows) end
   if big_res then large.print_big(large.B, big_res) end
+  if await_res then await_shape.print(await_shape.B, await_res) end
 
   -- The issue's targets.
   if #results == 0 and not lat and not io_lk then return end

@@ -34,7 +34,9 @@ WAITS_WANTED = true
 -- luakiq:include tokens
 -- luakiq:include args
 local P = KEYS[1]
-local K = W.keys(shard_keys(P), P)
+-- (not shard_keys(P): its 28 names cost a call ~35k Redis instructions,
+-- and reply.lua needs three of them)
+local K = W.keys({ reshard = P .. RESHARD, shards = P .. SHARDS, counters = P .. COUNTERS }, P)
 local op, channel, shards, how = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
 local now = arg_finite("reply", "now", ARGV[2])
 if (op ~= "reply" and op ~= "heartbeat") or not channel or not shards or not how then

@@ -343,6 +343,23 @@ describe("examples/benchmark", function()
     -- every shape drained all of its jobs: calls/job printed as a number, no error line
     assert.falsy(out:find("error", 1, true), out)
   end)
+
+  -- bench.lua --await (await_shape.lua): jobs that wait for a reply, every
+  -- phase at a tiny size (replies by reply.lua and by wrk over HTTP, their
+  -- handling, latency, one shard with 1,000 ids waiting, the callback shape)
+  it("runs the waits' benchmark end to end: every reply accepted and handled once", function()
+    local rc, out, err = host.exec("lua examples/benchmark/bench.lua --await 300 --rounds 1 --sidekiq no")
+    assert.are.equal(0, rc, tostring(out) .. tostring(err))
+    out = out .. err
+    for _, want in ipairs { "Jobs that wait for a reply: 300 jobs waiting on one host",
+                            "accepted 300 of 300; on_reply: lost 0, duplicated 0", "30/30",
+                            "host RSS growth, 300 waiting, over idle", "replies/s through POST /api/v1/replies/TOKEN",
+                            "I/O-bound with a 1 s callback, jobs/s", "0 / 0 / 0" } do
+      assert.truthy(out:find(want, 1, true), want .. " missing in:\n" .. out)
+    end
+    assert.truthy(out:find("on_reply calls: lost / duplicated%s+0 / 0%s+0%s+%-%s+met"), out)
+    assert.falsy(out:find("error", 1, true), out)
+  end)
 end)
 
 -- The examples with real services, run as their READMEs say (with the binary

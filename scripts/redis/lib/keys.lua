@@ -35,6 +35,9 @@ end
 -- the names on first use through a metatable.) Layout 2 (docs/redis.md):
 -- a queued job is one member of `jobs` carrying its record, plus its place
 -- in the due order: `ready` (a list), `later` (a zset) or a level.
+-- (Three names also used alone, by reply.lua, which needs no other key of
+-- shard_keys: its 28 names cost a call ~35k Redis instructions.)
+local RESHARD, SHARDS, COUNTERS = "reshard", "shards", "counters"
 local function shard_keys(P)
   return {
     jobs = P .. "jobs",                       -- ZSET (scores 0) esc(id) .. "\0\0" .. queued record
@@ -50,7 +53,7 @@ local function shard_keys(P)
     batch = P .. "batch",                     -- STRING: batch id counter (the batch in flight)
     lease = P .. "lease",                     -- STRING: the lease holder's token, PX ttl
     holder = P .. "holder",                   -- STRING: the last holder's token
-    counters = P .. "counters",               -- HASH processed, failed
+    counters = P .. COUNTERS,                 -- HASH processed, failed
     morgue = P .. "morgue",                   -- ZSET id -> updated_at (dead jobs)
     morgue_jobs = P .. "morgue:jobs",         -- ZSET (scores 0) esc(id) .. "\0\0" .. payloads record (dead jobs)
     morgue_errors = P .. "morgue:errors",     -- HASH id -> error (dead jobs)
@@ -60,8 +63,8 @@ local function shard_keys(P)
     levels = P .. "levels",                   -- ZSET N -> N: the priorities N ~= 100 queued (lib/levels.lua)
     windows = P .. "windows",                 -- HASH id -> "ZONE|HH:MM-HH:MM,..." (queued jobs with windows)
     tags = P .. "tags",                       -- HASH id -> its tags, sorted, "\n"-joined (lib/tags.lua)
-    reshard = P .. "reshard",                 -- STRING: token of the reshard that froze the shard (no fetch)
-    shards = P .. "shards",                   -- STRING: the queue's shards_count, written by a reshard (push checks it)
+    reshard = P .. RESHARD,                   -- STRING: token of the reshard that froze the shard (no fetch)
+    shards = P .. SHARDS,                     -- STRING: the queue's shards_count, written by a reshard (push checks it)
     reshard_out = P .. "reshard:out",         -- HASH id -> record, staged by reshard_out.lua for its new shard
     reshard_counters = P .. "reshard:counters", -- HASH: a removed shard's counters on their way to another
     reshard_got = P .. "reshard:got",         -- SET: removed shards whose counters this shard took in

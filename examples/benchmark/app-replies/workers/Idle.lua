@@ -1,0 +1,2 @@
+-- Never has a job (app-replies/config.lua).
+return { shards_count = 1, perform = function() end }
