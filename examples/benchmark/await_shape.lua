@@ -160,11 +160,6 @@ local function host_env(B, dir, shards, batch, extra)
   return env
 end
 
-local function cli(B, args)
-  assert(B.ok("REDIS_URL=" .. B.q(B.REDIS_URL) .. " " .. B.q(B.LUAKIQ) .. " " .. args .. " >/dev/null"),
-    "luakiq " .. args .. " failed")
-end
-
 -- The machine's CPU ticks so far: busy (all but idle and iowait) and all.
 local function machine()
   local f = io.open("/proc/stat")
