@@ -31,9 +31,13 @@ local function check(r, what)
 end
 M.check = check -- (a pipeline reply: raises "redis: WHAT: ..." on an error reply)
 
+-- The outcomes reply.lua counts (stats.lua's values 10..14, in order).
+M.REPLY_OUTCOMES = { "accepted", "duplicate", "conflict", "stale", "unknown" }
+
 -- Per-worker numbers: fresh, retries, length, morgue_length, lag, processed,
--- failed, busy, expired, waiting (jobs that wait for a reply), paused. One pipeline over every shard of every
--- worker, and NS:paused.
+-- failed, busy, expired, waiting (jobs that wait for a reply), replies (per
+-- outcome, since the queue began, all hosts), paused. One pipeline over
+-- every shard of every worker, and NS:paused.
 function M.worker_stats(conn, cfg)
   local cmds, owners = {}, {}
   for _, w in ipairs(cfg.workers) do
@@ -50,7 +54,9 @@ function M.worker_stats(conn, cfg)
   local now, by = core.now(), {}
   for _, w in ipairs(cfg.workers) do
     by[w.name] = { fresh = 0, retries = 0, length = 0, morgue_length = 0, lag = 0,
-                   processed = 0, failed = 0, busy = 0, expired = 0, waiting = 0, paused = paused[w.queue_name] or false }
+                   processed = 0, failed = 0, busy = 0, expired = 0, waiting = 0, replies = {},
+                   paused = paused[w.queue_name] or false }
+    for _, o in ipairs(M.REPLY_OUTCOMES) do by[w.name].replies[o] = 0 end
   end
   for i, r in ipairs(replies) do
     check(r, "stats")
@@ -65,6 +71,7 @@ function M.worker_stats(conn, cfg)
     s.busy = s.busy + tonumber(r[7])
     s.expired = s.expired + (tonumber(r[8]) or 0)
     s.waiting = s.waiting + (tonumber(r[9]) or 0)
+    for k, o in ipairs(M.REPLY_OUTCOMES) do s.replies[o] = s.replies[o] + (tonumber(r[9 + k]) or 0) end
   end
   for _, s in pairs(by) do s.length = s.fresh + s.retries end
   return by

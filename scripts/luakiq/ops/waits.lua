@@ -1,16 +1,13 @@
 -- luakiq.ops.waits: what operators see of the jobs that wait for a reply
 -- (docs/operations.md, "Replies"): a worker's waiting jobs (waiting.lua
--- list, every shard), its late replies (waiting.lua late) and, per worker,
--- the waiting count and the replies by outcome (stats.lua's values 9..14).
+-- list, every shard) and its late replies (waiting.lua late); the waiting
+-- count and the replies by outcome are in luakiq.ops.admin.worker_stats.
 -- Used by `luakiq waiting`, the HTTP API, /metrics and the dashboard, in
 -- whatever VM they run in.
 local admin = require "luakiq.ops.admin"
 local keys = require "luakiq.lib.keys"
 
 local M = {}
-
--- The outcomes reply.lua counts (stats.lua's values 10..14, in order).
-M.OUTCOMES = { "accepted", "duplicate", "conflict", "stale", "unknown" }
 
 local function prefix(cfg, w, shard) return keys.prefix(cfg.namespace, w.queue_name, shard) end
 
@@ -75,29 +72,6 @@ function M.late(conn, cfg, worker, limit)
   table.sort(out, function(a, b) return a.at > b.at end)
   for i = limit + 1, #out do out[i] = nil end
   return out
-end
-
--- Per worker: {waiting = jobs that wait for a reply, replies = {accepted =
--- n, duplicate = , conflict = , stale = , unknown = }} (replies: counted
--- since the queue began, all hosts). One pipeline of stats.lua over every
--- shard of every worker.
-function M.stats(conn, cfg)
-  local cmds, owners, by = {}, {}, {}
-  for _, w in ipairs(cfg.workers) do
-    by[w.name] = { waiting = 0, replies = {} }
-    for _, o in ipairs(M.OUTCOMES) do by[w.name].replies[o] = 0 end
-    for s = 0, w.shards_count - 1 do
-      cmds[#cmds + 1] = { script = "stats", prefix(cfg, w, s) }
-      owners[#owners + 1] = w.name
-    end
-  end
-  for i, r in ipairs(conn:pipeline(cmds)) do
-    admin.check(r, "stats")
-    local s = by[owners[i]]
-    s.waiting = s.waiting + (tonumber(r[9]) or 0)
-    for k, o in ipairs(M.OUTCOMES) do s.replies[o] = s.replies[o] + (tonumber(r[9 + k]) or 0) end
-  end
-  return by
 end
 
 return M

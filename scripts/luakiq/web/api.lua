@@ -16,7 +16,6 @@ local json = require "luakiq.json"
 local request = require "luakiq.web.request"
 local runtime = require "luakiq.lib.runtime"
 local timing = require "luakiq.ops.timing"
-local waits = require "luakiq.ops.waits"
 
 local reply, int_param = request.reply, request.int_param
 local PAGE, MAX_PAGE = request.PAGE, request.MAX_PAGE
@@ -91,7 +90,7 @@ end
 -- one answer (it asks every second).
 function M.dashboard(w)
   local conn, cfg = w.conn(), w.cfg
-  local by, waiting = admin.worker_stats(conn, cfg), waits.stats(conn, cfg)
+  local by = admin.worker_stats(conn, cfg)
   local queues = json.array()
   local total = { lag = 0, processed = 0, failed = 0, busy = 0, enqueued = 0, fresh = 0, retries = 0, dead = 0,
                   waiting = 0 }
@@ -99,7 +98,7 @@ function M.dashboard(w)
     local s = by[wk.name]
     local q = { name = wk.name, lag = s.lag, processed = s.processed, failed = s.failed, busy = s.busy,
                 enqueued = s.length, fresh = s.fresh, retries = s.retries, dead = s.morgue_length,
-                waiting = waiting[wk.name].waiting, shards_count = wk.shards_count, paused = s.paused }
+                waiting = s.waiting, shards_count = wk.shards_count, paused = s.paused }
     queues[#queues + 1] = q
     for k in pairs(total) do
       if k == "lag" then total.lag = math.max(total.lag, q.lag) else total[k] = total[k] + q[k] end

@@ -8,7 +8,6 @@ local core = require "luakiq.core"
 local log = require "luakiq.lib.log"
 local admin = require "luakiq.ops.admin"
 local timing = require "luakiq.ops.timing"
-local waits = require "luakiq.ops.waits"
 
 local M = {}
 
@@ -77,19 +76,15 @@ function M.scrape(w)
     metric("luakiq_failed_total", "counter", "Job failures (all hosts).", per("failed"))
     metric("luakiq_expired_total", "counter", "Payloads that expired before they ran (moved to the morgue).",
       per("expired"))
-    local okw, ws = pcall(function() return waits.stats(w.conn(), cfg) end)
-    if okw then
-      local waiting, replies = {}, {}
-      for _, wk in ipairs(cfg.workers) do
-        waiting[#waiting + 1] = { "worker", wk.name, ws[wk.name].waiting }
-        for _, o in ipairs(waits.OUTCOMES) do
-          replies[#replies + 1] = { "worker", wk.name, ws[wk.name].replies[o], "outcome", o }
-        end
+    metric("luakiq_jobs_waiting", "gauge", "Jobs that wait for a reply (luakiq.await).", per("waiting"))
+    local replies = {}
+    for _, wk in ipairs(cfg.workers) do
+      for _, o in ipairs(admin.REPLY_OUTCOMES) do
+        replies[#replies + 1] = { "worker", wk.name, by[wk.name].replies[o], "outcome", o }
       end
-      metric("luakiq_jobs_waiting", "gauge", "Jobs that wait for a reply (luakiq.await).", waiting)
-      metric("luakiq_replies_total", "counter", "Replies to waiting jobs by outcome (all hosts): accepted, " ..
-        "duplicate, conflict (another reply was accepted), stale (the wait was over), unknown (no such wait).", replies)
-    else log.warn("metrics: waits: " .. tostring(ws):match("^[^\n]*")) end
+    end
+    metric("luakiq_replies_total", "counter", "Replies to waiting jobs by outcome (all hosts): accepted, " ..
+      "duplicate, conflict (another reply was accepted), stale (the wait was over), unknown (no such wait).", replies)
     local okt, lines = pcall(function() return histograms(w.conn(), cfg) end)
     if okt then
       for _, kind in ipairs { "wait", "run" } do
