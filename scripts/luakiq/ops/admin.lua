@@ -36,7 +36,8 @@ M.REPLY_OUTCOMES = { "accepted", "duplicate", "conflict", "stale", "unknown" }
 
 -- Per-worker numbers: fresh, retries, length, morgue_length, lag, processed,
 -- failed, busy, expired, waiting (jobs that wait for a reply), replies (per
--- outcome, since the queue began, all hosts), paused. One pipeline over
+-- outcome, since the queue began, all hosts), snoozed, stale (payloads
+-- dropped by monotonic), cancelled, paused. One pipeline over
 -- every shard of every worker, and NS:paused.
 function M.worker_stats(conn, cfg)
   local cmds, owners = {}, {}
@@ -55,6 +56,7 @@ function M.worker_stats(conn, cfg)
   for _, w in ipairs(cfg.workers) do
     by[w.name] = { fresh = 0, retries = 0, length = 0, morgue_length = 0, lag = 0,
                    processed = 0, failed = 0, busy = 0, expired = 0, waiting = 0, replies = {},
+                   snoozed = 0, stale = 0, cancelled = 0,
                    paused = paused[w.queue_name] or false }
     for _, o in ipairs(M.REPLY_OUTCOMES) do by[w.name].replies[o] = 0 end
   end
@@ -72,6 +74,9 @@ function M.worker_stats(conn, cfg)
     s.expired = s.expired + (tonumber(r[8]) or 0)
     s.waiting = s.waiting + (tonumber(r[9]) or 0)
     for k, o in ipairs(M.REPLY_OUTCOMES) do s.replies[o] = s.replies[o] + (tonumber(r[9 + k]) or 0) end
+    s.snoozed = s.snoozed + (tonumber(r[15]) or 0)
+    s.stale = s.stale + (tonumber(r[16]) or 0)
+    s.cancelled = s.cancelled + (tonumber(r[17]) or 0)
   end
   for _, s in pairs(by) do s.length = s.fresh + s.retries end
   return by
