@@ -494,18 +494,18 @@ check "the junk member goes with its ready entry" "0|0" "$(r ZCARD "${P}jobs")|$
 
 # ---------------------------------------------------------------- stats, heads, busy
 r FLUSHALL >/dev/null
-check "stats of an empty shard" "0|0|0||0|0|0|0|0|0|0|0|0|0" "$(ev stats "$P")"
+check "stats of an empty shard" "0|0|0||0|0|0|0|0|0|0|0|0|0|0|0|0" "$(ev stats "$P")"
 check "heads of an empty shard" "|0" "$(ev heads "$P")"
 ev push "$P" "" 50 s1 10 -1 1 x s2 20 0 1 x s3 30 4 1 x s4 5 -1 1 x >/dev/null
 r ZADD "${P}morgue" 1 dead >/dev/null
 ev fetch "$P" A 10000 6 1 '' 1 >/dev/null
 r HINCRBY "${P}counters" failed 3 >/dev/null
-check "stats: fresh, retries, morgue, head, processed, failed, busy, expired, waiting, replies" "1|2|1|10|0|3|1|0|0|0|0|0|0|0" "$(ev stats "$P")"
+check "stats: fresh, retries, morgue, head, processed, failed, busy, expired, waiting, replies, snoozed, stale, cancelled" "1|2|1|10|0|3|1|0|0|0|0|0|0|0|0|0|0" "$(ev stats "$P")"
 check "heads: head, nothing orphaned for another caller" "10|0" "$(ev heads "$P" B)"
 check "heads: the lease holder's own batch in flight counts as orphaned" "10|1" "$(ev heads "$P" A)"
 check "busy listing" "1|s4|5|-1||1|x|1" "$(ev busy "$P")"
 B=$(ev fetch "$P" A 10000 100 2 1 1 | cut -d'|' -f2)
-check "stats after ack and fetch: processed, busy" "0|1|1|30|1|3|2|0|0|0|0|0|0|0" "$(ev stats "$P")"
+check "stats after ack and fetch: processed, busy" "0|1|1|30|1|3|2|0|0|0|0|0|0|0|0|0|0" "$(ev stats "$P")"
 check "busy listing in perform_in order" "2|s1|10|-1||1|x|1|s2|20|0||1|x|1" "$(ev busy "$P")"
 
 # ---------------------------------------------------------------- jobs
