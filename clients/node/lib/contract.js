@@ -492,7 +492,72 @@ function pushCalls(namespace, queue, shardsCount, jobs, now, channel) {
   return calls;
 }
 
+// replies ----------------------------------------------------------------------
+
+const MAX_REPLY_BYTES = 262144; // reply.lua's limit (TOOBIG)
+const MAX_KEY_BYTES = 1024; // waitkey.lua's
+const TOKEN = /^1\.([A-Za-z0-9_-]*)\.([A-Za-z0-9_-]+)\.[0-9]+\.[0-9A-Fa-f]+$/;
+
+function b64url(t) {
+  return t.length % 4 === 1 ? null : Buffer.from(t, 'base64url');
+}
+
+// A reply token's queue (string) and id (Buffer), or null when it is not
+// of the form "1." b64url(queue) "." b64url(id) "." attempt "." mac (luakiq's
+// lib/replies.lua; whether it is genuine only reply.lua can tell).
+function splitToken(token) {
+  if (typeof token !== 'string') return null;
+  const m = TOKEN.exec(token);
+  const queue = m && b64url(m[1]), id = m && b64url(m[2]);
+  if (!queue || !id || queue.length === 0 || id.length === 0) return null;
+  return { queue: queue.toString('utf8'), id };
+}
+
+// The bytes a reply sends: JSON text (a string or Buffer) as `luakiq reply`
+// reads it (ASCII white space around it dropped, then checked), or any other
+// value as its canonical JSON. InputError with the CLI's message.
+function replyBody(body) {
+  const none = "give the reply's JSON as an argument or on stdin";
+  let b;
+  if (body === undefined || body === null) throw new InputError(none);
+  if (typeof body === 'string' || Buffer.isBuffer(body)) {
+    const text = utf8(body).toString('latin1').replace(/^[ \t\n\v\f\r]+|[ \t\n\v\f\r]+$/g, '');
+    if (text === '') throw new InputError(none);
+    b = Buffer.from(text, 'latin1');
+    try {
+      JSON.parse(b.toString('utf8'));
+    } catch (e) {
+      throw new InputError('invalid JSON: ' + e.message);
+    }
+  } else {
+    try {
+      b = canonical(body);
+    } catch (e) {
+      throw new InputError('invalid JSON: ' + e.message);
+    }
+  }
+  if (b.length > MAX_REPLY_BYTES) {
+    throw new InputError('TOOBIG: the reply is ' + b.length + ' bytes, at most ' + MAX_REPLY_BYTES);
+  }
+  return b;
+}
+
+// A correlation key's bytes, or InputError (`luakiq reply --key`'s message).
+function replyKey(key) {
+  const b = typeof key === 'string' || Buffer.isBuffer(key) ? utf8(key) : Buffer.alloc(0);
+  if (b.length === 0 || b.length > MAX_KEY_BYTES) {
+    throw new InputError('BADREPLY: key must be a string of 1 to ' + MAX_KEY_BYTES + ' bytes');
+  }
+  return b;
+}
+
+// reply.lua's ARGV for a reply: refs are the "how" words ('token', T | 'key',
+// KEY, ID, ATTEMPT), body the JSON bytes (docs/redis.md, 'reply.lua').
+function replyArgs(now, channel, shardsCount, refs, body) {
+  return ['reply', redisArg(now), channel, String(shardsCount), ...refs, body];
+}
+
 module.exports = {
   InputError, JSONError, canonical, idString, shard, prefix, checkJobs, pushCalls, tagCheck, esc, g, redisArg,
-  CHUNK, MAX_PAYLOAD_BYTES,
+  CHUNK, MAX_PAYLOAD_BYTES, splitToken, replyBody, replyKey, replyArgs,
 };

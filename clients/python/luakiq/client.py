@@ -13,7 +13,10 @@ from redis.cluster import ClusterNode, RedisCluster
 from . import contract
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
-USED = ("push", "register", "layout", "stats", "job")
+USED = ("push", "register", "layout", "stats", "job", "reply", "waitkey")
+# reply.lua's and waitkey.lua's answers that are outcomes (the others raise)
+OUTCOMES = {"CONFLICT": "conflict", "STALE": "stale", "UNKNOWN": "unknown"}
+RESHARD_TRIES, RESHARD_PAUSE = 10, 0.1  # a frozen shard is asked again every 0.1 s, 1 s in all
 
 
 class LayoutError(redis.RedisError):
@@ -70,6 +73,12 @@ def _connect(url):
 def _error_text(e):
     """An error reply's text without Redis's ' script: ...' tail."""
     return re.sub(r" script: \w+, on @user_script:\d+\.$", "", str(e))
+
+
+def _error_code(e):
+    """An error reply's code word and its message without 'luakiq NAME: '."""
+    m = re.match(r"^(?:ERR )?([A-Z]+) (?:[^:]*?luakiq \w+: )?(.*)$", _error_text(e), re.S)
+    return (m.group(1), m.group(2)) if m else (None, str(e))
 
 
 class Client:
@@ -287,6 +296,68 @@ class Client:
                 total[k] += s[k]
             total["lag"] = max(total["lag"], s["lag"])
         return {"total": total, "by_worker": by}
+
+
+    def reply(self, worker, token=None, key=None, body=None):
+        """Replies to a job of the queue `worker` that waits for one
+        (luakiq.await), by its reply token or by the correlation key its
+        await named, as `luakiq reply` does (docs/redis.md, 'Jobs that wait
+        for a reply'). body: JSON text (str or bytes, sent as given but for
+        white space around it) or a value (sent as its canonical JSON).
+        Returns "accepted", "duplicate" (the same bytes again), "conflict"
+        (another reply was accepted), "stale" (the wait is over) or
+        "unknown" (no such token, key or queue). Bad input raises
+        InputError with the CLI's message (nothing sent)."""
+        if (token is None) == (key is None):
+            raise contract.InputError("reply: give a token or a key (one of them)")
+        data = contract.reply_body(body)
+        kb = contract.reply_key(key) if key is not None else None
+        self._check_layout()
+        if kb is None:
+            parts = contract.split_token(token)
+            if parts is None or parts[0] != worker:
+                return "unknown"
+            return self._reply(worker, parts[1], [b"token", contract.utf8(token)], data)
+        qkey = "%s:{%s}:" % (self.namespace, worker)
+        try:
+            jid, attempt = self._script("waitkey", qkey, "lookup", kb)
+        except redis.ResponseError as e:
+            if _error_code(e)[0] == "UNKNOWN":
+                return "unknown"
+            raise
+        outcome = self._reply(worker, jid, [b"key", kb, jid, attempt], data)
+        if outcome == "stale":  # (cleanup: the entry names a wait that is over)
+            self._script("waitkey", qkey, "drop", kb, attempt, jid)
+        return outcome
+
+    def _reply(self, queue, jid, refs, data):
+        """reply.lua on the id's shard (routed as a push): a shard resharded
+        since the registry was read is asked again with the new count, a
+        frozen one again after a pause."""
+        fresh, frozen = False, 0
+        while True:
+            count = self._counts.get(queue) if not fresh else None
+            count = count or self._registry(queue)
+            if count is None:
+                return "unknown"
+            self._counts[queue] = count
+            args = contract.reply_args(time.time(), self._wake_channel(), count, refs, data)
+            try:
+                r = self._script("reply", contract.prefix(self.namespace, queue, contract.shard(jid, count)), *args)
+                return r.decode() if isinstance(r, bytes) else r
+            except redis.ResponseError as e:
+                code, msg = _error_code(e)
+                if code == "RESHARDED" and not fresh:
+                    fresh = True
+                elif code == "RESHARD" and frozen < RESHARD_TRIES:
+                    frozen += 1
+                    time.sleep(RESHARD_PAUSE)
+                elif code in OUTCOMES:
+                    return OUTCOMES[code]
+                elif code in ("BADREPLY", "BADJSON", "TOOBIG"):
+                    raise contract.InputError("%s: %s" % (code, msg)) from None
+                else:
+                    raise
 
 
 def _payload(raw):

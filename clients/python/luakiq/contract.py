@@ -8,6 +8,8 @@ Values are Python's: dict (object), list or tuple (array; an empty one is
 written {}, as the host writes an empty table), str or bytes (UTF-8 text),
 int, float, bool, None (null). A key absent from a job is "not given"; a key
 given as None is JSON's null (the host refuses it where a number is due)."""
+import base64
+import json
 import math
 import re
 import zlib
@@ -521,3 +523,71 @@ def push_calls(namespace, queue, shards_count, jobs, now, channel):
             calls.append((s, key, args))
             parts.append(chunk)
     return calls, parts
+
+
+# replies ----------------------------------------------------------------------
+
+MAX_REPLY_BYTES = 262144  # reply.lua's limit (TOOBIG)
+MAX_KEY_BYTES = 1024      # waitkey.lua's
+_TOKEN = re.compile(rb"1\.([A-Za-z0-9_-]*)\.([A-Za-z0-9_-]+)\.[0-9]+\.[0-9A-Fa-f]+")
+
+
+def _b64url(t):
+    if len(t) % 4 == 1:
+        return None
+    return base64.urlsafe_b64decode(t + b"=" * (-len(t) % 4))
+
+
+def split_token(token):
+    """A reply token's queue (str) and id (bytes), or None when it is not of
+    the form "1." b64url(queue) "." b64url(id) "." attempt "." mac (luakiq's
+    lib/replies.lua; whether it is genuine only reply.lua can tell)."""
+    if not isinstance(token, (str, bytes)):
+        return None
+    m = _TOKEN.fullmatch(utf8(token))
+    queue, jid = m and _b64url(m.group(1)), m and _b64url(m.group(2))
+    if not queue or not jid:
+        return None
+    return queue.decode("utf-8", "surrogateescape"), jid
+
+
+def _no_constant(name):
+    raise ValueError("%s is not JSON" % name)
+
+
+def reply_body(body):
+    """The bytes a reply sends: JSON text (str or bytes) as `luakiq reply`
+    reads it (ASCII white space around it dropped, then checked), or any
+    other value as its canonical JSON. InputError with the CLI's message."""
+    if body is None:
+        raise InputError("give the reply's JSON as an argument or on stdin")
+    if isinstance(body, (str, bytes)):
+        b = utf8(body).strip(b" \t\n\v\f\r")
+        if not b:
+            raise InputError("give the reply's JSON as an argument or on stdin")
+        try:
+            json.loads(b, parse_constant=_no_constant)
+        except ValueError as e:
+            raise InputError("invalid JSON: %s" % e) from None
+    else:
+        try:
+            b = canonical(body)
+        except JSONError as e:
+            raise InputError("invalid JSON: %s" % e) from None
+    if len(b) > MAX_REPLY_BYTES:
+        raise InputError("TOOBIG: the reply is %d bytes, at most %d" % (len(b), MAX_REPLY_BYTES))
+    return b
+
+
+def reply_key(key):
+    """A correlation key's bytes, or InputError (`luakiq reply --key`'s message)."""
+    b = utf8(key) if isinstance(key, (str, bytes)) else b""
+    if not b or len(b) > MAX_KEY_BYTES:
+        raise InputError("BADREPLY: key must be a string of 1 to %d bytes" % MAX_KEY_BYTES)
+    return b
+
+
+def reply_args(now, channel, shards_count, refs, body):
+    """reply.lua's ARGV for a reply: refs are the "how" words (b"token", T |
+    b"key", KEY, ID, ATTEMPT), body the JSON bytes (docs/redis.md, 'reply.lua')."""
+    return [b"reply", redis_arg(now).encode(), _b(channel), str(shards_count).encode()] + [_b(r) for r in refs] + [body]

@@ -475,5 +475,68 @@ module Luakiq
       end
       calls
     end
+
+    # replies ------------------------------------------------------------------
+
+    MAX_REPLY_BYTES = 262_144 # reply.lua's limit (TOOBIG)
+    MAX_KEY_BYTES = 1024 # waitkey.lua's
+    TOKEN = /\A1\.([A-Za-z0-9_-]*)\.([A-Za-z0-9_-]+)\.[0-9]+\.[0-9A-Fa-f]+\z/n
+    SPACE = " \t\n\v\f\r"
+
+    def b64url(t) = (t.size % 4 == 1 ? nil : (t + '=' * (-t.size % 4)).tr('-_', '+/').unpack1('m').b)
+
+    # A reply token's queue and id (binary Strings), or nil when it is not of
+    # the form "1." b64url(queue) "." b64url(id) "." attempt "." mac (luakiq's
+    # lib/replies.lua; whether it is genuine only reply.lua can tell).
+    def split_token(token)
+      return nil unless token.is_a?(String)
+
+      m = TOKEN.match(token.b)
+      queue = m && b64url(m[1])
+      id = m && b64url(m[2])
+      return nil if queue.nil? || id.nil? || queue.empty? || id.empty?
+
+      [queue, id]
+    end
+
+    # The bytes a reply sends: JSON text (a String) as `luakiq reply` reads it
+    # (ASCII white space around it dropped, then checked), or any other value
+    # as its canonical JSON. InputError with the CLI's message.
+    def reply_body(body)
+      none = "give the reply's JSON as an argument or on stdin"
+      raise InputError, none if body.nil?
+
+      if body.is_a?(String)
+        b = body.b.sub(/\A[#{SPACE}]+/n, '').sub(/[#{SPACE}]+\z/n, '')
+        raise InputError, none if b.empty?
+
+        begin
+          JSON.parse(utf8(b), quirks_mode: true, max_nesting: false)
+        rescue JSON::ParserError, EncodingError => e
+          raise InputError, "invalid JSON: #{e.message}"
+        end
+      else
+        begin
+          b = canonical(body)
+        rescue JSONError => e
+          raise InputError, "invalid JSON: #{e.message}"
+        end
+      end
+      raise InputError, "TOOBIG: the reply is #{b.bytesize} bytes, at most #{MAX_REPLY_BYTES}" if b.bytesize > MAX_REPLY_BYTES
+
+      b
+    end
+
+    # A correlation key's bytes, or InputError (`luakiq reply --key`'s message).
+    def reply_key(key)
+      b = key.is_a?(String) ? key.b : ''.b
+      raise InputError, "BADREPLY: key must be a string of 1 to #{MAX_KEY_BYTES} bytes" if b.empty? || b.bytesize > MAX_KEY_BYTES
+
+      b
+    end
+
+    # reply.lua's ARGV for a reply: refs are the "how" words ('token', T |
+    # 'key', KEY, ID, ATTEMPT), body the JSON bytes (docs/redis.md, 'reply.lua').
+    def reply_args(now, channel, shards_count, refs, body) = ['reply', redis_arg(now), channel, shards_count.to_s, *refs, body]
   end
 end
