@@ -24,6 +24,7 @@ CHUNK = 1000  # jobs per push.lua call
 ALLOWED = ("id", "payload", "score", "perform_in", "retry_count", "expires_at", "priority", "windows",
            "timezone", "tags")
 ALLOWED_TEXT = ", ".join(ALLOWED)
+_ALLOWED_SET = frozenset(ALLOWED)
 _2_53 = 2.0 ** 53
 
 
@@ -237,6 +238,11 @@ def _got(v):
 
 def id_string(v, at="id", given=True):
     """The id's string form (an integer: its digits), or InputError."""
+    t = type(v)
+    if t is int and -_2_53 < v < _2_53:  # (the common cases first: what follows gives the same)
+        return str(v)
+    if t is str and v and v.isascii():
+        return v
     if isinstance(v, (str, bytes)):
         b = utf8(v)
         if not b:
@@ -390,9 +396,9 @@ class Job:
     """A checked job: what push.lua takes of it."""
     __slots__ = ("id", "perform_in", "retry_count", "score", "payload", "expires_at", "priority", "windows", "tags")
 
-    def __init__(self, *values):
-        for name, v in zip(self.__slots__, values):
-            setattr(self, name, v)
+    def __init__(self, id, perform_in, retry_count, score, payload, expires_at, priority, windows, tags):
+        self.id, self.perform_in, self.retry_count, self.score, self.payload = id, perform_in, retry_count, score, payload
+        self.expires_at, self.priority, self.windows, self.tags = expires_at, priority, windows, tags
 
     def extras(self):
         return (self.expires_at is not None or self.priority is not None or self.windows is not None
@@ -403,15 +409,17 @@ def check_job(job, at, now, memo, max_payload_bytes=MAX_PAYLOAD_BYTES):
     """Checks one job (number at, 1-based) as luakiq.client does, in its
     order; returns a Job or raises InputError."""
     where = _label(at)
-    if isinstance(job, (list, tuple)) and job:
-        raise InputError(where + ": unknown field '1' (allowed: " + ALLOWED_TEXT + ")")
-    if isinstance(job, (list, tuple)):
-        job = {}
-    if not isinstance(job, dict):
-        raise InputError(where + ": must be an object")
-    for k in job:
-        if k not in ALLOWED:
-            raise InputError(where + ": unknown field '" + esc(k) + "' (allowed: " + ALLOWED_TEXT + ")")
+    if type(job) is not dict:
+        if isinstance(job, (list, tuple)) and job:
+            raise InputError(where + ": unknown field '1' (allowed: " + ALLOWED_TEXT + ")")
+        if isinstance(job, (list, tuple)):
+            job = {}
+        if not isinstance(job, dict):
+            raise InputError(where + ": must be an object")
+    if not _ALLOWED_SET.issuperset(job):
+        for k in job:
+            if k not in _ALLOWED_SET:
+                raise InputError(where + ": unknown field '" + esc(k) + "' (allowed: " + ALLOWED_TEXT + ")")
     jid = id_string(job.get("id"), at, "id" in job)
     wtext, due = None, now
     if "windows" in job or "timezone" in job:
@@ -422,7 +430,7 @@ def check_job(job, at, now, memo, max_payload_bytes=MAX_PAYLOAD_BYTES):
     if retry_count != math.floor(retry_count) or retry_count < -1:
         raise InputError("%s (id %s): retry_count must be an integer >= -1" % (where, esc(jid)))
     payload = job.get("payload", "") if "payload" in job else ""
-    if isinstance(payload, (str, bytes)) and not payload:
+    if payload == "" or (isinstance(payload, bytes) and not payload):
         data = b'""'
     else:
         _showable(payload, where, jid, 0)

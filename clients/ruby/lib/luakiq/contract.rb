@@ -32,6 +32,7 @@ module Luakiq
     CHUNK = 1000 # jobs per push.lua call
     ALLOWED = %w[id payload score perform_in retry_count expires_at priority windows timezone tags].freeze
     ALLOWED_TEXT = ALLOWED.join(', ')
+    ALLOWED_KEYS = ALLOWED.to_h { |k| [k, true] }.freeze
     TWO_53 = 2**53
     CONTROL = /[\x00-\x1f\x7f]/n.freeze
 
@@ -199,6 +200,7 @@ module Luakiq
 
     # The id's string form (an integer: its digits), or InputError.
     def id_string(v, at = 'id', given = true)
+      return v.to_s if v.is_a?(Integer) && v > -TWO_53 && v < TWO_53 # (the common case: what follows gives the same)
       if text?(v)
         b = bytes(v)
         raise InputError, "#{label(at)}: id must not be empty" if b.empty?
@@ -212,7 +214,7 @@ module Luakiq
     end
 
     # crc32 of the id's bytes modulo shards_count (docs/redis.md)
-    def shard(id, shards_count) = Zlib.crc32(bytes(id)) % shards_count
+    def shard(id, shards_count) = Zlib.crc32(id.is_a?(String) ? id : bytes(id)) % shards_count # (the bytes, whatever the encoding)
 
     def prefix(namespace, queue, n) = "#{namespace}:{#{queue}:#{n}}:"
 
@@ -352,7 +354,25 @@ module Luakiq
     end
 
     # A job's fields by their names as strings (a Hash with Symbol keys too).
-    def fields(job) = job.each_key.all? { |k| k.is_a?(String) } ? job : job.transform_keys { |k| text?(k) ? k.to_s : k }
+    def fields(job) = job.each_key { |k| break nil unless k.is_a?(String) } ? job : job.transform_keys { |k| text?(k) ? k.to_s : k }
+
+    EMPTY_PAYLOAD = '""'.b.freeze
+
+    # A payload's bytes (canonical JSON; "" as the empty string), or InputError.
+    def payload_data(payload, where, id, max_payload_bytes)
+      return EMPTY_PAYLOAD if payload == '' || (text?(payload) && payload.to_s.empty?)
+
+      showable(payload, where, id, 0)
+      begin
+        data = canonical(payload)
+      rescue JSONError => err
+        raise InputError, "#{where} (id #{esc(id)}): cannot dump payload: #{esc(err.message)}"
+      end
+      if data.bytesize > max_payload_bytes
+        raise InputError, "#{where} (id #{esc(id)}): payload is #{data.bytesize} bytes, over max_payload_bytes (#{max_payload_bytes})"
+      end
+      data
+    end
 
     # Checks one job (number at, 1-based) as luakiq.client does, in its
     # order; returns a Job or raises InputError.
@@ -365,39 +385,31 @@ module Luakiq
 
       job = fields(job)
       job.each_key do |k|
-        raise InputError, "#{where}: unknown field '#{esc(k)}' (allowed: #{ALLOWED_TEXT})" unless ALLOWED.include?(k)
+        raise InputError, "#{where}: unknown field '#{esc(k)}' (allowed: #{ALLOWED_TEXT})" unless ALLOWED_KEYS[k]
       end
       id = id_string(job['id'], at, job.key?('id'))
-      e = "#{where} (id #{esc(id)}): "
+      has_payload = job.key?('payload')
+      # (a job of an id and a payload only: every other field's default,
+      # without looking each up; the usual bulk job)
+      return Job.new(id, now, -1, now, payload_data(has_payload ? job['payload'] : '', where, id, max_payload_bytes),
+                     nil, nil, nil, nil) if
+        job.size == (has_payload ? 2 : 1) && job.key?('id')
+
       wtext = nil
       due = now
       wtext, due = job_windows(job, where, id, now, memo) if job.key?('windows') || job.key?('timezone')
       perform_in = num(job, 'perform_in', due, where, id)
       score = num(job, 'score', now, where, id)
       retry_count = num(job, 'retry_count', -1, where, id)
-      raise InputError, "#{e}retry_count must be an integer >= -1" if !integral?(retry_count) || retry_count < -1
+      raise InputError, "#{where} (id #{esc(id)}): retry_count must be an integer >= -1" if !integral?(retry_count) || retry_count < -1
 
-      payload = job.key?('payload') ? job['payload'] : ''
-      if text?(payload) && bytes(payload).empty?
-        data = '""'.b
-      else
-        showable(payload, where, id, 0)
-        begin
-          data = canonical(payload)
-        rescue JSONError => err
-          raise InputError, "#{e}cannot dump payload: #{esc(err.message)}"
-        end
-      end
-      if data.bytesize > max_payload_bytes
-        raise InputError, "#{e}payload is #{data.bytesize} bytes, over max_payload_bytes (#{max_payload_bytes})"
-      end
-
+      data = payload_data(has_payload ? job['payload'] : '', where, id, max_payload_bytes)
       expires_at = num(job, 'expires_at', nil, where, id)
       priority = nil
       if job.key?('priority')
         p = job['priority']
         unless finite?(p) && integral?(p.to_f) && p.to_f.abs <= 1e9
-          raise InputError, "#{e}priority must be an integer from -1000000000 to 1000000000"
+          raise InputError, "#{where} (id #{esc(id)}): priority must be an integer from -1000000000 to 1000000000"
         end
 
         priority = p.to_f == 100 ? nil : format('%d', p.to_f)
@@ -426,6 +438,14 @@ module Luakiq
     # CHUNK a call; the short forms "ids" (one perform_in, retry_count, score
     # and payload) and "pairs" (payloads differ), else groups of 5; the
     # sections; "shards". Returns [[shard, key, args, jobs]].
+    # jobs sorted by their ids' bytes (String#<=> compares bytes), stably
+    def by_id(jobs)
+      sorted = jobs.sort_by(&:id)
+      return sorted if sorted.each_cons(2).none? { |a, b| a.id == b.id } # (no id twice: stable anyway)
+
+      jobs.each_with_index.sort_by { |j, i| [j.id, i] }.map(&:first)
+    end
+
     def push_calls(namespace, queue, shards_count, jobs, now, channel)
       by_shard = {}
       jobs.each { |j| (by_shard[shard(j.id, shards_count)] ||= []) << j }
@@ -443,7 +463,7 @@ module Luakiq
           if same
             args.push('', one_payload ? 'ids' : 'pairs', t.call(f.perform_in),
                       f.retry_count == -1 ? '-1' : arg(f.retry_count), t.call(f.score))
-            rows = extras ? chunk : chunk.each_with_index.sort_by { |j, i| [bytes(j.id), i] }.map(&:first)
+            rows = extras ? chunk : by_id(chunk)
             if one_payload
               args << f.payload
               rows.each { |j| args << j.id }
