@@ -268,9 +268,13 @@ module Luakiq
       replies = if @cluster
                   calls.map { |c| call_one(*c) }
                 else
-                  commands = calls.map { |c| evalsha_command(*c) }
+                  # each command written as soon as calls yields it (an
+                  # Enumerator that makes them: push), so Redis runs the first
+                  # while the next are made; then every reply read
+                  sent = []
+                  commands = Enumerator.new { |y| calls.each { |c| sent << c; y << evalsha_command(*c) } }
                   client = @redis._client
-                  client.process(commands) { commands.map { client.read } }
+                  client.process(commands) { sent.map { client.read } }.tap { calls = sent }
                 end
       missing = replies.each_index.select { |i| replies[i].is_a?(Redis::CommandError) && replies[i].message.start_with?('NOSCRIPT') }
       missing.map { |i| calls[i][0] }.uniq.each { |name| load(name) }
@@ -348,8 +352,11 @@ module Luakiq
     end
 
     def push(queue, count, checked, now)
-      calls = C.push_calls(@namespace, queue, count, checked, now, wake_channel)
-      replies = run(calls.map { |_, key, args, _| ['push', key, args] })
+      calls = []
+      made = Enumerator.new do |y|
+        C.push_calls(@namespace, queue, count, checked, now, wake_channel) { |c| calls << c; y << ['push', c[1], c[2]] }
+      end
+      replies = run(made)
       stored = 0
       failed = nil
       refused = nil

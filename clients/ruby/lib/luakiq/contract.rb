@@ -433,11 +433,6 @@ module Luakiq
 
     def arg(x) = x.is_a?(String) ? x : redis_arg(x)
 
-    # The push.lua calls of checked jobs, as luakiq.client sends them: jobs
-    # grouped by shard (shards in the order their first job came), at most
-    # CHUNK a call; the short forms "ids" (one perform_in, retry_count, score
-    # and payload) and "pairs" (payloads differ), else groups of 5; the
-    # sections; "shards". Returns [[shard, key, args, jobs]].
     # jobs sorted by their ids' bytes (String#<=> compares bytes), stably
     def by_id(jobs)
       sorted = jobs.sort_by(&:id)
@@ -446,6 +441,12 @@ module Luakiq
       jobs.each_with_index.sort_by { |j, i| [j.id, i] }.map(&:first)
     end
 
+    # The push.lua calls of checked jobs, as luakiq.client sends them: jobs
+    # grouped by shard (shards in the order their first job came), at most
+    # CHUNK a call; the short forms "ids" (one perform_in, retry_count, score
+    # and payload) and "pairs" (payloads differ), else groups of 5; the
+    # sections; "shards". Returns [[shard, key, args, jobs]], and yields each
+    # as it is made when given a block.
     def push_calls(namespace, queue, shards_count, jobs, now, channel)
       by_shard = {}
       jobs.each { |j| (by_shard[shard(j.id, shards_count)] ||= []) << j }
@@ -491,6 +492,7 @@ module Luakiq
           end
           args.push('', 'shards', shards_count.to_s)
           calls << [s, key, args, chunk]
+          yield calls[-1] if block_given?
         end
       end
       calls
