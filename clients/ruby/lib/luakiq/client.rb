@@ -266,7 +266,7 @@ module Luakiq
     # (NOSCRIPT) is sent again once the script is loaded.
     def run(calls)
       replies = if @cluster
-                  calls.map { |c| call_one(*c) }
+                  (calls = calls.to_a).map { |c| call_one(*c) }
                 else
                   # each command written as soon as calls yields it (an
                   # Enumerator that makes them: push), so Redis runs the first
