@@ -359,9 +359,11 @@ module Luakiq
     EMPTY_PAYLOAD = '""'.b.freeze
 
     # A payload's bytes (canonical JSON; "" as the empty string), or InputError.
+    # where: the job's label, or its number.
     def payload_data(payload, where, id, max_payload_bytes)
       return EMPTY_PAYLOAD if payload == '' || (text?(payload) && payload.to_s.empty?)
 
+      where = label(where)
       showable(payload, where, id, 0)
       begin
         data = canonical(payload)
@@ -377,6 +379,16 @@ module Luakiq
     # Checks one job (number at, 1-based) as luakiq.client does, in its
     # order; returns a Job or raises InputError.
     def check_job(job, at, now, memo, max_payload_bytes = MAX_PAYLOAD_BYTES)
+      # (the usual bulk job, an id and maybe a payload: read in place, every
+      # other field's default; anything else takes the whole way below)
+      if job.is_a?(Hash) && job.size <= 2
+        idk = job.key?('id') ? 'id' : (:id if job.key?(:id))
+        pk = job.key?('payload') ? 'payload' : (:payload if job.key?(:payload))
+        if idk && job.size == (pk ? 2 : 1)
+          id = id_string(job[idk], at, true)
+          return Job.new(id, now, -1, now, payload_data(pk ? job[pk] : '', at, id, max_payload_bytes), nil, nil, nil, nil)
+        end
+      end
       where = label(at)
       raise InputError, "#{where}: unknown field '1' (allowed: #{ALLOWED_TEXT})" if job.is_a?(Array) && !job.empty?
 
@@ -388,13 +400,6 @@ module Luakiq
         raise InputError, "#{where}: unknown field '#{esc(k)}' (allowed: #{ALLOWED_TEXT})" unless ALLOWED_KEYS[k]
       end
       id = id_string(job['id'], at, job.key?('id'))
-      has_payload = job.key?('payload')
-      # (a job of an id and a payload only: every other field's default,
-      # without looking each up; the usual bulk job)
-      return Job.new(id, now, -1, now, payload_data(has_payload ? job['payload'] : '', where, id, max_payload_bytes),
-                     nil, nil, nil, nil) if
-        job.size == (has_payload ? 2 : 1) && job.key?('id')
-
       wtext = nil
       due = now
       wtext, due = job_windows(job, where, id, now, memo) if job.key?('windows') || job.key?('timezone')
@@ -403,7 +408,7 @@ module Luakiq
       retry_count = num(job, 'retry_count', -1, where, id)
       raise InputError, "#{where} (id #{esc(id)}): retry_count must be an integer >= -1" if !integral?(retry_count) || retry_count < -1
 
-      data = payload_data(has_payload ? job['payload'] : '', where, id, max_payload_bytes)
+      data = payload_data(job.key?('payload') ? job['payload'] : '', where, id, max_payload_bytes)
       expires_at = num(job, 'expires_at', nil, where, id)
       priority = nil
       if job.key?('priority')
@@ -424,7 +429,7 @@ module Luakiq
       raise InputError, 'jobs must be an array' unless jobs.is_a?(Array)
 
       memo = {}
-      jobs.each_with_index.map { |j, i| check_job(j, i + 1, now, memo, max_payload_bytes) }
+      jobs.map.with_index(1) { |j, i| check_job(j, i, now, memo, max_payload_bytes) }
     end
 
     # push.lua calls -----------------------------------------------------------
