@@ -136,16 +136,48 @@ class Client:
         pipe = self.redis.pipeline(transaction=False) if not self.cluster else self.redis.pipeline()
         for name, key, args in calls:
             self._evalsha(pipe, name, key, args)
-        replies = pipe.execute(raise_on_error=False)
+        return self._noscript_again(calls, pipe.execute(raise_on_error=False))
+
+    def _noscript_again(self, calls, replies):
+        """replies, those of the calls Redis did not know the script of
+        (NOSCRIPT) replaced by the replies of the calls sent again."""
         missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         for name in {calls[i][0] for i in missing}:
             self._load(name)
         for i in missing:
             try:
-                replies[i] = self._evalsha(self.redis, calls[i][0], calls[i][1], calls[i][2])
+                replies[i] = self._evalsha(self.redis, *calls[i])
             except redis.RedisError as e:
                 replies[i] = e
         return replies
+
+    def _stream(self, calls):
+        """Replies (or exceptions) of calls, an iterable of (script, key,
+        args) on a single Redis: each call is written as soon as it is made,
+        so Redis runs the first while the next are made, then every reply is
+        read (a pipeline of redis-py's writes nothing before the last is
+        made). A call Redis did not know the script of (NOSCRIPT) is sent
+        again."""
+        pool = self.redis.connection_pool
+        conn = pool.get_connection("EVALSHA")
+        sent, replies = [], []
+        try:
+            for name, key, args in calls:
+                keys = self._keys(key)
+                conn.send_packed_command(conn.pack_command("EVALSHA", self._scripts[name][0], len(keys), *keys, *args),
+                                         check_health=not sent)
+                sent.append((name, key, args))
+            for _ in sent:
+                try:
+                    replies.append(self.redis.parse_response(conn, "EVALSHA"))
+                except redis.ResponseError as e:
+                    replies.append(e)
+        except BaseException:
+            conn.disconnect()  # (replies may be left unread on it)
+            raise
+        finally:
+            pool.release(conn)
+        return self._noscript_again(sent, replies)
 
     def _check_layout(self):
         """Refuses a namespace whose layout this client does not know, once
@@ -237,8 +269,19 @@ class Client:
         return len(checked)
 
     def _push(self, queue, count, checked, now):
-        calls, parts = contract.push_calls(self.namespace, queue, count, checked, now, self._wake_channel())
-        replies = self._pipeline([("push", key, args) for _, key, args in calls])
+        made = contract.each_push_call(self.namespace, queue, count, checked, now, self._wake_channel())
+        if self.cluster:
+            made = list(made)
+            parts = [chunk for _, _, _, chunk in made]
+            replies = self._pipeline([("push", key, args) for _, key, args, _ in made])
+        else:
+            parts = []
+
+            def calls():
+                for _, key, args, chunk in made:
+                    parts.append(chunk)
+                    yield "push", key, args
+            replies = self._stream(calls())
         stored, failed, refused, have = 0, None, [], None
         for part, r in zip(parts, replies):
             if isinstance(r, Exception):

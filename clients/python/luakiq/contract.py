@@ -480,6 +480,15 @@ def push_calls(namespace, queue, shards_count, jobs, now, channel):
     and payload) and "pairs" (payloads differ), else groups of 5; the
     sections; "shards". Returns [(shard, key, [arg bytes])], and each call's
     jobs in parts ([[Job]], one list per call)."""
+    calls, parts = [], []
+    for s, key, args, chunk in each_push_call(namespace, queue, shards_count, jobs, now, channel):
+        calls.append((s, key, args))
+        parts.append(chunk)
+    return calls, parts
+
+
+def each_push_call(namespace, queue, shards_count, jobs, now, channel):
+    """push_calls' calls one by one, as each is made: (shard, key, args, jobs)."""
     by_shard, order = {}, []
     for j in jobs:
         s = shard(j.id, shards_count)
@@ -489,7 +498,6 @@ def push_calls(namespace, queue, shards_count, jobs, now, channel):
         by_shard[s].append(j)
     extras = any(j.extras() for j in jobs)
     now_s = g(now, 17).encode()
-    calls, parts = [], []
     for s in order:
         lst, key = by_shard[s], prefix(namespace, queue, s)
         for start in range(0, len(lst), CHUNK):
@@ -528,9 +536,7 @@ def push_calls(namespace, queue, shards_count, jobs, now, channel):
                             opened = True
                         args += [str(n).encode(), g(v, 17).encode() if field == "expires_at" else _b(v)]
             args += [b"", b"shards", str(shards_count).encode()]
-            calls.append((s, key, args))
-            parts.append(chunk)
-    return calls, parts
+            yield s, key, args, chunk
 
 
 # replies ----------------------------------------------------------------------
