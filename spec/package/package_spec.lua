@@ -52,6 +52,9 @@ describe("tools/package.sh", function()
     local unit = host.read(root .. "/usr/lib/systemd/system/luakiq@.service")
     assert.truthy(unit:find("\nExecStart=/usr/bin/luakiq run /etc/luakiq/%i\n", 1, true), unit)
     assert.truthy(unit:find("\nEnvironmentFile=-/etc/luakiq/%i.env\n", 1, true), unit)
+    local readme = host.read(root .. "/etc/luakiq/README")
+    assert.truthy(readme:find("> /etc/luakiq/app.env", 1, true), readme)
+    assert.truthy(readme:find("/usr/share/doc/luakiq (", 1, true), readme)
     local dir = host.scriptdir { ["workers/A.lua"] = "return { shards_count = 3, perform = function() end }" }
     local bin = q(root .. "/usr/bin/luakiq")
     local rc, out, err = host.sh_out("cd / && echo '{\"id\":1}' | env -u LUAKIQ_SCRIPTS " .. env() .. " " .. bin ..
