@@ -11,9 +11,11 @@
  * call of a paused queue starts on this host (a call that passed its check
  * before the store had already started).
  *
- * Threads: core.set_paused on the main thread only; core.paused on any. A
- * mutex guards the text and its generation; the generation is also an
- * atomic, so a check while nothing changed is one atomic load, no lock. */
+ * Threads: core.set_paused on the main thread only; core.paused and
+ * luakiq_pause_generation on any. A mutex guards the text; the generation
+ * is an atomic bumped under it, so a check while nothing changed is one
+ * atomic load, no lock (luakiq_pause_generation, called through LuaJIT's
+ * FFI: a JIT-compiled call, where a Lua C function would stop the trace). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -24,7 +26,7 @@
 
 static pthread_mutex_t pause_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *pause_text;              /* the paused queues, one per line; NULL: none yet */
-static atomic_ulong pause_gen;        /* bumped with every change of pause_text */
+static atomic_uint pause_gen;         /* bumped with every change of pause_text */
 
 /* core.set_paused(text): the paused queues (names joined by "\n"). The same
  * text as before changes nothing (the heartbeat sets it every beat). */
@@ -44,11 +46,15 @@ static int pause_set(lua_State *L) {
     return 0;
 }
 
+/* The generation of the paused queues (any thread; exported for the FFI:
+ * luakiq.runner.fetch's paused). */
+unsigned luakiq_pause_generation(void) { return atomic_load(&pause_gen); }
+
 /* core.paused(known) -> generation[, text]: the text only when the
  * generation is not `known` (the caller's last one; 0 at first). */
 static int pause_get(lua_State *L) {
-    unsigned long known = (unsigned long)luaL_optnumber(L, 1, 0);
-    unsigned long gen = atomic_load(&pause_gen);
+    unsigned known = (unsigned)luaL_optnumber(L, 1, 0);
+    unsigned gen = atomic_load(&pause_gen);
     if (gen == known) {
         lua_pushnumber(L, (lua_Number)gen);
         return 1;
