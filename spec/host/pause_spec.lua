@@ -156,8 +156,9 @@ return {
     host.sh("rm -rf " .. q(fast))
   end)
 
-  it("names a live host that does not acknowledge within 2 s (SIGSTOP) and exits 1; the pause holds once it answers", function()
-    procs[1] = host.spawn("run " .. q(dir), env())
+  it("names a live host that does not acknowledge within 2 s (SIGSTOP): exit 1, HTTP 504; the pause holds once it answers", function()
+    local port = core.free_port()
+    procs[1] = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port, env())
     procs[2] = host.spawn("run " .. q(dir), env())
     local tokens = host.eventually(function() local t = host_tokens(dir) return #t == 2 and t end, 10, "both hosts listed")
     local stopped
@@ -175,6 +176,17 @@ return {
     assert.are.same({ worker = "W", paused = true, changed = true, hosts = 1, missing = { stopped } }, json.decode(out))
     assert.truthy(host.one_line(err), err)
     assert.truthy(err:find("not acknowledged within 2 s by 1 live host(s): " .. stopped, 1, true), err)
+    -- the same over HTTP: 504, the host named
+    procs[2]:signal("STOP")
+    local res = host.capture("curl -s -w ' %{http_code}' -X POST -H 'Authorization: Bearer tok' " ..
+      q("http://127.0.0.1:" .. port .. "/api/v1/workers/W/pause"))
+    procs[2]:signal("CONT")
+    local body, code = res:match("^(.*) (%d+)$")
+    assert.are.equal("504", code, res)
+    local r = json.decode(body)
+    assert.are.same({ stopped }, r.missing)
+    assert.are.equal(1, r.hosts)
+    assert.truthy(r.error:find(stopped, 1, true), r.error)
     -- the stopped host, running again, reads the pause and acknowledges it
     host.eventually(function()
       return srv.conn:call("HGET", "luakiq:paused:acks", stopped) == srv.conn:call("HGET", "luakiq:paused", "")
