@@ -4,10 +4,11 @@
  * It handles signals (evsignal: TERM/INT stop gracefully, a second INT exits at
  * once, TTIN writes a thread dump), subscribes to the wake channel and routes
  * each message (a shard prefix published by a push) to the one worker thread
- * that owns that shard (a pause's message instead has the plan read the paused
- * queues for the threads and acknowledge: pause.c), and notices when worker threads finish (they call
- * host_thread_done from their own thread, which activates an event: libevent
- * is initialised with pthread support for that). Worker threads have every
+ * that owns that shard (a pause's message instead has the plan read the
+ * paused queues for the threads and acknowledge: pause.c), and notices when
+ * worker threads finish (they call host_thread_done from their own thread,
+ * which activates an event: libevent is initialised with pthread support
+ * for that). Worker threads have every
  * signal blocked (runner_start_all), so handlers only ever run here. With
  * --web, the HTTP server (web.c) runs on a thread of its own with its own VM:
  * nothing a request does (a listing, a slow client, a flood of connections)

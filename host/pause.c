@@ -6,7 +6,8 @@
  * thread (host.c, on the wake-up channel's message; and at every heartbeat)
  * reads the paused queues (luakiq.ops.hosts.sync_pause), stores them here
  * (core.set_paused), and only then acknowledges in Redis. A worker thread
- * checks them after each fetch and before each call (core.paused): a check
+ * checks them after each fetch and before each call (luakiq.runner.fetch's
+ * paused: luakiq_pause_generation, then core.paused if it changed): a check
  * that follows the store sees it, so once the acknowledgement is written no
  * call of a paused queue starts on this host (a call that passed its check
  * before the store had already started).

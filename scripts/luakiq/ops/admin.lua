@@ -7,6 +7,7 @@ local keys = require "luakiq.lib.keys"
 local runtime = require "luakiq.lib.runtime"
 local errors = require "luakiq.lib.errors"
 local client = require "luakiq.client"
+local hosts = require "luakiq.ops.hosts"
 
 local M = {}
 
@@ -546,7 +547,6 @@ function M.pause(conn, cfg, worker_name, pause)
   local r = check(conn:pipeline({ cmd })[1], "pause")
   local out = { worker = w.name, paused = pause, changed = r[1] == 1 }
   if not pause then return out end
-  local hosts = require "luakiq.ops.hosts"
   local live = {}
   for _, v in ipairs(hosts.list(conn, cfg.namespace)) do live[#live + 1] = v.token end
   local missing = hosts.await_pause(conn, cfg.namespace, r[2], live, M.PAUSE_WAIT)
