@@ -97,14 +97,17 @@ end
 -- "reply" | "timeout" | "heartbeat", attempt = number, value = the reply's
 -- JSON or the seconds that lapsed}: a reply or deadline of a job that
 -- waited, not a job to perform (docs/redis.md, "Waits")}, or
--- {leased = true, pttl = ms left of its lease, reshard = true when a reshard
--- froze the shard} when another holder has the shard's lease. Raises on an
+-- {leased = true, pttl = ms left of its lease, holder = its token (nil
+-- after a reshard froze the shard), reshard = true when a reshard froze the
+-- shard} when another holder has the shard's lease. Raises on an
 -- error reply. The caller keeps the batch id (the runner: h.batch).
 function M.parse_fetch(r, h)
   if type(r) ~= "table" or r.err then
     error("fetch failed on " .. h.prefix .. ": " .. tostring(r and r.err or r), 0)
   end
-  if r[1] == "LEASE" then return { leased = true, pttl = tonumber(r[2]), reshard = r[3] == "reshard" } end
+  if r[1] == "LEASE" then
+    return { leased = true, pttl = tonumber(r[2]), reshard = r[3] == "reshard", holder = r[3] == "holder" and r[4] or nil }
+  end
   local batch, head, restored = r[2], r[3], tonumber(r[4])
   if restored and restored > 0 then
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })

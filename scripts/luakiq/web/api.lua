@@ -218,8 +218,17 @@ end)
 M.perform_now = on_worker(function(conn, cfg, wk) return admin.perform_all_now(conn, cfg, wk) end)
 M.kill_failed = on_worker(function(conn, cfg, wk) return admin.kill_failed(conn, cfg, wk) end)
 M.delete_failed = on_worker(function(conn, cfg, wk) return admin.delete_failed(conn, cfg, wk) end)
--- (also POST /api/v1/workers/W/pause and /resume)
-M.pause = on_worker(function(conn, cfg, wk) return admin.pause(conn, cfg, wk, true) end)
+-- (also POST /api/v1/workers/W/pause and /resume). A pause answers once
+-- every live host acknowledged it; one that some did not within 2 s
+-- answers 504 with the same body, their tokens in "missing" and an "error".
+function M.pause(w, req)
+  local r = admin.pause(w.conn(), w.cfg, req.params.worker, true)
+  if not r.missing then return reply(200, r) end
+  r.missing = json.array(r.missing)
+  r.error = string.format("paused, but not acknowledged within %g s by: %s", admin.PAUSE_WAIT,
+    table.concat(r.missing, ", "))
+  return reply(504, r)
+end
 M.resume = on_worker(function(conn, cfg, wk) return admin.pause(conn, cfg, wk, false) end)
 
 -- Failure groups (luakiq.ops.failures; docs/operations.md, "Failures").
