@@ -15,6 +15,14 @@ local function jobs(dir, worker, which) return host.jobs(dir, worker, which, env
 local function counter(worker, field)
   return tonumber(srv.conn:call("HGET", "luakiq:{" .. worker .. ":0}:counters", field)) or 0
 end
+-- A script directory with one worker, NAME.lua = body (after `local luakiq
+-- = require "luakiq"`), one thread, poll_interval poll (default 0.2).
+local function worker_dir(name, body, poll)
+  return host.scriptdir {
+    ["config.lua"] = ("return { threads_per_node = 1, poll_interval = %g }"):format(poll or 0.2),
+    ["workers/" .. name .. ".lua"] = 'local luakiq = require "luakiq"\n' .. body,
+  }
+end
 local function job(dir, worker, id)
   local rc, out, err = host.exec("job " .. q(dir) .. " " .. worker .. " " .. id, nil, env())
   assert(rc == 0, tostring(err))
@@ -27,10 +35,7 @@ describe("call:fail", function()
 
   it("a poison id in a batch of 10 retries alone and ends in the morgue; its 9 batch-mates run once, done", function()
     local out = host.tmpdir()
-    dir = host.scriptdir {
-      ["config.lua"] = "return { threads_per_node = 1, poll_interval = 0.2 }",
-      ["workers/W.lua"] = ([[
-local luakiq = require "luakiq"
+    dir = worker_dir("W", (([[
 return {
   shards_count = 1, batch_size = 10, max_retry_count = 2, retry_in = function() return 0.2 end,
   perform = function(batch, call)
@@ -49,8 +54,7 @@ return {
     f:close()
   end,
 }
-]]):gsub("OUT", out),
-    }
+]]):gsub("OUT", out)))
     local list = {}
     for i = 1, 8 do list[i] = { id = "ok" .. i, payload = i } end
     list[9] = { id = "poison", payload = 9 }
@@ -83,10 +87,7 @@ return {
   end)
 
   it("a call that raises: the marked ids keep their own outcome, the others take the raised path", function()
-    dir = host.scriptdir {
-      ["config.lua"] = "return { threads_per_node = 1, poll_interval = 0.2 }",
-      ["workers/W.lua"] = [[
-local luakiq = require "luakiq"
+    dir = worker_dir("W", [[
 return {
   shards_count = 1, batch_size = 10, max_retry_count = 5, retry_in = function() return 3600 end,
   perform = function(batch, call)
@@ -95,8 +96,7 @@ return {
     error("the rest failed")
   end,
 }
-]],
-    }
+]])
     host.enqueue(dir, "W", { { id = "a" }, { id = "b" }, { id = "c" } }, env())
     proc = host.spawn("run " .. q(dir), env())
     host.eventually(function() return jobs(dir, "W", "morgue").a end, 10, "a in the morgue")
@@ -114,10 +114,7 @@ return {
   end)
 
   it("refuses an id that is not the call's, a missing error and bad seconds, at the call", function()
-    dir = host.scriptdir {
-      ["config.lua"] = "return { threads_per_node = 1, poll_interval = 0.2 }",
-      ["workers/W.lua"] = [[
-local luakiq = require "luakiq"
+    dir = worker_dir("W", [[
 return {
   shards_count = 1,
   perform = function(batch, call)
@@ -137,8 +134,7 @@ return {
     end
   end,
 }
-]],
-    }
+]])
     host.enqueue(dir, "W", { { id = "x1" } }, env())
     proc = host.spawn("run " .. q(dir), env())
     host.eventually(function() return srv.conn:call("LLEN", "t:errs") == 8 end, 10, "perform ran")
@@ -160,10 +156,7 @@ describe("snooze", function()
   host.stop_after_each(function() return proc, dir end)
 
   it("luakiq.snooze and call:snooze: back after s, no retry, no error, counted as snoozed, not failed", function()
-    dir = host.scriptdir {
-      ["config.lua"] = "return { threads_per_node = 1, poll_interval = 0.1 }",
-      ["workers/S.lua"] = [[
-local luakiq = require "luakiq"
+    dir = worker_dir("S", [[
 return {
   shards_count = 1, batch_size = 10,
   perform = function(batch, call)
@@ -175,8 +168,7 @@ return {
     end
   end,
 }
-]],
-    }
+]], 0.1)
     local base
     proc, base = web.start(dir, env())
     host.enqueue(dir, "S", { { id = "one" }, { id = "mate" } }, env())
@@ -221,5 +213,47 @@ return {
       return s == 2 and { s = s, f = f, total = v.total.snoozed }
     end, 10, "snoozes in the history")
     assert.are.equal(0, h.f)
+  end)
+end)
+
+describe("snooze in on_reply", function()
+  local dir, proc
+  host.stop_after_each(function() return proc, dir end)
+
+  it("the reply is kept and handed to on_reply again after s; not a failure, no new attempt", function()
+    local keys = require "luakiq.lib.keys"
+    dir = worker_dir("A", [[
+return {
+  shards_count = 1,
+  perform = function(batch)
+    for id in pairs(batch) do
+      luakiq.redis.call("INCR", "t:p:" .. id)
+      luakiq.redis.call("SET", "t:token:" .. id, luakiq.await(id).token)
+    end
+  end,
+  on_reply = function(id, reply, pls, call)
+    local n = luakiq.redis.call("INCR", "t:r:" .. id)
+    luakiq.redis.call("RPUSH", "t:rat:" .. id, string.format("%.3f %s %s", luakiq.now(), reply.answer, call.attempt))
+    if n == 1 then error(luakiq.snooze(1, "later")) end
+  end,
+}
+]], 0.1)
+    proc = host.spawn("run " .. q(dir), env())
+    host.enqueue(dir, "A", { { id = "a" } }, env())
+    local token = host.eventually(function() return srv.conn:call("GET", "t:token:a") end, 10, "a awaited")
+    srv.conn:script("reply", keys.prefix("luakiq", "A", 0), "reply", string.format("%.17g", core.now()),
+      keys.wake_channel("luakiq"), "", "token", token, json.encode { answer = 42 })
+    host.eventually(function() return srv.conn:call("LLEN", "t:rat:a") == 2 end, 10, "on_reply ran again")
+    local r = srv.conn:call("LRANGE", "t:rat:a", 0, -1)
+    local t1, a1, n1 = r[1]:match("^(%S+) (%S+) (%S+)$")
+    local t2, a2, n2 = r[2]:match("^(%S+) (%S+) (%S+)$")
+    assert.are.same({ "42", "42" }, { a1, a2 }) -- the same reply
+    assert.are.equal(n1, n2) -- the same attempt
+    local gap = tonumber(t2) - tonumber(t1)
+    assert.is_true(gap >= 0.9 and gap < 4, ("on_reply ran again %.2f s later (snooze 1 s)"):format(gap))
+    host.eventually(function() return counter("A", "processed") == 1 end, 10, "a done")
+    assert.are.equal(1, counter("A", "snoozed"))
+    assert.are.equal(0, counter("A", "failed"))
+    assert.are.equal("1", srv.conn:call("GET", "t:p:a")) -- performed once: the snooze was no new attempt
   end)
 end)
