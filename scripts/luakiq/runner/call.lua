@@ -500,6 +500,7 @@ function run_jobs(t, h, fn, loaded, batch, call, done)
     log.warn("call stopped: " .. tostring(err):match("^[^\n]*"),
       { worker = w.name, shard = h.shard, ids = queue.ids(loaded) })
     core.set_state(STATE.fetching, w.name, h.shard)
+    h.marks = nil
     return nil
   end
   core.set_state(STATE.fetching, w.name, h.shard)
