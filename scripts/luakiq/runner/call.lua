@@ -3,8 +3,9 @@
 -- load), the jobs whose windows are closed held back (h.later), flow
 -- control asked (luakiq.runner.flow), the call run in a coroutine of its
 -- own under the worker's timeout (core.call_begin/call_end) with the
--- delivery id perform can read, and a failed call recorded (retry_in per
--- job, fail.lua, retries_exhausted). The calls of jobs that waited for a
+-- delivery id perform can read and its call:fail/call:snooze marks, and a
+-- failed, snoozed or marked call recorded (retry_in per job, fail.lua,
+-- retries_exhausted). The calls of jobs that waited for a
 -- reply (wait_call: on_reply, rickover's rule, lapsed deadlines). Also the
 -- call record C keeps for a call that cannot be stopped, and the main VM's
 -- side of such a call (fail_stuck).
