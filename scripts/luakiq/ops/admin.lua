@@ -85,13 +85,17 @@ end
 
 -- Lowkiq's /api/v1/stats shape, plus expired (payloads that expired before
 -- they ran, since the queue began) and waiting (jobs that wait for a reply:
--- luakiq.await; not in length).
+-- luakiq.await; not in length); snoozed (jobs put back by a snooze, since
+-- the queue began) only when some were, so the shape of a worker that
+-- never snoozes stays Lowkiq's.
 function M.stats(conn, cfg)
   local by = M.worker_stats(conn, cfg)
   local out = { total = { length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 }, by_worker = {} }
   for name, s in pairs(by) do
     out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag, expired = s.expired,
-                            waiting = s.waiting, paused = s.paused or nil } -- only when paused: "paused": true
+                            waiting = s.waiting, paused = s.paused or nil, -- only when paused: "paused": true
+                            snoozed = s.snoozed > 0 and s.snoozed or nil }
+    if s.snoozed > 0 then out.total.snoozed = (out.total.snoozed or 0) + s.snoozed end
     out.total.length = out.total.length + s.length
     out.total.morgue_length = out.total.morgue_length + s.morgue_length
     out.total.expired = out.total.expired + s.expired
