@@ -50,13 +50,14 @@ local function busy_job(id, err, rec, from)
     rc = tonumber(rc_s) or -1
     if rc >= -1 and rc <= 1000 and type(rc_s) == "string" then RC_NUM[rc_s] = rc end
   end
+  pin = pin or core.now()
   local pls, np = new_table(math.floor((n - 3) / 2), 0), 0
   for k = 5, n, 2 do
     if type(vals[k]) ~= "string" then return nil end
     np = np + 1
-    pls[np] = { vals[k] } -- (perform sees no scores)
+    pls[np] = { vals[k], k < n and vals[k + 1] or pin } -- bytes, score (perform sees no scores; call.delivery does)
   end
-  local job = { id = id, perform_in = pin or core.now(), retry_count = rc,
+  local job = { id = id, perform_in = pin, retry_count = rc,
                 error = err ~= "" and err or nil, payloads = pls }
   if type(vals[4]) == "string" and vals[4] ~= "" then job.windows = vals[4] end
   return job
@@ -80,7 +81,7 @@ local function member_job(e, err)
   for k = 2, n, 2 do
     if type(vals[k]) ~= "string" then return nil, id end
     np = np + 1
-    pls[np] = { vals[k] } -- (perform sees no scores)
+    pls[np] = { vals[k], k < n and vals[k + 1] or vals[1] } -- bytes, score (as above)
   end
   return { id = id, perform_in = vals[1], retry_count = -1, error = err ~= "" and err or nil, payloads = pls }, id
 end
