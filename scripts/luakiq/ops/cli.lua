@@ -304,7 +304,7 @@ function commands.enqueue(argv)
   if f ~= io.stdin then f:close() end
   if tmp then os.remove(tmp) end
   if not ok then error(n, 0) end
-  io.stdout:write("enqueued ", n, " jobs\n")
+  io.stdout:write("enqueued ", require("luakiq.lib.log").count(n, "job"), "\n")
   return 0
 end
 
@@ -657,8 +657,8 @@ function commands.run(argv)
                                log_json = fmt == "json", log_level = opt["log-level"] }
     end
   end
-  log.info(string.format("luakiq %s starting: %d threads, %d workers, Redis %s, pid %d",
-    require("luakiq").version, #groups, #cfg.workers, runtime.redact(cfg.redis), core.getpid()))
+  log.info(string.format("luakiq %s starting: %s, %s, Redis %s, pid %d", require("luakiq").version,
+    log.count(#groups, "thread"), log.count(#cfg.workers, "worker"), runtime.redact(cfg.redis), core.getpid()))
   -- The heartbeat (luakiq.ops.hosts): from the main loop's timer, on a
   -- connection of its own with a 1 s timeout (the loop waits while it does).
   local started, beat_conn = core.now(), runtime.lazy_conn(cfg.redis, 1)
@@ -684,10 +684,38 @@ function commands.run(argv)
       end
     end
   end
+  -- A fixed plan cannot follow a reshard of a queue it serves (it spans
+  -- every thread, and they share one lease token): the host stops as at TERM
+  -- and exits 1 with one line, so its supervisor starts it again and it
+  -- plans with the new count (its threads drop the queue's shards
+  -- meanwhile: luakiq.runner).
+  local resharded, planned = nil, {}
+  for _, g in ipairs(groups) do
+    for _, h in ipairs(g) do planned[h.worker] = true end
+  end
+  local function stop_if_resharded()
+    if cfg.elastic or resharded then return end
+    local flat = beat_conn():call("HGETALL", keys.registry(cfg.namespace))
+    local counts = {}
+    for i = 1, #flat, 2 do counts[flat[i]] = tonumber(flat[i + 1]) end
+    for _, w in ipairs(cfg.workers) do
+      local n = counts[w.queue_name]
+      if n and n ~= w.shards_count and planned[w.name] then
+        resharded = w
+        log.error(string.format("queue %s was resharded from %d to %d shards and this host's plan is fixed: " ..
+          "stopping (exit 1) to be started again with the new plan: set shards_count = %d in %s first, or use " ..
+          "splitter = \"elastic\" (docs/operations.md, 'Resharding')", w.queue_name, w.shards_count, n, n,
+          w.file or w.name))
+        core.request_stop()
+        return
+      end
+    end
+  end
   local function beat(leave)
     if leave then return hosts.leave(beat_conn(), cfg.namespace, token) end
     hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web, cfg.elastic))
     follow_reshards()
+    stop_if_resharded()
   end
   -- the TTIN dump's default place: this user's private directory in TMPDIR
   local dump_path = cfg.dump_path
@@ -744,7 +772,7 @@ function commands.run(argv)
     return code ~= 0 and code or 1
   end
   log.info("stopped")
-  return code
+  return resharded and 1 or code
 end
 
 -- luakiq scripts DIR [NAME...] (or --out DIR): the embedded Redis scripts

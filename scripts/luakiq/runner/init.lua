@@ -313,8 +313,9 @@ end
 --   Threads of a fixed plan (the default splitter, by_node, a custom one)
 --   cannot re-plan alone: the plan spans every thread of the host and all
 --   of them share one lease token, so two threads taking one shard would not
---   be fenced. They stop serving the queue, with one line each, and go on
---   with their other queues; a restart with shards_count = N serves it again.
+--   be fenced. They stop serving the queue, and the host's main loop stops
+--   the host with one line (exit 1: luakiq.ops.cli's run) so that its
+--   supervisor starts it again with shards_count = N.
 local REGISTRY_CHECK = 1
 local function resharded(t, w, n)
   local old = w.shards_count
@@ -352,9 +353,9 @@ local function resharded(t, w, n)
   if gone == 0 then return end
   set_active(t, keep)
   t.replan = true
-  log.error(string.format("queue %s was resharded from %d to %d shards; this host's plan is fixed, so this thread " ..
-    "no longer serves it (its other queues go on): restart the host with shards_count = %d, or use splitter = " ..
-    "\"elastic\" (docs/operations.md, 'Resharding')", w.queue_name, old, n, n), { worker = w.name })
+  -- (the main loop stops the host with one line: luakiq.ops.cli's run)
+  log.debug(string.format("queue %s was resharded from %d to %d shards; this thread drops its shards (a fixed plan)",
+    w.queue_name, old, n), { worker = w.name })
 end
 
 local function registry_tick(t)
