@@ -73,8 +73,9 @@ requeue and delete act on the given ids, or on every dead job with --all.]],
                    [--min X] [--max X] [--limit N] [--offset N] [--cursor C] [--redis URL]
        luakiq jobs DIR --tag T [--limit N] [--redis URL]
 Lists jobs as JSON lines (--limit 1 to 1000, default 100). Ranges use Redis syntax: ids "-", "+", "[x", "(x";
-numbers "-inf", "+inf", "(n". When there are more, stderr says which --cursor gives the next page: a page
-from a cursor costs the same at any depth, a large --offset is walked to.
+numbers "-inf", "+inf", "(n". When there are more, stderr says which --cursor gives the next page (it
+carries the order, direction and range: give it alone); a page from a cursor costs the same at any depth,
+a large --offset is walked to.
 --tag T: the jobs tagged T in every worker, queued, in flight or dead, by worker and id:
 {"worker","id","state","tags",...} as `luakiq job` shows them.]],
   schedules = [[usage: luakiq schedules DIR [--redis URL]
@@ -378,12 +379,14 @@ function commands.jobs(argv)
   if what == "busy" then
     list = admin.busy(conn, cfg, worker, core.now())
   else
-    local order = opt.order or (what == "queue" and "perform_in" or "updated_at")
+    -- a cursor names its listing: what it does not say comes from there
+    local c = opt.cursor and admin.cursor_listing(opt.cursor) or {}
+    local order = opt.order or c.order or (what == "queue" and "perform_in" or "updated_at")
     local lex = order == "id"
     local limit = limit_of(opt)
     local after
-    list, after = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or "asc",
-      opt.min or (lex and "-" or "-inf"), opt.max or (lex and "+" or "+inf"),
+    list, after = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or c.dir or "asc",
+      opt.min or c.min or (lex and "-" or "-inf"), opt.max or c.max or (lex and "+" or "+inf"),
       limit + 1, tonumber(opt.offset) or 0, opt.cursor)
     if #list > limit then
       list[#list] = nil
