@@ -14,8 +14,9 @@ usage: luakiq COMMAND ...
 
   run DIR [--redis URL] [--threads N] [--web ADDR:PORT] [--replies ADDR:PORT] [--log-format text|json] [--log-level L]
                                        process jobs with the workers of DIR
-  enqueue DIR WORKER [FILE]            enqueue JSON lines or a JSON array of
-                                       {id, payload?, score?, perform_in?} (stdin without FILE)
+  enqueue DIR WORKER [FILE]            enqueue JSON lines or a JSON array of {id, payload?, score?,
+                                       perform_in?, retry_count?, expires_at?, priority?, windows?,
+                                       timezone?, tags?} (stdin without FILE)
   stats DIR                            queue numbers as JSON (same as GET /api/v1/stats)
   plan DIR [--threads N]               which thread processes which shards
   morgue DIR WORKER list|requeue|delete [ID...] [--all]
@@ -55,10 +56,11 @@ LUAKIQ_WEB_TOKEN. --replies serves only the reply routes (POST
 /api/v1/replies/TOKEN and its /heartbeat), on a listener of its own fit to
 face the internet (docs/operations.md, "Replies").]],
   enqueue = [[usage: luakiq enqueue DIR WORKER [FILE] [--redis URL]
-Reads JSON lines, or one JSON array, of jobs {"id":..., "payload":..., "score":..., "perform_in":...}
-from FILE or stdin. Everything is checked first: on any bad job nothing is
-enqueued and the exit code is 2 ("line 12 (id 42): ..."). JSON lines are
-streamed (checked whole, then sent 2,000 lines at a time; memory stays a few
+Reads JSON lines, or one JSON array, of jobs {"id":..., "payload":..., "score":..., "perform_in":...,
+"retry_count":..., "expires_at":..., "priority":..., "windows":[...], "timezone":..., "tags":[...]}
+(only id is required; docs/cli.md, "enqueue") from FILE or stdin. Everything is
+checked first: on any bad job nothing is enqueued and the exit code is 2
+("line 12 (id 42): ..."). JSON lines are streamed (checked whole, then sent 2,000 lines at a time; memory stays a few
 MB; a progress line on a terminal). Prints how many jobs were enqueued.]],
   stats = [[usage: luakiq stats DIR [--redis URL]
 Prints {"total":{"length","morgue_length","lag"},"by_worker":{NAME:{...}}} (JSON).]],
@@ -102,7 +104,9 @@ file: a host started with the old count is refused (docs/operations.md,
 Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","retry_count","error",
 "payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
 (seconds); dead has "updated_at" instead of perform_in and retry_count. An id that is
-nowhere: exit 1.]],
+nowhere: exit 1.
+The job's own fields when it has them: "priority", "tags", "windows", "timezone"; "state":"waiting"
+(it awaits a reply) adds "attempt", "since", "deadline" (docs/cli.md, "job").]],
   admin = [[usage: luakiq admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID... [--redis URL]
 perform-now: every queued job becomes due now; kill-failed: queued jobs that
 failed at least once go to the morgue; delete-failed: they are deleted;
