@@ -220,6 +220,8 @@ return require("luakiq.workers.webhook") {
     proc = host.spawn("run " .. q(dir), env())
     host.enqueue(dir, "Hook", { { id = "k", payload = { v = 1 } } }, env())
     host.eventually(function() return #hooks() >= 1 end, 10, "the first delivery")
+    -- (the start line counts in words: "1 thread", not "1 threads")
+    assert.truthy(proc:log():find(" starting: 1 thread, 1 worker, Redis ", 1, true), proc:log())
     proc:signal("KILL")
     proc:wait(5)
     proc = host.spawn("run " .. q(dir), env())

@@ -263,8 +263,8 @@ local function elastic_tick(t)
       end
       set_active(t, mine)
       el.changed = true
-      log.info(string.format("elastic: %d live hosts; this thread serves %d shards (%d new, %d to hand over)",
-        math.max(#tokens, 1), #mine, #new, #gone), { new = #new > 0 and names_of(new) or nil,
+      log.info(string.format("elastic: %s live; this thread serves %s (%d new, %d to hand over)",
+        log.count(math.max(#tokens, 1), "host"), log.count(#mine, "shard"), #new, #gone), { new = #new > 0 and names_of(new) or nil,
         leaving = #gone > 0 and names_of(gone) or nil })
     end
   end
