@@ -282,6 +282,7 @@ end
 -- Returns the page and next(n): the cursor that continues after its first n
 -- records (the HTTP API asks for one more than it shows).
 function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offset, cursor)
+  min, max = tostring(min), tostring(max) -- (as Redis gets them; a cursor names them so)
   local w = worker_of(cfg, worker_name)
   limit = math.min(limit or 100, PAGE + 1) -- + 1: callers ask one more to see if there are more
   if not sort_field[order] then errors.input("unknown order '" .. tostring(order) .. "'") end

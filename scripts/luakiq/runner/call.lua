@@ -310,7 +310,7 @@ local function delivery_id(queue_name, jobs)
   for _, job in ipairs(list) do
     parts[#parts + 1] = #job.id .. ":" .. job.id .. "#" .. #job.payloads
     for _, p in ipairs(job.payloads) do
-      parts[#parts + 1] = string.format("%.17g", tonumber(p[2]) or 0) .. " " .. #p[1] .. ":" .. p[1]
+      parts[#parts + 1] = string.format("%.17g", tonumber(queue.score(job, p)) or 0) .. " " .. #p[1] .. ":" .. p[1]
     end
   end
   return core.sha256(table.concat(parts, "\n")):sub(1, 32)
