@@ -27,11 +27,12 @@
 -- with "error" and "retryable") to its reply_url, or reply_timeout passes
 -- (docs/workers.md, "Callbacks").
 -- Response: 2xx: done (callback mode: the jobs wait for their replies). 408,
--- 425, 429, 5xx and transport errors: a failure
--- that is retried (a Retry-After header, seconds or an HTTP date, sets when,
--- at most retry_after_max seconds from now; else retry_in). Any other status (a 3xx, 400, 404, ...): a permanent
--- failure (the morgue at once), the error naming the status and the first
--- 200 bytes of the body. The request never outlives the call's timeout.
+-- 425, 429, 5xx and transport errors: a failure that is retried (a
+-- Retry-After header, seconds or an HTTP date, sets when, at most
+-- retry_after_max seconds from now; else retry_in). Any other status (a 3xx,
+-- 400, 404, ...): a permanent failure (the morgue at once), the error
+-- naming the status and the first 200 bytes of the body. The request never
+-- outlives the call's timeout.
 -- While it is in flight the call is parked: the thread runs other shards'
 -- calls meanwhile.
 local luakiq = require "luakiq"
@@ -78,10 +79,8 @@ local function retry_after(v, now, max)
   return math.min(after, max or RETRY_AFTER_MAX)
 end
 
-local M = {}
-
 -- The X-Luakiq-Signature of body sent at Unix time t (whole seconds).
-function M.signature(secret, t, body)
+local function signature(secret, t, body)
   return ("t=%d,v1=%s"):format(t, core.hmac_sha256(secret, t .. "." .. body))
 end
 
@@ -98,7 +97,7 @@ local function new(opts)
   if not own.url:lower():find("^https?://[^/?#]") then
     error(WHAT .. ": url must be http:// or https://", 0)
   end
-  -- one perform call per fetch: the delivery id is the fetch's
+  -- one perform call per fetch (a fetch's jobs are one POST)
   w.fetch_size = w.fetch_size or w.batch_size
   local url, secret, insecure, callback = own.url, own.secret, own.insecure, own.callback
   local after_max = own.retry_after_max
@@ -122,7 +121,7 @@ local function new(opts)
     local headers = { ["Content-Type"] = "application/json", ["X-Luakiq-Delivery"] = call.delivery,
                       ["X-Luakiq-Attempt"] = tostring((call.retries or 0) + 1) }
     for k, v in pairs(extra) do headers[k] = v end
-    if secret then headers["X-Luakiq-Signature"] = M.signature(secret, math.floor(core.now()), body) end
+    if secret then headers["X-Luakiq-Signature"] = signature(secret, math.floor(core.now()), body) end
     -- a transport error raises "http: ..." (retried); the call's deadline
     -- bounds the request (timeout here is only an upper bound)
     local res = http.request { method = "POST", url = url, headers = headers, body = body,
@@ -140,5 +139,4 @@ local function new(opts)
   return w
 end
 
-M.retry_after = retry_after
-return setmetatable(M, { __call = function(_, opts) return new(opts) end })
+return setmetatable({ retry_after = retry_after }, { __call = function(_, opts) return new(opts) end })
