@@ -154,22 +154,37 @@ local sort_field = { id = "id", perform_in = "perform_in", retry_count = "retry_
 
 -- A listing's cursor: where each shard's part of it stands (how many of the
 -- shard's jobs in the range came before), plus the position in the whole
--- listing and what it lists, so a cursor of another listing is refused.
--- Text: "what:order:dir:pos:o1,o2,..." (one count per shard).
-local function cursor_text(what, order, dir, pos, offs)
-  return ("%s:%s:%s:%d:%s"):format(what, order, dir, pos, table.concat(offs, ","))
+-- listing and the listing itself (what, order, dir and the range's bounds),
+-- so the next page needs only the cursor and a cursor of another listing is
+-- refused. Text: "what:order:dir:pos:o1,o2,...:MIN:MAX" (one count per
+-- shard; the bounds in hex: they may hold any byte).
+local function hex(s) return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) end
+local function cursor_text(what, order, dir, pos, offs, min, max)
+  return ("%s:%s:%s:%d:%s:%s:%s"):format(what, order, dir, pos, table.concat(offs, ","), hex(min), hex(max))
 end
 
-local function cursor_parse(text, what, order, dir, shards)
-  local w, o, d, pos, list = tostring(text):match("^(%a+):([%a_]+):(%a+):(%d+):([%d,]*)$")
-  if not w then errors.input("bad cursor '" .. tostring(text) .. "'") end
-  if w ~= what or o ~= order or d ~= dir then
-    errors.input("the cursor is for " .. w .. " by " .. o .. " " .. d .. ", not " .. what .. " by " .. order .. " " .. dir)
-  end
+-- The listing a cursor continues: {what, order, dir, min, max, pos, offs};
+-- callers take what the user did not give from it. Raises on junk.
+function M.cursor_listing(text)
+  local w, o, d, pos, list, mn, mx = tostring(text):match("^(%a+):([%a_]+):(%a+):(%d+):([%d,]*):(%x+):(%x+)$")
+  if not w or #mn % 2 == 1 or #mx % 2 == 1 then errors.input("bad cursor '" .. tostring(text) .. "'") end
   local offs = {}
   for n in list:gmatch("%d+") do offs[#offs + 1] = tonumber(n) end
-  if #offs ~= shards then errors.input("the cursor is for " .. #offs .. " shards, the worker has " .. shards) end
-  return tonumber(pos), offs
+  local function unhex(h) return (h:gsub("%x%x", function(x) return string.char(tonumber(x, 16)) end)) end
+  return { what = w, order = o, dir = d, min = unhex(mn), max = unhex(mx), pos = tonumber(pos), offs = offs }
+end
+
+local function cursor_parse(text, what, order, dir, min, max, shards)
+  local c = M.cursor_listing(text)
+  if c.what ~= what or c.order ~= order or c.dir ~= dir then
+    errors.input("the cursor is for " .. c.what .. " by " .. c.order .. " " .. c.dir .. ", not " .. what .. " by " ..
+      order .. " " .. dir)
+  end
+  if c.min ~= min or c.max ~= max then
+    errors.input(("the cursor is for the range %s to %s, not %s to %s"):format(c.min, c.max, min, max))
+  end
+  if #c.offs ~= shards then errors.input("the cursor is for " .. #c.offs .. " shards, the worker has " .. shards) end
+  return c.pos, c.offs
 end
 
 -- The listing's order on records: (sort field, id), ascending or descending.
@@ -272,13 +287,14 @@ end
 -- Returns the page and next(n): the cursor that continues after its first n
 -- records (the HTTP API asks for one more than it shows).
 function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offset, cursor)
+  min, max = tostring(min), tostring(max) -- (as Redis gets them; a cursor names them so)
   local w = worker_of(cfg, worker_name)
   limit = math.min(limit or 100, PAGE + 1) -- + 1: callers ask one more to see if there are more
   if not sort_field[order] then errors.input("unknown order '" .. tostring(order) .. "'") end
   local prefs = prefixes(cfg, w)
   local pos, offs = 0, {}
   if cursor then
-    pos, offs = cursor_parse(cursor, what, order, dir, #prefs)
+    pos, offs = cursor_parse(cursor, what, order, dir, min, max, #prefs)
   else
     for s = 1, #prefs do offs[s] = 0 end
     pos = walk(conn, cfg, prefs, what, order, dir, min, max, offs, offset or 0)
@@ -289,7 +305,7 @@ function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offse
   local function next_cursor(n)
     local o = { unpack(offs) }
     for i = 1, math.min(n or #page, #page) do o[all[i][2]] = o[all[i][2]] + 1 end
-    return cursor_text(what, order, dir, pos + math.min(n or #page, #page), o)
+    return cursor_text(what, order, dir, pos + math.min(n or #page, #page), o, min, max)
   end
   return page, next_cursor, pos
 end

@@ -14,8 +14,9 @@ usage: luakiq COMMAND ...
 
   run DIR [--redis URL] [--threads N] [--web ADDR:PORT] [--replies ADDR:PORT] [--log-format text|json] [--log-level L]
                                        process jobs with the workers of DIR
-  enqueue DIR WORKER [FILE]            enqueue JSON lines or a JSON array of
-                                       {id, payload?, score?, perform_in?} (stdin without FILE)
+  enqueue DIR WORKER [FILE]            enqueue JSON lines or a JSON array of {id, payload?, score?,
+                                       perform_in?, retry_count?, expires_at?, priority?, windows?,
+                                       timezone?, tags?} (stdin without FILE)
   stats DIR                            queue numbers as JSON (same as GET /api/v1/stats)
   plan DIR [--threads N]               which thread processes which shards
   morgue DIR WORKER list|requeue|delete [ID...] [--all]
@@ -55,10 +56,11 @@ LUAKIQ_WEB_TOKEN. --replies serves only the reply routes (POST
 /api/v1/replies/TOKEN and its /heartbeat), on a listener of its own fit to
 face the internet (docs/operations.md, "Replies").]],
   enqueue = [[usage: luakiq enqueue DIR WORKER [FILE] [--redis URL]
-Reads JSON lines, or one JSON array, of jobs {"id":..., "payload":..., "score":..., "perform_in":...}
-from FILE or stdin. Everything is checked first: on any bad job nothing is
-enqueued and the exit code is 2 ("line 12 (id 42): ..."). JSON lines are
-streamed (checked whole, then sent 2,000 lines at a time; memory stays a few
+Reads JSON lines, or one JSON array, of jobs {"id":..., "payload":..., "score":..., "perform_in":...,
+"retry_count":..., "expires_at":..., "priority":..., "windows":[...], "timezone":..., "tags":[...]}
+(only id is required; docs/cli.md, "enqueue") from FILE or stdin. Everything is
+checked first: on any bad job nothing is enqueued and the exit code is 2
+("line 12 (id 42): ..."). JSON lines are streamed (checked whole, then sent 2,000 lines at a time; memory stays a few
 MB; a progress line on a terminal). Prints how many jobs were enqueued.]],
   stats = [[usage: luakiq stats DIR [--redis URL]
 Prints {"total":{"length","morgue_length","lag"},"by_worker":{NAME:{...}}} (JSON).]],
@@ -73,8 +75,9 @@ requeue and delete act on the given ids, or on every dead job with --all.]],
                    [--min X] [--max X] [--limit N] [--offset N] [--cursor C] [--redis URL]
        luakiq jobs DIR --tag T [--limit N] [--redis URL]
 Lists jobs as JSON lines (--limit 1 to 1000, default 100). Ranges use Redis syntax: ids "-", "+", "[x", "(x";
-numbers "-inf", "+inf", "(n". When there are more, stderr says which --cursor gives the next page: a page
-from a cursor costs the same at any depth, a large --offset is walked to.
+numbers "-inf", "+inf", "(n". When there are more, stderr says which --cursor gives the next page (it
+carries the order, direction and range: give it alone); a page from a cursor costs the same at any depth,
+a large --offset is walked to.
 --tag T: the jobs tagged T in every worker, queued, in flight or dead, by worker and id:
 {"worker","id","state","tags",...} as `luakiq job` shows them.]],
   schedules = [[usage: luakiq schedules DIR [--redis URL]
@@ -105,7 +108,9 @@ file: a host started with the old count is refused (docs/operations.md,
 Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","retry_count","error",
 "payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
 (seconds); dead has "updated_at" instead of perform_in and retry_count. An id that is
-nowhere: exit 1.]],
+nowhere: exit 1.
+The job's own fields when it has them: "priority", "tags", "windows", "timezone"; "state":"waiting"
+(it awaits a reply) adds "attempt", "since", "deadline" (docs/cli.md, "job").]],
   admin = [[usage: luakiq admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID... [--redis URL]
 perform-now: every queued job becomes due now; kill-failed: queued jobs that
 failed at least once go to the morgue; delete-failed: they are deleted;
@@ -308,7 +313,7 @@ function commands.enqueue(argv)
   if f ~= io.stdin then f:close() end
   if tmp then os.remove(tmp) end
   if not ok then error(n, 0) end
-  io.stdout:write("enqueued ", n, " jobs\n")
+  io.stdout:write("enqueued ", require("luakiq.lib.log").count(n, "job"), "\n")
   return 0
 end
 
@@ -382,12 +387,14 @@ function commands.jobs(argv)
   if what == "busy" then
     list = admin.busy(conn, cfg, worker, core.now())
   else
-    local order = opt.order or (what == "queue" and "perform_in" or "updated_at")
+    -- a cursor names its listing: what it does not say comes from there
+    local c = opt.cursor and admin.cursor_listing(opt.cursor) or {}
+    local order = opt.order or c.order or (what == "queue" and "perform_in" or "updated_at")
     local lex = order == "id"
     local limit = limit_of(opt)
     local after
-    list, after = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or "asc",
-      opt.min or (lex and "-" or "-inf"), opt.max or (lex and "+" or "+inf"),
+    list, after = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or c.dir or "asc",
+      opt.min or c.min or (lex and "-" or "-inf"), opt.max or c.max or (lex and "+" or "+inf"),
       limit + 1, tonumber(opt.offset) or 0, opt.cursor)
     if #list > limit then
       list[#list] = nil
@@ -666,8 +673,8 @@ function commands.run(argv)
                                log_json = fmt == "json", log_level = opt["log-level"] }
     end
   end
-  log.info(string.format("luakiq %s starting: %d threads, %d workers, Redis %s, pid %d",
-    require("luakiq").version, #groups, #cfg.workers, runtime.redact(cfg.redis), core.getpid()))
+  log.info(string.format("luakiq %s starting: %s, %s, Redis %s, pid %d", require("luakiq").version,
+    log.count(#groups, "thread"), log.count(#cfg.workers, "worker"), runtime.redact(cfg.redis), core.getpid()))
   -- The heartbeat (luakiq.ops.hosts): from the main loop's timer, on a
   -- connection of its own with a 1 s timeout (the loop waits while it does).
   local started, beat_conn = core.now(), runtime.lazy_conn(cfg.redis, 1)
@@ -693,11 +700,39 @@ function commands.run(argv)
       end
     end
   end
+  -- A fixed plan cannot follow a reshard of a queue it serves (it spans
+  -- every thread, and they share one lease token): the host stops as at TERM
+  -- and exits 1 with one line, so its supervisor starts it again and it
+  -- plans with the new count (its threads drop the queue's shards
+  -- meanwhile: luakiq.runner).
+  local resharded, planned = nil, {}
+  for _, g in ipairs(groups) do
+    for _, h in ipairs(g) do planned[h.worker] = true end
+  end
+  local function stop_if_resharded()
+    if cfg.elastic or resharded then return end
+    local flat = beat_conn():call("HGETALL", keys.registry(cfg.namespace))
+    local counts = {}
+    for i = 1, #flat, 2 do counts[flat[i]] = tonumber(flat[i + 1]) end
+    for _, w in ipairs(cfg.workers) do
+      local n = counts[w.queue_name]
+      if n and n ~= w.shards_count and planned[w.name] then
+        resharded = w
+        log.error(string.format("queue %s was resharded from %d to %d shards and this host's plan is fixed: " ..
+          "stopping (exit 1) to be started again with the new plan: set shards_count = %d in %s first, or use " ..
+          "splitter = \"elastic\" (docs/operations.md, 'Resharding')", w.queue_name, w.shards_count, n, n,
+          w.file or w.name))
+        core.request_stop()
+        return
+      end
+    end
+  end
   local function beat(leave)
     if leave then return hosts.leave(beat_conn(), cfg.namespace, token) end
     hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web, cfg.elastic))
     hosts.sync_pause(beat_conn(), cfg.namespace, token) -- (a pause message missed)
     follow_reshards()
+    stop_if_resharded()
   end
   -- the paused queues, for the worker threads before they start (then on
   -- each pause message and at every beat: luakiq.ops.hosts.sync_pause)
@@ -761,7 +796,7 @@ function commands.run(argv)
     return code ~= 0 and code or 1
   end
   log.info("stopped")
-  return code
+  return resharded and 1 or code
 end
 
 -- luakiq scripts DIR [NAME...] (or --out DIR): the embedded Redis scripts

@@ -355,21 +355,26 @@ local function run_call(h, w, fn, batch, njobs, call, jobs, done, token)
   return false, err, tb
 end
 
--- perform's second argument, {worker =, shard =, delivery =}. delivery is
--- an id of the call's jobs as they are: queue, then per job (in id order)
--- its id, perform_in and payloads (hex of SHA-256, 32 digits). The same
--- jobs delivered again after a kill -9 (restored with their own perform_in)
--- give the same id, so receivers can de-duplicate on it; the same payloads
--- enqueued again later (a new perform_in) give another. Computed only when
--- read (a blank job should not pay for a hash).
+-- perform's second argument, {worker =, shard =, delivery =, retries =}.
+-- delivery is an id of the call's jobs and payloads: queue, then per job
+-- (in id order) its id and its payloads' bytes and scores (hex of SHA-256,
+-- 32 digits). Every attempt to deliver the same jobs with the same payloads
+-- gives the same id (a retry after a failure or a timeout, a delivery again
+-- after a kill -9), so receivers can de-duplicate on it; the same payload
+-- enqueued again later (a new score) or a payload merged in gives another.
+-- retries: how many times these jobs failed before (the highest
+-- retry_count + 1 of the call's jobs; 0 on a first attempt). Both are
+-- computed only when read (a blank job should not pay for a hash).
 local function delivery_id(queue_name, jobs)
   local list = {}
   for i, job in ipairs(jobs) do list[i] = job end
   table.sort(list, function(a, b) return a.id < b.id end)
   local parts = { queue_name }
   for _, job in ipairs(list) do
-    parts[#parts + 1] = #job.id .. ":" .. job.id .. string.format("%.17g", job.perform_in) .. "#" .. #job.payloads
-    for _, p in ipairs(job.payloads) do parts[#parts + 1] = #p[1] .. ":" .. p[1] end
+    parts[#parts + 1] = #job.id .. ":" .. job.id .. "#" .. #job.payloads
+    for _, p in ipairs(job.payloads) do
+      parts[#parts + 1] = string.format("%.17g", tonumber(queue.score(job, p)) or 0) .. " " .. #p[1] .. ":" .. p[1]
+    end
   end
   return core.sha256(table.concat(parts, "\n")):sub(1, 32)
 end
@@ -402,12 +407,23 @@ function METHODS.snooze(call, id, seconds)
   local ok, e = pcall(mark, call, id, { snooze = failure.seconds("call:snooze", seconds) })
   if not ok then error("call:snooze: " .. e, 2) end
 end
+local function retries(jobs)
+  local n = 0
+  for _, job in ipairs(jobs) do n = math.max(n, job.retry_count + 1) end
+  return n
+end
 local CALL_MT = {
   __index = function(t, k)
-    if k ~= "delivery" then return METHODS[k] end
-    local d = delivery_id(rawget(t, "queue_"), rawget(t, "jobs_"))
-    rawset(t, "delivery", d)
-    return d
+    local v
+    if k == "delivery" then
+      v = delivery_id(rawget(t, "queue_"), rawget(t, "jobs_"))
+    elseif k == "retries" then
+      v = retries(rawget(t, "jobs_"))
+    else
+      return METHODS[k]
+    end
+    rawset(t, k, v)
+    return v
   end,
 }
 

@@ -263,8 +263,8 @@ local function elastic_tick(t)
       end
       set_active(t, mine)
       el.changed = true
-      log.info(string.format("elastic: %d live hosts; this thread serves %d shards (%d new, %d to hand over)",
-        math.max(#tokens, 1), #mine, #new, #gone), { new = #new > 0 and names_of(new) or nil,
+      log.info(string.format("elastic: %s live; this thread serves %s (%d new, %d to hand over)",
+        log.count(math.max(#tokens, 1), "host"), log.count(#mine, "shard"), #new, #gone), { new = #new > 0 and names_of(new) or nil,
         leaving = #gone > 0 and names_of(gone) or nil })
     end
   end
@@ -316,8 +316,9 @@ end
 --   Threads of a fixed plan (the default splitter, by_node, a custom one)
 --   cannot re-plan alone: the plan spans every thread of the host and all
 --   of them share one lease token, so two threads taking one shard would not
---   be fenced. They stop serving the queue, with one line each, and go on
---   with their other queues; a restart with shards_count = N serves it again.
+--   be fenced. They stop serving the queue, and the host's main loop stops
+--   the host with one line (exit 1: luakiq.ops.cli's run) so that its
+--   supervisor starts it again with shards_count = N.
 local REGISTRY_CHECK = 1
 local function resharded(t, w, n)
   local old = w.shards_count
@@ -355,9 +356,9 @@ local function resharded(t, w, n)
   if gone == 0 then return end
   set_active(t, keep)
   t.replan = true
-  log.error(string.format("queue %s was resharded from %d to %d shards; this host's plan is fixed, so this thread " ..
-    "no longer serves it (its other queues go on): restart the host with shards_count = %d, or use splitter = " ..
-    "\"elastic\" (docs/operations.md, 'Resharding')", w.queue_name, old, n, n), { worker = w.name })
+  -- (the main loop stops the host with one line: luakiq.ops.cli's run)
+  log.debug(string.format("queue %s was resharded from %d to %d shards; this thread drops its shards (a fixed plan)",
+    w.queue_name, old, n), { worker = w.name })
 end
 
 local function registry_tick(t)

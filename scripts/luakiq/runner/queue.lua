@@ -34,6 +34,10 @@ local vals = {}
 -- conversion cost ~1.2k instructions a job: the last one's number is kept;
 -- retry counts are few and small: each string's number is kept)
 local last_pin_s, last_pin = nil, nil
+-- A payload's score when the record names one (it differs from the job's
+-- perform_in: given by the producer, or kept through a retry), by the
+-- payload's table; weak, so it goes with the fetch (M.score).
+local SCORES = setmetatable({}, { __mode = "k" })
 local RC_NUM = {}
 local function busy_job(id, err, rec, from)
   if type(rec) ~= "string" then return nil end
@@ -54,7 +58,9 @@ local function busy_job(id, err, rec, from)
   for k = 5, n, 2 do
     if type(vals[k]) ~= "string" then return nil end
     np = np + 1
-    pls[np] = { vals[k] } -- (perform sees no scores)
+    local p = { vals[k] } -- (perform sees no scores)
+    if k < n and vals[k + 1] ~= nil then SCORES[p] = vals[k + 1] end
+    pls[np] = p
   end
   local job = { id = id, perform_in = pin or core.now(), retry_count = rc,
                 error = err ~= "" and err or nil, payloads = pls }
@@ -80,7 +86,9 @@ local function member_job(e, err)
   for k = 2, n, 2 do
     if type(vals[k]) ~= "string" then return nil, id end
     np = np + 1
-    pls[np] = { vals[k] } -- (perform sees no scores)
+    local p = { vals[k] } -- (perform sees no scores)
+    if k < n and vals[k + 1] ~= nil then SCORES[p] = vals[k + 1] end
+    pls[np] = p
   end
   return { id = id, perform_in = vals[1], retry_count = -1, error = err ~= "" and err or nil, payloads = pls }, id
 end
@@ -166,6 +174,12 @@ function M.ids(jobs)
   local ids = {}
   for i, job in ipairs(jobs) do ids[i] = job.id end
   return ids
+end
+
+-- The score of p, one of job.payloads of a fetch parse_fetch read (a record
+-- leaves out a score equal to the job's perform_in).
+function M.score(job, p)
+  return SCORES[p] or job.perform_in
 end
 
 -- A shard's batch in flight as the scripts that end it (fail.lua, bury.lua)

@@ -142,18 +142,18 @@ function M.jobs(w, req)
     table.sort(list, function(a, b) return a.id < b.id end)
     offset, limit, more = 0, #list, false
   elseif ORDERS[what] then
-    local order = q.order or (what == "queue" and "perform_in" or "updated_at")
-    if order == "" then order = what == "queue" and "perform_in" or "updated_at" end
+    -- a cursor names its listing: what the query does not say comes from there
+    local cursor = q.cursor ~= "" and q.cursor or nil
+    local c = cursor and admin.cursor_listing(cursor) or {}
+    local order = q.order ~= "" and q.order or c.order or (what == "queue" and "perform_in" or "updated_at")
     if not ORDERS[what][order] then errors.input("order must be one of the " .. what .. " fields, not '" .. order .. "'") end
-    local dir = q.dir or "asc"
-    if dir == "" then dir = "asc" end
+    local dir = q.dir ~= "" and q.dir or c.dir or "asc"
     if dir ~= "asc" and dir ~= "desc" then errors.input("dir must be asc or desc") end
     local lex = order == "id"
-    local min = request.bound(q.min, lex, lex and "-" or "-inf")
-    local max = request.bound(q.max, lex, lex and "+" or "+inf")
+    local min = request.bound(q.min, lex, c.min or (lex and "-" or "-inf"))
+    local max = request.bound(q.max, lex, c.max or (lex and "+" or "+inf"))
     offset = int_param(q, "offset", 0, 0, 1e9)
     limit = int_param(q, "limit", PAGE, 1, MAX_PAGE)
-    local cursor = q.cursor ~= "" and q.cursor or nil
     local after
     list, after, offset = admin.list(w.conn(), cfg, worker, what, order, dir, min, max, limit + 1, offset, cursor)
     more = #list > limit
