@@ -7,6 +7,7 @@ local keys = require "luakiq.lib.keys"
 local runtime = require "luakiq.lib.runtime"
 local errors = require "luakiq.lib.errors"
 local client = require "luakiq.client"
+local json = require "luakiq.json"
 
 local M = {}
 
@@ -329,7 +330,10 @@ end
 -- deadline, heartbeat_deadline and key when set, replied = true once its
 -- reply came (its call has not run yet), queued_payloads for payloads
 -- pushed meanwhile (they run after the reply was handled); dead:
--- updated_at instead of perform_in and retry_count. An id that is nowhere raises "job ID of WORKER not found"
+-- updated_at instead of perform_in and retry_count; done and cancelled (a
+-- worker with keep_done: its record, docs/redis.md "Finished jobs"):
+-- finished_at, attempts and, for done, result when call:result gave one.
+-- An id that is nowhere raises "job ID of WORKER not found"
 -- (errors.missing: exit 1, HTTP 404).
 -- The commands that read id's record (job.lua and its tags), for job_record.
 local function job_cmds(cfg, w, id, cmds)
@@ -361,6 +365,12 @@ local function job_record(cfg, id, r, tags, now)
   end
   local rec = { id = id, state = state, tags = tags_list(tags) }
   local i
+  if state == "finished" then
+    local ok, f = pcall(json.decode, r[2])
+    if not ok or type(f) ~= "table" then return nil end -- (junk: as if gone)
+    rec.state, rec.finished_at, rec.attempts, rec.result = f.state, f.finished_at, f.attempts, f.result
+    return rec
+  end
   if state == "dead" then
     rec.updated_at, rec.error = tonumber(r[2]), err_of(r[3])
     rec.payloads = payloads(4)

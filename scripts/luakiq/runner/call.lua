@@ -310,8 +310,29 @@ local function delivery_id(queue_name, jobs)
   end
   return core.sha256(table.concat(parts, "\n")):sub(1, 32)
 end
+-- call:result(id, value): what the job id of the call gave, kept with its
+-- record when the worker has keep_done (docs/redis.md, "Finished jobs");
+-- value JSON-encodable, at most RESULT_MAX bytes encoded. The last one of
+-- an id counts; a call that fails keeps none.
+local RESULT_MAX = 65536
+local function call_result(call, id, value)
+  local jobs = type(call) == "table" and rawget(call, "jobs_")
+  if not jobs then error("call:result(id, value): call it with a colon", 2) end
+  local known = false
+  for _, job in ipairs(jobs) do if job.id == id then known = true break end end
+  if not known then error("call:result: " .. tostring(id) .. " is not a job of this call", 2) end
+  local ok, text = pcall(json.encode, value)
+  if not ok then error("call:result: the value of " .. id .. " is not JSON-encodable: " .. tostring(text), 2) end
+  if #text > RESULT_MAX then
+    error(("call:result: the value of %s is %d bytes as JSON, more than %d"):format(id, #text, RESULT_MAX), 2)
+  end
+  local res = rawget(call, "results_") or {}
+  rawset(call, "results_", res)
+  res[id] = text
+end
 local CALL_MT = {
   __index = function(t, k)
+    if k == "result" then return call_result end
     if k ~= "delivery" then return nil end
     local d = delivery_id(rawget(t, "queue_"), rawget(t, "jobs_"))
     rawset(t, "delivery", d)
@@ -415,6 +436,12 @@ function run_jobs(t, h, fn, loaded, batch, call, done)
   -- broken: make it again now, so the failure is recorded at once.
   if t.conn:broken() then t.conn:reconnect() end
   if ok then
+    local res, fin = rawget(call, "results_"), h.fin
+    if res and fin and fin.keep then -- (sent with the batch's ack: luakiq.runner.fetch)
+      local list = fin.results or {}
+      fin.results = list
+      for id, text in pairs(res) do list[#list + 1], list[#list + 2] = id, text end
+    end
     if t.debug then
       log.debug("batch done",
         { worker = w.name, shard = h.shard, ids = queue.ids(loaded), duration = core.now() - started })

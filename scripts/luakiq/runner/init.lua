@@ -67,6 +67,7 @@ function M.new_handler(t, w, shard)
     reply = middleware.chain(t.cfg.middlewares, call.on_reply),
     -- its fetch (luakiq.runner.fetch)
     batch = nil,       -- the id of its batch in flight (fetch.lua's; nil: none)
+    fin = queue.finishing(w), -- keep_done / monotonic: fetch.lua's options and the batch's results (or nil)
     done = nil,        -- {batch =, ids = {id -> true}}: the ids of that batch performed (a fetch of several calls)
     later = nil,       -- {{id, at}...}: ids of the fetch that go back at a time (the throttle's, closed job windows)
     held = nil,        -- true: the throttle or flow control's units held jobs of the fetch back

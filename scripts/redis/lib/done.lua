@@ -43,3 +43,85 @@ end
 local function done_get(P, id)
   return redis.call("HGET", P .. DONE, id) or nil
 end
+
+-- Stale payloads (the worker key monotonic; docs/redis.md, "Stale
+-- payloads"): per id the highest score performed, remembered for mono_ttl
+-- seconds after the id's last ack. Two keys a shard, built here too:
+--   P mono     HASH id -> the highest score acked done (%.17g)
+--   P mono:at  ZSET id -> when that id was last acked (the order entries
+--              leave in: each ack of a monotonic worker drops those older
+--              than mono_ttl, 1000 at most)
+-- fetch.lua reads P mono only on a fetch told "mono" (ARGV).
+local MONO, MONO_AT = "mono", "mono:at"
+
+-- The remembered scores of ids[1..n] (numbers, or false), or nil when the
+-- shard remembers none.
+local function mono_get(P, ids, n)
+  if n == 0 or redis.call("EXISTS", P .. MONO) == 0 then return nil end
+  local top = {}
+  for i = 1, n, 1000 do
+    local r = redis.call("HMGET", P .. MONO, unpack(ids, i, math.min(i + 999, n)))
+    for j = 1, #r do top[i + j - 1] = r[j] and tonumber(r[j]) or false end
+  end
+  return top
+end
+
+-- pl (payload, score, ... as job_decode gives) without the payloads whose
+-- score is not above top, and how many went.
+local function mono_drop(pl, top)
+  local keep, gone = {}, 0
+  for i = 1, #pl, 2 do
+    if pl[i + 1] > top then
+      keep[#keep + 1], keep[#keep + 2] = pl[i], pl[i + 1]
+    else
+      gone = gone + 1
+    end
+  end
+  return keep, gone
+end
+
+-- The ack of a batch (fetch.lua, told "done" and/or "mono"): every job of
+-- P busy but the filler and those that now wait for a reply (P waits) is
+-- done. keep_s: a record each (done_keep: attempts = the performs of its
+-- payloads, this one included = retry_count + 2; result = results[id], the
+-- JSON text call:result gave); mono_ttl: each id's highest score in P mono.
+-- Then the trims. K: shard_keys(P); now_s: now as a score string.
+local function done_batch(P, K, now, now_s, keep_s, keep_max, results, mono_ttl)
+  local flat = redis.call("HGETALL", K.busy)
+  local wk = P .. WAITS
+  local waits = redis.call("EXISTS", wk) == 1
+  local ids, tops = {}, {}
+  for i = 1, #flat, 2 do
+    local id = flat[i]
+    if id ~= "" and not (waits and redis.call("HEXISTS", wk, id) == 1) then
+      local _, rc, _, _, pl = busy_decode(flat[i + 1])
+      if pl then
+        if keep_s then done_keep(P, id, "done", now, tonumber(rc) + 2, results[id]) end
+        if mono_ttl then
+          local top = pl[2]
+          for k = 4, #pl, 2 do if pl[k] > top then top = pl[k] end end
+          ids[#ids + 1], tops[#tops + 1] = id, top
+        end
+      end
+    end
+  end
+  if keep_s then done_trim(P, now, keep_s, keep_max) end
+  if not mono_ttl then return end
+  local old = mono_get(P, ids, #ids)
+  local fields, at = {}, {}
+  for i, id in ipairs(ids) do
+    local top = tops[i]
+    if old and old[i] and old[i] > top then top = old[i] end
+    fields[#fields + 1], fields[#fields + 2] = id, score_str(top)
+    at[#at + 1], at[#at + 2] = now_s, id
+  end
+  for i = 1, #fields, 1000 do
+    redis.call("HSET", P .. MONO, unpack(fields, i, math.min(i + 999, #fields)))
+    redis.call("ZADD", P .. MONO_AT, unpack(at, i, math.min(i + 999, #at)))
+  end
+  local gone = redis.call("ZRANGEBYSCORE", P .. MONO_AT, "-inf", "(" .. score_str(now - mono_ttl), "LIMIT", 0, 1000)
+  if #gone > 0 then
+    redis.call("HDEL", P .. MONO, unpack(gone))
+    redis.call("ZREM", P .. MONO_AT, unpack(gone))
+  end
+end
