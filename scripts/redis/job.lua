@@ -1,5 +1,6 @@
 -- job.lua: where one job is, read only (luakiq job / GET .../jobs/ID).
--- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = id.
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = id, [2] (optional) the
+-- time before which a finished record is not answered (now - keep_done).
 -- Returns {state, ...} (strings), the first state that holds, in this order:
 --   "in_flight", perform_in, retry_count, error or "", holder token or "",
 --       fetched_at or "", priority, windows or "", npayloads, payload, score,
@@ -69,6 +70,6 @@ if dead then
   put_payloads(out, dm and morgue_decode(dm, E) or {})
   return out
 end
-local fin = done_get(P, id)
+local fin = done_get(P, id, tonumber(ARGV[2]))
 if fin then return { "finished", fin } end
 return { "" }

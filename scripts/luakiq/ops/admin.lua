@@ -84,14 +84,16 @@ function M.worker_stats(conn, cfg)
 end
 
 -- Lowkiq's /api/v1/stats shape, plus expired (payloads that expired before
--- they ran, since the queue began) and waiting (jobs that wait for a reply:
--- luakiq.await; not in length).
+-- they ran, since the queue began), waiting (jobs that wait for a reply:
+-- luakiq.await; not in length) and, for a monotonic worker, stale (payloads
+-- dropped at fetch, since the queue began).
 function M.stats(conn, cfg)
   local by = M.worker_stats(conn, cfg)
   local out = { total = { length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 }, by_worker = {} }
   for name, s in pairs(by) do
     out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag, expired = s.expired,
                             waiting = s.waiting, paused = s.paused or nil } -- only when paused: "paused": true
+    if cfg.by_name[name] and cfg.by_name[name].monotonic then out.by_worker[name].stale = s.stale end
     out.total.length = out.total.length + s.length
     out.total.morgue_length = out.total.morgue_length + s.morgue_length
     out.total.expired = out.total.expired + s.expired
@@ -338,7 +340,8 @@ end
 -- The commands that read id's record (job.lua and its tags), for job_record.
 local function job_cmds(cfg, w, id, cmds)
   local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(id, w.shards_count))
-  cmds[#cmds + 1] = { script = "job", P, id }
+  -- (a worker with keep_done: no record older than keep_done is answered)
+  cmds[#cmds + 1] = { script = "job", P, id, (w.keep_done or 0) > 0 and core.now() - w.keep_done or nil }
   cmds[#cmds + 1] = { "HGET", P .. "tags", id }
 end
 

@@ -8,9 +8,18 @@
 --              "finished_at":T,"attempts":N[,"result":V]} (V: the JSON text
 --              the host sent, from call:result; not decoded here)
 --   P done:at  ZSET id -> finished_at (the order records leave in)
--- Bounded both ways: a record leaves keep_s seconds after finished_at, and
--- a shard keeps at most keep_max records (the oldest leave first).
+-- Bounded both ways: a record leaves keep_s seconds after finished_at (at
+-- the next trim; job.lua answers none older; both keys expire keep_s + 1 s
+-- after the last trim), and a shard keeps at most keep_max records (the
+-- oldest leave first).
 local DONE, DONE_AT = "done", "done:at"
+
+-- Keys that vanish ttl seconds after their last write (a shard whose jobs
+-- stopped: the trims of acks no longer come).
+local function expire_in(ttl, ...)
+  local ms = string.format("%d", math.ceil(ttl * 1000))
+  for _, k in ipairs({ ... }) do redis.call("PEXPIRE", k, ms) end
+end
 
 -- Records job `id` as finished in state `state` ("done" or "cancelled") at
 -- `now`, after `attempts` attempts, with `result` (JSON text or nil). A
@@ -37,12 +46,19 @@ local function done_trim(P, now, keep_s, keep_max)
     redis.call("HDEL", P .. DONE, unpack(part))
     redis.call("ZREM", at, unpack(part))
   end
+  expire_in(keep_s + 1, P .. DONE, at)
 end
 
--- The record of job `id` (JSON text) or nil.
-local function done_get(P, id)
-  return redis.call("HGET", P .. DONE, id) or nil
+-- The record of job `id` (JSON text) or nil; since (a number or nil): nil
+-- too when it finished before since (its keep_done ran out, the trim of
+-- the next ack has not come).
+local function done_get(P, id, since)
+  local rec = redis.call("HGET", P .. DONE, id)
+  if not rec then return nil end
+  if since and (tonumber(redis.call("ZSCORE", P .. DONE_AT, id)) or since) < since then return nil end
+  return rec
 end
+
 
 -- Stale payloads (the worker key monotonic; docs/redis.md, "Stale
 -- payloads"): per id the highest score performed, remembered for mono_ttl
@@ -124,4 +140,5 @@ local function done_batch(P, K, now, now_s, keep_s, keep_max, results, mono_ttl)
     redis.call("HDEL", P .. MONO, unpack(gone))
     redis.call("ZREM", P .. MONO_AT, unpack(gone))
   end
+  expire_in(mono_ttl + 1, P .. MONO, P .. MONO_AT)
 end
