@@ -65,7 +65,8 @@ local now, limit = arg_finite("fetch", "now", ARGV[3]), arg_count("fetch", "limi
 if ack == nil or (want ~= "0" and want ~= "1") then
   error("BADARG luakiq fetch: ARGV must be token, lease_ms, now, limit, ack batch id, fetch (0|1)", 0)
 end
--- Optional sections after ARGV[7] (a worker that uses neither sends none):
+-- Optional sections after ARGV[7], found by their names (a worker that uses
+-- neither sends none; other words are passed over):
 -- "mono", ttl (monotonic: stale payloads dropped, the ack remembers the
 -- highest scores, lib/done.lua); "done", keep_s, keep_max, then id/result
 -- pairs to the end (keep_done: the ack keeps a record of each job).
@@ -82,7 +83,7 @@ if ARGV[8] then
       for k = i + 3, #ARGV, 2 do results[ARGV[k]] = ARGV[k + 1] end
       break
     else
-      error("BADARG luakiq fetch: ARGV[" .. i .. "] must be \"mono\" or \"done\", got '" .. ARGV[i] .. "'", 0)
+      i = i + 1 -- (another word: not one of these sections)
     end
   end
 end

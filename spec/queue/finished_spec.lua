@@ -6,6 +6,7 @@
 -- writes neither key.
 local S = require "queue.support"
 local admin = require "luakiq.ops.admin"
+local queue = require "luakiq.runner.queue"
 
 describe("fetch.lua's finished jobs", function()
   local env = S.lifecycle()
@@ -68,6 +69,26 @@ describe("fetch.lua's finished jobs", function()
     assert.are.equal("done", job("j5").state)
   end)
 
+  it("fail.lua's done ids are kept and remembered as the ack's are, the failed one is not", function()
+    local now = S.freeze(1500.5)
+    env:push("Batch", { { id = "a", payload = "x", score = 4 }, { id = "b", payload = "y", score = 5 } })
+    local fin = { keep = 60, keep_max = 100, mono_ttl = 100 }
+    local r = env:fetch("Batch", 0, { fin = fin })
+    assert.are.equal(2, #r.jobs)
+    fin.results = { "a", '"ok"' }
+    local b = queue.in_flight(env.conn, env:prefix("Batch"), S.TOKEN, 30000, r.batch, "Batch", 0)
+    b.fin = fin
+    local bj = r.jobs[1].id == "b" and r.jobs[1] or r.jobs[2]
+    queue.fail(b, now, 3, "boom", { bj }, { now + 10 }, { "a" })
+    local a = job("a")
+    assert.are.equal("done", a.state)
+    assert.are.equal("ok", a.result)
+    assert.are.equal(now, a.finished_at)
+    assert.are.equal("queued", job("b").state)
+    assert.are.equal("4", env.conn:call("HGET", env:prefix("Batch") .. "mono", "a"))
+    assert.is_falsy(env.conn:call("HGET", env:prefix("Batch") .. "mono", "b"))
+  end)
+
   it("a record lib/done.lua kept as cancelled answers cancelled", function()
     local P = env:prefix("Batch")
     env.conn:call("HSET", P .. "done", "c", '{"state":"cancelled","finished_at":5,"attempts":0}')
@@ -124,9 +145,12 @@ describe("fetch.lua's finished jobs", function()
     assert.are.equal(0, stale())
   end)
 
-  it("refuses an unknown section", function()
+  it("passes over words that name no section; checks the sections' numbers", function()
     local P = env:prefix("Batch")
+    env:push("Batch", { { id = "w", payload = "x" } })
     local r = env.conn:pipeline({ { script = "fetch", P, S.TOKEN, 30000, 1, 1, "", "1", "0", "what" } })[1]
-    assert.matches("BADARG luakiq fetch: ARGV%[8%] must be", tostring(r.err))
+    assert.are.equal("OK", r[1])
+    r = env.conn:pipeline({ { script = "fetch", P, S.TOKEN, 30000, 1, 1, "", "1", "0", "done", "x", "10" } })[1]
+    assert.matches("BADARG luakiq fetch: keep_done must be a finite number", tostring(r.err))
   end)
 end)

@@ -100,7 +100,9 @@ end
 
 -- h's batch in flight (queue.in_flight) for the scripts that end it.
 local function in_flight(t, h)
-  return queue.in_flight(t.conn, h.prefix, t.token, t.lease_ms, h.batch, h.worker, h.shard)
+  local b = queue.in_flight(t.conn, h.prefix, t.token, t.lease_ms, h.batch, h.worker, h.shard)
+  b.fin = h.fin -- (keep_done, monotonic: the ids done before a failure are recorded too)
+  return b
 end
 
 -- Fails a perform call of h's fetch (fail_batch): its jobs, the ids done

@@ -208,6 +208,8 @@ end
 -- forgets its id).
 -- later: {{id, at}...}, ids of the batch not performed that go back with
 -- perform_in = at (a throttle's or a window's "later"; not a failure).
+-- b.fin (M.finishing's, set by the runner): the done ids are kept as
+-- finished (keep_done) and their scores remembered (monotonic).
 function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later)
   local cmd = { script = "fail", b.prefix, b.token, b.lease_ms, now, b.batch or "", max_retry_count, err }
   for i, job in ipairs(jobs) do
@@ -221,6 +223,18 @@ function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later)
   for _, l in ipairs(later or {}) do
     cmd[#cmd + 1] = l[1]
     cmd[#cmd + 1] = string.format("at:%.17g", l[2])
+  end
+  local fin = b.fin
+  if fin and done and #done > 0 then -- (the done ids are recorded: pairs whose id is "", fail.lua)
+    if fin.mono_ttl then cmd[#cmd + 1], cmd[#cmd + 2] = "", "mono:" .. fin.mono_ttl end
+    if fin.keep then
+      cmd[#cmd + 1], cmd[#cmd + 2] = "", "done:" .. fin.keep .. ":" .. fin.keep_max
+      local res = fin.results or {}
+      for i = 1, #res, 2 do
+        local n = #cmd
+        cmd[n + 1], cmd[n + 2], cmd[n + 3], cmd[n + 4] = "", "result", res[i], res[i + 1]
+      end
+    end
   end
   local r = b.conn:pipeline({ cmd })[1]
   if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end

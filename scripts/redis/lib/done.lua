@@ -96,29 +96,21 @@ local function mono_drop(pl, top)
   return keep, gone
 end
 
--- The ack of a batch (fetch.lua, told "done" and/or "mono"): every job of
--- P busy but the filler and those that now wait for a reply (P waits) is
--- done. keep_s: a record each (done_keep: attempts = the performs of its
--- payloads, this one included = retry_count + 2; result = results[id], the
--- JSON text call:result gave); mono_ttl: each id's highest score in P mono.
--- Then the trims. K: shard_keys(P); now_s: now as a score string.
-local function done_batch(P, K, now, now_s, keep_s, keep_max, results, mono_ttl)
-  local flat = redis.call("HGETALL", K.busy)
-  local wk = P .. WAITS
-  local waits = redis.call("EXISTS", wk) == 1
+-- Jobs acked done (fetch.lua's ack, fail.lua's "done" ids): list = {id,
+-- rc, pl, ...} (each job's retry_count string and payloads, as busy_decode
+-- gives them). keep_s: a record each (done_keep: attempts = the performs of
+-- its payloads, this one included = retry_count + 2; result = results[id],
+-- the JSON text call:result gave, or nil); mono_ttl: each id's highest
+-- score in P mono. Then the trims. now_s: now as a score string.
+local function done_jobs(P, now, now_s, list, keep_s, keep_max, results, mono_ttl)
   local ids, tops = {}, {}
-  for i = 1, #flat, 2 do
-    local id = flat[i]
-    if id ~= "" and not (waits and redis.call("HEXISTS", wk, id) == 1) then
-      local _, rc, _, _, pl = busy_decode(flat[i + 1])
-      if pl then
-        if keep_s then done_keep(P, id, "done", now, tonumber(rc) + 2, results[id]) end
-        if mono_ttl then
-          local top = pl[2]
-          for k = 4, #pl, 2 do if pl[k] > top then top = pl[k] end end
-          ids[#ids + 1], tops[#tops + 1] = id, top
-        end
-      end
+  for i = 1, #list, 3 do
+    local id, pl = list[i], list[i + 2]
+    if keep_s then done_keep(P, id, "done", now, tonumber(list[i + 1]) + 2, results and results[id]) end
+    if mono_ttl then
+      local top = pl[2]
+      for k = 4, #pl, 2 do if pl[k] > top then top = pl[k] end end
+      ids[#ids + 1], tops[#tops + 1] = id, top
     end
   end
   if keep_s then done_trim(P, now, keep_s, keep_max) end
@@ -141,4 +133,22 @@ local function done_batch(P, K, now, now_s, keep_s, keep_max, results, mono_ttl)
     redis.call("ZREM", P .. MONO_AT, unpack(gone))
   end
   expire_in(mono_ttl + 1, P .. MONO, P .. MONO_AT)
+end
+
+-- The ack of a batch (fetch.lua told "done" and/or "mono"): every job of P
+-- busy (K.busy) but the filler and those that now wait for a reply (P
+-- waits) is done: done_jobs.
+local function done_batch(P, K, now, now_s, keep_s, keep_max, results, mono_ttl)
+  local flat = redis.call("HGETALL", K.busy)
+  local wk = P .. WAITS
+  local waits = redis.call("EXISTS", wk) == 1
+  local list = {}
+  for i = 1, #flat, 2 do
+    local id = flat[i]
+    if id ~= "" and not (waits and redis.call("HEXISTS", wk, id) == 1) then
+      local _, rc, _, _, pl = busy_decode(flat[i + 1])
+      if pl then list[#list + 1], list[#list + 2], list[#list + 3] = id, rc, pl end
+    end
+  end
+  done_jobs(P, now, now_s, list, keep_s, keep_max, results, mono_ttl)
 end
