@@ -28,9 +28,10 @@ run("dashboard", async (page, problems) => {
   check(JSON.stringify(names) === JSON.stringify(expect.workers), "worker names shown: " + names.join(", "));
   const row = page.locator(`#workers tr[data-worker="${expect.worker}"]`);
   const cells = await row.locator("td").allTextContents();
-  // Worker, Processed, Failed, Lag, Busy, Waiting, Enqueued, Fresh, Retries, Dead
+  // Worker, Processed, Failed, Lag, Busy, Waiting, Enqueued, Fresh, Retries, Dead, Stale
   check(cells[6] === String(expect.enqueued), `${expect.worker} enqueued shows ${expect.enqueued} (got ${cells[6]})`);
   check(cells[9] === String(expect.dead), `${expect.worker} dead shows ${expect.dead} (got ${cells[9]})`);
+  check(cells[10] === "0", `${expect.worker} stale shows 0 (got ${cells[10]})`);
   check(await page.locator("#total-dead .v").textContent() !== "", "totals shown");
   check(await page.locator("#redis .v").first().textContent() !== "-", "Redis version shown");
   const before = await page.locator("#status").textContent();
