@@ -56,7 +56,6 @@
 -- luakiq:include tags
 -- luakiq:include shard
 -- luakiq:include args
--- luakiq:include done
 local P = KEYS[1]
 local K = shard_keys(P)
 local token, ack, want, at_most_once = ARGV[1], ARGV[5], ARGV[6], ARGV[7] == "1"
@@ -87,6 +86,8 @@ if ARGV[8] then
     end
   end
 end
+DONE_WANTED = keep_s ~= nil or mono_ttl ~= nil -- (lib/keys.lua)
+-- luakiq:include done
 local busy, berrs = K.busy, K.busy_errors
 
 -- Lease.
