@@ -30,6 +30,17 @@ return {
 ]],
   ["workers/Plain.lua"] = "return { shards_count = 1, perform = function() end }",
   ["workers/Capped.lua"] = "return { shards_count = 1, keep_done = 600, keep_done_max = 3, perform = function() end }",
+  -- Asks: each job waits for a reply (key "k-ID"); on_reply gives the reply as its result
+  ["workers/Asks.lua"] = [[
+local luakiq = require "luakiq"
+return {
+  shards_count = 1, keep_done = 600,
+  perform = function(batch)
+    for id in pairs(batch) do luakiq.await(id, { key = "k-" .. id }) end
+  end,
+  on_reply = function(id, reply, payloads, call) call:result(id, reply) end,
+}
+]],
 }
 for name, mono in pairs { Mono = "true", Loose = "false" } do
   FILES["workers/" .. name .. ".lua"] = ([[
@@ -76,6 +87,20 @@ describe("finished jobs", function()
     -- keep_done 2 s: gone after it
     host.eventually(function() return job(dir, "Kept", "a") == 1 end, 5, "a's record leaves")
     assert.is_true(core.now() - j.finished_at >= 2)
+  end)
+
+  it("a job that waited is done when on_reply returns, with on_reply's result", function()
+    proc = host.spawn("run " .. q(dir), env())
+    host.enqueue(dir, "Asks", { { id = "w1", payload = 1 } }, env())
+    host.eventually(function() local _, x = job(dir, "Asks", "w1") return x and x.state == "waiting" end, 10, "w1 waits")
+    local rc, _, err = host.exec("reply " .. q(dir) .. " Asks --key k-w1 " .. q('{"paid":true}'), nil, env())
+    assert.are.equal(0, rc, err)
+    local j = host.eventually(function()
+      local _, x = job(dir, "Asks", "w1")
+      return x and x.state == "done" and x
+    end, 10, "w1 done")
+    assert.are.same({ paid = true }, j.result)
+    assert.are.equal(1, j.attempts)
   end)
 
   it("keep at most keep_done_max records a shard (the oldest leave)", function()
