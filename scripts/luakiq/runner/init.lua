@@ -605,7 +605,7 @@ function M.run()
     for _, h in ipairs(all) do
       if t.pending[h] then
         local path, why = unacked.save(t.cfg, { prefix = h.prefix, token = t.token, batch = h.batch,
-          lease_ms = t.lease_ms, worker = h.worker, shard = h.shard })
+          lease_ms = t.lease_ms, worker = h.worker, shard = h.shard, fin = h.fin })
         log.error("stopping with the ack of batch " .. tostring(h.batch) .. " unsent; the lease is kept: a start of " ..
                   "luakiq on this machine within lease_ttl (" .. t.cfg.lease_ttl .. " s) sends it (" ..
                   (path or "cannot write: " .. tostring(why)) .. "), else its performed jobs run again when the " ..
