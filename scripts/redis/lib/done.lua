@@ -100,24 +100,37 @@ if DONE_WANTED then
   end
 
   -- Jobs acked done (fetch.lua's ack, fail.lua's "done" ids): list = {id,
-  -- rc, pl, ...} (each job's retry_count string and payloads, as busy_decode
-  -- gives them). keep_s: a record each (done_keep: attempts = the performs of
-  -- its payloads, this one included = retry_count + 2; result = results[id],
-  -- the JSON text call:result gave, or nil); mono_ttl: each id's highest
-  -- score in P mono. Then the trims. now_s: now as a score string.
+  -- rc, pl, ...} (each job's retry_count string and, with mono_ttl, its
+  -- payloads as busy_decode gives them). keep_s: a record each, as done_keep
+  -- writes it (attempts = the performs of its payloads, this one included =
+  -- retry_count + 2; result = results[id], the JSON text call:result gave,
+  -- or nil), in variadic calls; mono_ttl: each id's highest score in P mono.
+  -- Then the trims. now_s: now as a score string.
   function done_jobs(P, now, now_s, list, keep_s, keep_max, results, mono_ttl)
+    if keep_s then
+      local head = '{"state":"done","finished_at":' .. now_s .. ',"attempts":'
+      local recs, at = {}, {}
+      for i = 1, #list, 3 do
+        local id = list[i]
+        local res = results and results[id]
+        recs[#recs + 1], recs[#recs + 2] = id, head .. (tonumber(list[i + 1]) + 2) ..
+          (res and (',"result":' .. res) or "") .. "}"
+        at[#at + 1], at[#at + 2] = now_s, id
+      end
+      for i = 1, #recs, 1000 do
+        redis.call("HSET", P .. DONE, unpack(recs, i, math.min(i + 999, #recs)))
+        redis.call("ZADD", P .. DONE_AT, unpack(at, i, math.min(i + 999, #at)))
+      end
+      done_trim(P, now, keep_s, keep_max)
+    end
+    if not mono_ttl then return end
     local ids, tops = {}, {}
     for i = 1, #list, 3 do
-      local id, pl = list[i], list[i + 2]
-      if keep_s then done_keep(P, id, "done", now, tonumber(list[i + 1]) + 2, results and results[id]) end
-      if mono_ttl then
-        local top = pl[2]
-        for k = 4, #pl, 2 do if pl[k] > top then top = pl[k] end end
-        ids[#ids + 1], tops[#tops + 1] = id, top
-      end
+      local pl = list[i + 2]
+      local top = pl[2]
+      for k = 4, #pl, 2 do if pl[k] > top then top = pl[k] end end
+      ids[#ids + 1], tops[#tops + 1] = list[i], top
     end
-    if keep_s then done_trim(P, now, keep_s, keep_max) end
-    if not mono_ttl then return end
     local old = mono_get(P, ids, #ids)
     local fields, at = {}, {}
     for i, id in ipairs(ids) do
@@ -149,8 +162,14 @@ if DONE_WANTED then
     for i = 1, #flat, 2 do
       local id = flat[i]
       if id ~= "" and not (waits and redis.call("HEXISTS", wk, id) == 1) then
-        local _, rc, _, _, pl = busy_decode(flat[i + 1])
-        if pl then list[#list + 1], list[#list + 2], list[#list + 3] = id, rc, pl end
+        local rc, pl, _
+        if mono_ttl then
+          _, rc, _, _, pl = busy_decode(flat[i + 1])
+        else -- (only the retry count: the record's second value)
+          local ok, _, _, r = pcall(cmsgpack.unpack_limit, flat[i + 1], 2)
+          rc, pl = ok and type(r) == "string" and r:match("^%-?%d+$") and r or (ok and "-1"), false
+        end
+        if rc then list[#list + 1], list[#list + 2], list[#list + 3] = id, rc, pl end
       end
     end
     done_jobs(P, now, now_s, list, keep_s, keep_max, results, mono_ttl)
