@@ -57,6 +57,15 @@ describe("bad script directories stop start-up with one line and exit 2", functi
       "shards_count must be an integer from 1 to 16384" },
     { "threads_per_node above 1024", { ["config.lua"] = "return { threads_per_node = 1e7 }", ["workers/A.lua"] = WORKER },
       "threads_per_node must be an integer from 1 to 1024" },
+    -- finished jobs and stale payloads (docs/configuration.md)
+    { "keep_done below 0", { ["workers/A.lua"] = "return { keep_done = -1, perform = function() end }" },
+      "keep_done must be a number >= 0" },
+    { "keep_done_max 0", { ["workers/A.lua"] = "return { keep_done = 60, keep_done_max = 0, perform = function() end }" },
+      "keep_done_max must be a positive integer" },
+    { "monotonic not a boolean", { ["workers/A.lua"] = "return { monotonic = 'yes', perform = function() end }" },
+      "monotonic must be true or false" },
+    { "monotonic_ttl 0", { ["workers/A.lua"] = "return { monotonic = true, monotonic_ttl = 0, perform = function() end }" },
+      "monotonic_ttl must be a number > 0" },
   }
   for _, c in ipairs(cases) do
     it(c[1], function()

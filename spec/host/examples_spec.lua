@@ -371,6 +371,8 @@ describe("examples/postgres", function()
     assert.are.equal(0, rc, out .. err)
     assert.truthy(out:find("200 orders, 200 at version 20", 1, true), out)
     assert.truthy(out:find("OK: every order holds its newest snapshot", 1, true), out)
+    -- the late snapshots (version 19 of 10 orders after 20): dropped, not written
+    assert.truthy(out:find("late snapshots (version 19) pushed for 10 orders: 10 dropped as stale", 1, true), out)
     local failures = tonumber(out:match("failures injected and retried: (%d+)"))
     assert.is_true(failures > 0, out)
   end)

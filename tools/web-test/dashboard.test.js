@@ -31,6 +31,8 @@ run("dashboard", async (page, problems) => {
   const enq = await column(page, "#workers", "Enqueued"), dead = await column(page, "#workers", "Dead");
   check(cells[enq] === String(expect.enqueued), `${expect.worker} enqueued shows ${expect.enqueued} (got ${cells[enq]})`);
   check(cells[dead] === String(expect.dead), `${expect.worker} dead shows ${expect.dead} (got ${cells[dead]})`);
+  const stale = await column(page, "#workers", "Stale");
+  check(cells[stale] === "0", `${expect.worker} stale shows 0 (got ${cells[stale]})`);
   check(await page.locator("#total-dead .v").textContent() !== "", "totals shown");
   const snoozed = await row.locator("td").nth(await column(page, "#workers", "Snoozed")).textContent();
   check(snoozed === "0" && await page.locator("#total-snoozed .v").textContent() === "0", "Snoozed column and card");

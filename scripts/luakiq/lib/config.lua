@@ -136,6 +136,7 @@ local WORKER = {
   concurrency = "pos_int", cost = "cost", windows = "strs", timezone = "str",
   throttle = "func", label = "func",
   on_reply = "func", reply_timeout = "pos_num", await_releases_units = "bool",
+  keep_done = "nonneg_num", keep_done_max = "pos_int", monotonic = "bool", monotonic_ttl = "pos_num",
 }
 
 local function identity(x) return x end
@@ -185,7 +186,8 @@ function M.defaults()
   }
 end
 
-local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25, reply_timeout = 86400 }
+local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25, reply_timeout = 86400,
+                          keep_done_max = 10000, monotonic_ttl = 604800 }
 -- fetch_size: see docs/configuration.md. Given, it is fixed. Else, for most
 -- workers, each shard's fetch adapts (fetch_auto): it starts at
 -- max(batch_size, FETCH_AHEAD) and then takes what the shard's jobs have
@@ -326,7 +328,8 @@ local function load_worker(file, stem, settings_only)
   end
   validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, fetch_size, " ..
     "max_retry_count, retry_in, perform, retries_exhausted, timeout, concurrent_shards, delivery, concurrency, cost, " ..
-    "throttle, label, windows, timezone, on_reply, reply_timeout, await_releases_units")
+    "throttle, label, windows, timezone, on_reply, reply_timeout, await_releases_units, keep_done, keep_done_max, " ..
+    "monotonic, monotonic_ttl")
   if t.perform == nil then fail(file .. ": perform is required (a function(payloads_by_id))") end
   if t.label ~= nil and t.throttle == nil then fail(file .. ": label goes with throttle (it names jobs for it)") end
   local name = t.name or stem
@@ -380,6 +383,11 @@ local function load_worker(file, stem, settings_only)
     on_reply = t.on_reply,       -- nil: rickover's rule ({"status": "succeeded" | "failed"})
     reply_timeout = t.reply_timeout or WORKER_DEFAULTS.reply_timeout, -- await's default timeout, seconds
     await_releases_units = t.await_releases_units or false, -- true: a waiting job holds no concurrency units
+    -- finished jobs and stale payloads (docs/redis.md, "Finished jobs" and "Stale payloads")
+    keep_done = t.keep_done or 0, -- seconds a done or cancelled job's record is kept (0: none)
+    keep_done_max = t.keep_done_max or WORKER_DEFAULTS.keep_done_max, -- records kept per shard at most
+    monotonic = t.monotonic or false, -- true: a payload not above its id's highest score performed is dropped
+    monotonic_ttl = t.monotonic_ttl or WORKER_DEFAULTS.monotonic_ttl, -- seconds that score is remembered
     file = file,
     unloaded = ran_err,          -- settings_only: the error its file raised (a stand-in)
   }

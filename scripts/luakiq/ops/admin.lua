@@ -8,6 +8,7 @@ local runtime = require "luakiq.lib.runtime"
 local errors = require "luakiq.lib.errors"
 local client = require "luakiq.client"
 local hosts = require "luakiq.ops.hosts"
+local json = require "luakiq.json"
 
 local M = {}
 
@@ -84,10 +85,11 @@ function M.worker_stats(conn, cfg)
 end
 
 -- Lowkiq's /api/v1/stats shape, plus expired (payloads that expired before
--- they ran, since the queue began) and waiting (jobs that wait for a reply:
+-- they ran, since the queue began), waiting (jobs that wait for a reply:
 -- luakiq.await; not in length); snoozed (jobs put back by a snooze, since
--- the queue began) only when some were, so the shape of a worker that
--- never snoozes stays Lowkiq's.
+-- the queue began) only when some were, and stale (payloads dropped at
+-- fetch) only for a monotonic worker, so the shape of a worker that uses
+-- neither stays Lowkiq's.
 function M.stats(conn, cfg)
   local by = M.worker_stats(conn, cfg)
   local out = { total = { length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 }, by_worker = {} }
@@ -96,6 +98,7 @@ function M.stats(conn, cfg)
                             waiting = s.waiting, paused = s.paused or nil, -- only when paused: "paused": true
                             snoozed = s.snoozed > 0 and s.snoozed or nil }
     if s.snoozed > 0 then out.total.snoozed = (out.total.snoozed or 0) + s.snoozed end
+    if cfg.by_name[name] and cfg.by_name[name].monotonic then out.by_worker[name].stale = s.stale end
     out.total.length = out.total.length + s.length
     out.total.morgue_length = out.total.morgue_length + s.morgue_length
     out.total.expired = out.total.expired + s.expired
@@ -350,12 +353,16 @@ end
 -- deadline, heartbeat_deadline and key when set, replied = true once its
 -- reply came (its call has not run yet), queued_payloads for payloads
 -- pushed meanwhile (they run after the reply was handled); dead:
--- updated_at instead of perform_in and retry_count. An id that is nowhere raises "job ID of WORKER not found"
+-- updated_at instead of perform_in and retry_count; done and cancelled (a
+-- worker with keep_done: its record, docs/redis.md "Finished jobs"):
+-- finished_at, attempts and, for done, result when call:result gave one.
+-- An id that is nowhere raises "job ID of WORKER not found"
 -- (errors.missing: exit 1, HTTP 404).
 -- The commands that read id's record (job.lua and its tags), for job_record.
 local function job_cmds(cfg, w, id, cmds)
   local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(id, w.shards_count))
-  cmds[#cmds + 1] = { script = "job", P, id }
+  -- (a worker with keep_done: no record older than keep_done is answered)
+  cmds[#cmds + 1] = { script = "job", P, id, (w.keep_done or 0) > 0 and core.now() - w.keep_done or nil }
   cmds[#cmds + 1] = { "HGET", P .. "tags", id }
 end
 
@@ -382,6 +389,12 @@ local function job_record(cfg, id, r, tags, now)
   end
   local rec = { id = id, state = state, tags = tags_list(tags) }
   local i
+  if state == "finished" then
+    local ok, f = pcall(json.decode, r[2])
+    if not ok or type(f) ~= "table" then return nil end -- (junk: as if gone)
+    rec.state, rec.finished_at, rec.attempts, rec.result = f.state, f.finished_at, f.attempts, f.result
+    return rec
+  end
   if state == "dead" then
     rec.updated_at, rec.error = tonumber(r[2]), err_of(r[3])
     rec.payloads = payloads(4)

@@ -23,7 +23,7 @@ usage: luakiq COMMAND ...
                                        the dead jobs of a worker
   jobs DIR WORKER queue|morgue|busy [--order F] [--desc] [--min X] [--max X] [--limit N] [--offset N] [--cursor C]
   jobs DIR --tag T [--limit N]         list jobs as JSON lines (--tag: every worker's jobs tagged T)
-  job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
+  job DIR WORKER ID                    where one job is: queued, in_flight, dead, done... (JSON)
   reply DIR WORKER TOKEN|--key K [JSON]
                                        reply to a job that waits for one (JSON from stdin without JSON)
   waiting DIR WORKER [--late]          the jobs that wait for a reply (JSON lines); --late: the late replies
@@ -107,8 +107,9 @@ file: a host started with the old count is refused (docs/operations.md,
   job = [[usage: luakiq job DIR WORKER ID [--redis URL]
 Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","retry_count","error",
 "payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
-(seconds); dead has "updated_at" instead of perform_in and retry_count. An id that is
-nowhere: exit 1.
+(seconds); dead has "updated_at" instead of perform_in and retry_count. A worker with
+keep_done answers {"id","state":"done"|"cancelled","finished_at","attempts","result"}
+for a finished job it keeps. An id that is nowhere: exit 1.
 The job's own fields when it has them: "priority", "tags", "windows", "timezone"; "state":"waiting"
 (it awaits a reply) adds "attempt", "since", "deadline" (docs/cli.md, "job").]],
   admin = [[usage: luakiq admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID... [--redis URL]

@@ -147,7 +147,9 @@ end
 
 -- h's batch in flight (queue.in_flight) for the scripts that end it.
 local function in_flight(t, h)
-  return queue.in_flight(t.conn, h.prefix, t.token, t.lease_ms, h.batch, h.worker, h.shard)
+  local b = queue.in_flight(t.conn, h.prefix, t.token, t.lease_ms, h.batch, h.worker, h.shard)
+  b.fin = h.fin -- (keep_done, monotonic: the ids done before a failure are recorded too)
+  return b
 end
 
 -- Fails a perform call of h's fetch (fail_batch): its jobs, the ids done
@@ -407,6 +409,27 @@ function METHODS.snooze(call, id, seconds)
   local ok, e = pcall(mark, call, id, { snooze = failure.seconds("call:snooze", seconds) })
   if not ok then error("call:snooze: " .. e, 2) end
 end
+-- call:result(id, value): what the job id of the call gave, kept with its
+-- record when the worker has keep_done (docs/redis.md, "Finished jobs");
+-- value JSON-encodable, at most RESULT_MAX bytes encoded. The last one of
+-- an id counts; a call that fails keeps none.
+local RESULT_MAX = 65536
+local function call_result(call, id, value)
+  local jobs = type(call) == "table" and rawget(call, "jobs_")
+  if not jobs then error("call:result(id, value): call it with a colon", 2) end
+  local known = false
+  for _, job in ipairs(jobs) do if job.id == id then known = true break end end
+  if not known then error("call:result: " .. tostring(id) .. " is not a job of this call", 2) end
+  local ok, text = pcall(json.encode, value)
+  if not ok then error("call:result: the value of " .. id .. " is not JSON-encodable: " .. tostring(text), 2) end
+  if #text > RESULT_MAX then
+    error(("call:result: the value of %s is %d bytes as JSON, more than %d"):format(id, #text, RESULT_MAX), 2)
+  end
+  local res = rawget(call, "results_") or {}
+  rawset(call, "results_", res)
+  res[id] = text
+end
+METHODS.result = call_result
 local function retries(jobs)
   local n = 0
   for _, job in ipairs(jobs) do n = math.max(n, job.retry_count + 1) end
@@ -524,6 +547,14 @@ function run_jobs(t, h, fn, loaded, batch, call, done)
   -- A luakiq.redis wait the deadline cut short leaves the thread's connection
   -- broken: make it again now, so the failure is recorded at once.
   if t.conn:broken() then t.conn:reconnect() end
+  if ok then
+    local res, fin = rawget(call, "results_"), h.fin
+    if res and fin and fin.keep then -- (sent with the batch's ack: luakiq.runner.fetch, or fail.lua's)
+      local list = fin.results or {}
+      fin.results = list
+      for id, text in pairs(res) do list[#list + 1], list[#list + 2] = id, text end
+    end
+  end
   if ok and h.marks then
     -- the marked ids take their own path, the others are done (fail_batch)
     for id in pairs(h.marks) do

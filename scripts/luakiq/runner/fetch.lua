@@ -49,7 +49,8 @@ local function pending_acks(t, except, force)
   for h, due in pairs(t.pending) do
     if h ~= except and (force or due <= now) then
       hs[#hs + 1] = h
-      cmds[#cmds + 1] = queue.fetch_cmd(h.prefix, t.token, t.lease_ms, 0, h.batch, h.def.delivery == "at_most_once")
+      cmds[#cmds + 1] = queue.fetch_cmd(h.prefix, t.token, t.lease_ms, 0, h.batch, h.def.delivery == "at_most_once",
+                                        nil, h.fin)
     end
   end
   for q, members in pairs(t.releases) do cmds[#cmds + 1] = flow.release_cmd(t, q, members) end
@@ -274,7 +275,7 @@ local function process(t, h)
   local ack_same = t.pending[h] ~= nil
   local cmds, acked, tfrom = pending_acks(t, h)
   cmds[#cmds + 1] = queue.fetch_cmd(h.prefix, t.token, t.lease_ms, fetch_limit(h), ack_same and h.batch,
-                                    h.def.delivery == "at_most_once")
+                                    h.def.delivery == "at_most_once", nil, h.fin)
   local nfetch = #cmds
   -- a throttled worker's snapshot of the running calls, in the same round trip
   if h.def.throttle then cmds[#cmds + 1] = flow.read_cmd(t, h) end
@@ -290,13 +291,20 @@ local function process(t, h)
   local failed
   for i, p in ipairs(acked) do
     local ok, err = pcall(took, t, p, replies[i])
-    if ok then t.pending[p] = nil else failed = failed or err end
+    if ok then
+      t.pending[p] = nil
+      if p.fin then p.fin.results = nil end -- (sent with the ack)
+    else
+      failed = failed or err
+    end
   end
   h.later, h.held = nil, nil
   if failed then error(failed, 0) end
   local res, retake = took(t, h, replies[nfetch])
   t.pending[h] = nil
   if retake then return process(t, h) end -- a dead holder's lease, given back: taken now
+  -- (the results of the batch acked, or of one a fail.lua call settled)
+  if h.fin then h.fin.results = nil end
   if not res then return false, nil end -- lease held elsewhere
   h.best_due = res.best
   h.snapshot = replies[nfetch + 1]

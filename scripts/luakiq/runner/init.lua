@@ -67,6 +67,7 @@ function M.new_handler(t, w, shard)
     reply = middleware.chain(t.cfg.middlewares, call.on_reply),
     -- its fetch (luakiq.runner.fetch)
     batch = nil,       -- the id of its batch in flight (fetch.lua's; nil: none)
+    fin = queue.finishing(w), -- keep_done / monotonic: fetch.lua's options and the batch's results (or nil)
     done = nil,        -- {batch =, ids = {id -> true}}: the ids of that batch performed (a fetch of several calls)
     later = nil,       -- {{id, at}...}: ids of the fetch that go back at a time (the throttle's, closed job windows)
     held = nil,        -- true: the throttle or flow control's units held jobs of the fetch back
@@ -608,7 +609,7 @@ function M.run()
     for _, h in ipairs(all) do
       if t.pending[h] then
         local path, why = unacked.save(t.cfg, { prefix = h.prefix, token = t.token, batch = h.batch,
-          lease_ms = t.lease_ms, worker = h.worker, shard = h.shard })
+          lease_ms = t.lease_ms, worker = h.worker, shard = h.shard, fin = h.fin })
         log.error("stopping with the ack of batch " .. tostring(h.batch) .. " unsent; the lease is kept: a start of " ..
                   "luakiq on this machine within lease_ttl (" .. t.cfg.lease_ttl .. " s) sends it (" ..
                   (path or "cannot write: " .. tostring(why)) .. "), else its performed jobs run again when the " ..

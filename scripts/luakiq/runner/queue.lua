@@ -15,10 +15,34 @@ local M = {}
 -- number; 0 only acks and renews the lease); ack: the id of the batch in
 -- flight to ack (nil or "": none); at_most_once: the worker's delivery is
 -- "at_most_once" (a new holder sends a dead holder's jobs to the morgue);
--- now: the time (default core.now()). parse_fetch reads the reply.
-function M.fetch_cmd(prefix, token, lease_ms, limit, ack, at_most_once, now)
-  return { script = "fetch", prefix, token, lease_ms, now or core.now(), limit, ack or "", limit > 0 and "1" or "0",
-           at_most_once and "1" or "0" }
+-- now: the time (default core.now()); fin: nil, or a worker's finished-jobs
+-- options (M.finishing). parse_fetch reads the reply.
+function M.fetch_cmd(prefix, token, lease_ms, limit, ack, at_most_once, now, fin)
+  local cmd = { script = "fetch", prefix, token, lease_ms, now or core.now(), limit, ack or "", limit > 0 and "1" or "0",
+                at_most_once and "1" or "0" }
+  if fin then
+    -- fetch.lua's optional sections: "mono", ttl; "done", keep_s, keep_max,
+    -- then the ack's id/result pairs (last)
+    if fin.mono_ttl then cmd[#cmd + 1], cmd[#cmd + 2] = "mono", fin.mono_ttl end
+    if fin.keep then
+      local n = #cmd
+      cmd[n + 1], cmd[n + 2], cmd[n + 3] = "done", fin.keep, fin.keep_max
+      local res = ack and ack ~= "" and fin.results
+      if res then for i = 1, #res do cmd[n + 3 + i] = res[i] end end
+    end
+  end
+  return cmd
+end
+
+-- Worker w's finished-jobs options for fetch_cmd, or nil when it keeps no
+-- finished jobs and is not monotonic (its fetches send nothing more):
+-- {keep =, keep_max =, mono_ttl =, results = nil} (results: the id/result
+-- JSON pairs of the batch in flight, call:result, set by the runner).
+function M.finishing(w)
+  local keep = w.keep_done or 0
+  if not (keep > 0 or w.monotonic) then return nil end
+  return { keep = keep > 0 and keep or nil, keep_max = w.keep_done_max,
+           mono_ttl = w.monotonic and w.monotonic_ttl or nil }
 end
 
 -- The values of a busy record, decoded by core.unpack (host/record.c) into
@@ -203,6 +227,8 @@ end
 -- perform_in = at (a throttle's or a window's "later"; not a failure).
 -- own: {{id, value}...}, ids with an outcome of their own (fail.lua's
 -- "done", M.snoozed, M.failed_own).
+-- b.fin (M.finishing's, set by the runner): the done ids are kept as
+-- finished (keep_done) and their scores remembered (monotonic).
 function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later, own)
   local cmd = { script = "fail", b.prefix, b.token, b.lease_ms, now, b.batch or "", max_retry_count, err }
   for i, job in ipairs(jobs) do
@@ -220,6 +246,18 @@ function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later, own)
   for _, o in ipairs(own or {}) do
     cmd[#cmd + 1] = o[1]
     cmd[#cmd + 1] = o[2]
+  end
+  local fin = b.fin
+  if fin then -- (the done ids are recorded: pairs whose id is "", fail.lua)
+    if fin.mono_ttl then cmd[#cmd + 1], cmd[#cmd + 2] = "", "mono:" .. fin.mono_ttl end
+    if fin.keep then
+      cmd[#cmd + 1], cmd[#cmd + 2] = "", "done:" .. fin.keep .. ":" .. fin.keep_max
+      local res = fin.results or {}
+      for i = 1, #res, 2 do
+        local n = #cmd
+        cmd[n + 1], cmd[n + 2], cmd[n + 3], cmd[n + 4] = "", "result", res[i], res[i + 1]
+      end
+    end
   end
   local r = b.conn:pipeline({ cmd })[1]
   if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end

@@ -93,12 +93,13 @@ function M.dashboard(w)
   local by = admin.worker_stats(conn, cfg)
   local queues = json.array()
   local total = { lag = 0, processed = 0, failed = 0, busy = 0, enqueued = 0, fresh = 0, retries = 0, dead = 0,
-                  waiting = 0, snoozed = 0 }
+                  waiting = 0, snoozed = 0, stale = 0 }
   for _, wk in ipairs(cfg.workers) do
     local s = by[wk.name]
     local q = { name = wk.name, lag = s.lag, processed = s.processed, failed = s.failed, busy = s.busy,
                 enqueued = s.length, fresh = s.fresh, retries = s.retries, dead = s.morgue_length,
-                waiting = s.waiting, shards_count = wk.shards_count, paused = s.paused, snoozed = s.snoozed }
+                waiting = s.waiting, stale = s.stale, shards_count = wk.shards_count, paused = s.paused,
+                snoozed = s.snoozed }
     queues[#queues + 1] = q
     for k in pairs(total) do
       if k == "lag" then total.lag = math.max(total.lag, q.lag) else total[k] = total[k] + q[k] end
