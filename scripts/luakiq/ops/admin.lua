@@ -66,7 +66,10 @@ function M.worker_stats(conn, cfg)
     s.fresh = s.fresh + tonumber(r[1])
     s.retries = s.retries + tonumber(r[2])
     s.morgue_length = s.morgue_length + tonumber(r[3])
+    -- (a perform_in before the epoch, -1e308 say, counts as the epoch: lag
+    -- stays the seconds since 1970 at most, never 1e+308)
     local head = tonumber(r[4])
+    if head then head = math.max(head, 0) end
     if head and now - head > s.lag then s.lag = now - head end
     s.processed = s.processed + (tonumber(r[5]) or 0)
     s.failed = s.failed + (tonumber(r[6]) or 0)

@@ -292,14 +292,22 @@ function commands.enqueue(argv)
   if not cfg.by_name[pos[2]] then errors.notfound("unknown worker '" .. pos[2] .. "'") end
   local feed = require "luakiq.ops.feed"
   local f, tmp = feed.open(pos[3])
+  -- the connection, with the host's warning (one line) when Redis may evict
+  local function conn()
+    local c = connect(cfg, 0)
+    local evicts = runtime.eviction_warning(runtime.maxmemory_policy(c))
+    if evicts then io.stderr:write("luakiq: warning: ", evicts, "\n") end
+    return c
+  end
   local ok, n = pcall(function()
+    feed.refuse_nul(f)
     if feed.is_array(f) then
       local ok, v = pcall(json.decode, f:read("*a"))
       if not ok then usage("invalid JSON array: " .. tostring(v)) end
-      return require("luakiq.client").push(connect(cfg, 0), cfg, pos[2], v)
+      return require("luakiq.client").push(conn(), cfg, pos[2], v)
     end
     -- (connects after the whole file passed the check)
-    return feed.lines(function() return connect(cfg, 0) end, cfg, pos[2], f, core.isatty(2))
+    return feed.lines(conn, cfg, pos[2], f, core.isatty(2))
   end)
   if f ~= io.stdin then f:close() end
   if tmp then os.remove(tmp) end

@@ -21,6 +21,7 @@ local flow = require "luakiq.runner.flow"
 local awaits = require "luakiq.runner.await"
 local json = require "luakiq.json"
 local retry = require "luakiq.lib.retry"
+local hooks = require "luakiq.lib.hooks"
 local windows = require "luakiq.lib.windows"
 local luakiq = require "luakiq"
 local new_table = require "table.new" -- (LuaJIT's: a table sized at once)
@@ -37,9 +38,11 @@ local function traceback(e)
 end
 
 -- Calls the worker's retries_exhausted with dead ({id=, payloads=, error=}
--- per morgued payload). Its errors are logged, luakiq.FATAL goes through.
+-- per morgued payload), bounded by hook_timeout (luakiq.lib.hooks: the
+-- failure is recorded already, so its record holds no jobs). Its errors are
+-- logged, luakiq.FATAL goes through.
 local function exhausted(w, dead)
-  local okx, e = xpcall(w.retries_exhausted, traceback, dead)
+  local okx, e = hooks.call("retries_exhausted", { worker = w.name }, w.retries_exhausted, dead)
   if not okx then
     if e == luakiq.FATAL then error(e, 0) end
     log.error("retries_exhausted failed: " .. tostring(e), { worker = w.name })
@@ -51,12 +54,17 @@ end
 -- for what went to the morgue. done, later: as queue.fail's. h: the
 -- handler whose batch b is (nil: fail_stuck's), which forgets it once
 -- fail.lua has recorded the failure.
+-- Each hook is bounded by hook_timeout (luakiq.lib.hooks; rec: the record
+-- of the failure not recorded yet); the fallbacks: tostring(err), the
+-- message as it is, the default retry formula.
 local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
-  local ok, msg = pcall(cfg.format_error, err, tb)
+  local rec = { worker = w.name, shard = b.shard, batch = b.batch, token = b.token, key = b.prefix, done = done,
+                jobs = jobs }
+  local ok, msg = hooks.call("format_error", rec, cfg.format_error, err, tb)
   if not ok or type(msg) ~= "string" then msg = tostring(err) end
   msg = require("luakiq.lib.errors").cap(msg) -- (what is stored: at most 8 KiB)
   local dumped = msg
-  ok, dumped = pcall(cfg.dump_error, msg)
+  ok, dumped = hooks.call("dump_error", rec, cfg.dump_error, msg)
   if not ok or (dumped ~= nil and type(dumped) ~= "string") then dumped = msg end
   local now = core.now()
   local retry_at = {}
@@ -69,10 +77,12 @@ local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
   if w.delivery == "at_most_once" then max_rc = -1 elseif f and f.permanent then max_rc = 0 end
   for i, job in ipairs(jobs) do
     local count = job.retry_count + 1
-    local okr, delay = true, f and f.retry_in
-    if not delay then okr, delay = pcall(w.retry_in, count) end
+    local okr, delay, timed_out = true, f and f.retry_in, false
+    if not delay then okr, delay, timed_out = hooks.call("retry_in", rec, w.retry_in, count) end
     if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
-      log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
+      if not timed_out then
+        log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
+      end
       delay = retry.default(count)
     end
     retry_at[i] = now + delay
@@ -91,7 +101,7 @@ local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
         e = { id = m.id, error = msg, payloads = {} }
         by_id[m.id], list[#list + 1] = e, e
       end
-      local okp, v = pcall(cfg.load_payload, m.payload)
+      local okp, v = hooks.call("load_payload", nil, cfg.load_payload, m.payload)
       e.payloads[#e.payloads + 1] = { okp and v or m.payload, m.score }
     end
     exhausted(w, list)
@@ -115,8 +125,12 @@ end
 -- payloads for max_retry_count retries), and the rest of the batch runs
 -- without it. Returns the jobs left and their payloads by id (jobs with no
 -- payload left are dropped), or nil when the lease was lost meanwhile.
-local function load_batch(t, h, jobs)
+-- load_payload is bounded by hook_timeout (luakiq.lib.hooks; rec: the job,
+-- done: the ids done before it in its fetch): past it, the payload is one
+-- that does not load.
+local function load_batch(t, h, jobs, done)
   local cfg, w = t.cfg, h.def
+  local rec = flow.hook_rec(t, h, done)
   -- (the usual fetch loads every payload: then no table but the batch and
   -- each job's list is made, and the jobs come back as they are)
   -- (sized at once: a table that grows allocates again as it grows)
@@ -125,9 +139,10 @@ local function load_batch(t, h, jobs)
     local job = jobs[i]
     local pls = job.payloads
     local list, good = new_table(#pls, 0), nil
+    rec.id, rec.retry_count = job.id, job.retry_count
     for k = 1, #pls do
       local p = pls[k]
-      local ok, v = pcall(cfg.load_payload, p[1])
+      local ok, v = hooks.call("load_payload", rec, cfg.load_payload, p[1])
       if ok then
         list[#list + 1] = v
         if good then good[#good + 1] = p end
@@ -366,7 +381,7 @@ local run_jobs -- (below)
 -- call (the rest of the fetch waits too). Raises luakiq.FATAL.
 local function perform(t, h, jobs, done)
   local w = h.def
-  local loaded, batch = load_batch(t, h, jobs)
+  local loaded, batch = load_batch(t, h, jobs, done)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then return true, loaded end -- every payload was unloadable
   if h.job_windows then
@@ -375,7 +390,7 @@ local function perform(t, h, jobs, done)
   end
   if w.concurrency or w.throttle then
     -- flow control: the jobs that may run now (h.later, h.held: the others)
-    local run, ferr, refused = flow.admit(t, h, loaded, batch)
+    local run, ferr, refused = flow.admit(t, h, loaded, batch, done)
     if not run then return false, loaded, ferr, nil end -- the throttle raised: the call fails
     if #run == 0 then return refused and "units" or "held" end
     loaded, batch = only(run, loaded, batch)
@@ -459,7 +474,7 @@ function M.wait_call(t, h, job, done)
     if reply.retryable == false then return "later", luakiq.permanent(msg) end
     return "later", msg
   end
-  local loaded, batch = load_batch(t, h, { job })
+  local loaded, batch = load_batch(t, h, { job }, done)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then -- its payloads went to the morgue (bury.lua ended its wait)
     awaits.release(t, w, job.id)
@@ -486,7 +501,11 @@ end
 -- done = {id...}, parked}: run_call's core.call_begin). s.parked: the call
 -- was waiting in luakiq's I/O on the stuck thread (its own deadline had not
 -- come): its jobs go back unchanged instead.
+-- s.hook: a hook (luakiq.lib.hooks) that could not be stopped: its jobs, if
+-- any, fail with the default hooks (the main VM has no watch: it runs no
+-- hook of the worker's) and the default retry formula.
 function M.fail_stuck(cfg, conn, token, s)
+  if s.hook and #s.jobs == 0 then return end -- (nothing of a fetch was left to record)
   local w = cfg.by_name[s.worker]
   if not w then error("fail_stuck: unknown worker " .. tostring(s.worker), 0) end
   token = s.token or token -- an elastic thread's own
@@ -497,6 +516,12 @@ function M.fail_stuck(cfg, conn, token, s)
     fail_batch(cfg, b, w, s.jobs, "interrupted", nil, s.done)
   elseif s.parked then
     queue.settle(b, s.done)
+  elseif s.hook then
+    local msg = string.format("timeout: %s ran past hook_timeout (%g s) and could not be stopped " ..
+      "(JIT-compiled code or a foreign call); the process was replaced", s.hook, cfg.hook_timeout)
+    local plain = setmetatable({ format_error = tostring, dump_error = function(m) return m end }, { __index = cfg })
+    fail_batch(plain, b, setmetatable({ retry_in = retry.default, retries_exhausted = false }, { __index = w }),
+      s.jobs, msg, nil, s.done)
   else
     local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..
       "(JIT-compiled code or a foreign call); the process was replaced", w.timeout)
