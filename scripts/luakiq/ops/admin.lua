@@ -11,6 +11,11 @@ local client = require "luakiq.client"
 local M = {}
 
 local PAGE = 1000
+-- The deepest offset a listing walks to. The walk is linear in the offset
+-- and the web thread answers one request at a time: five listings at offset
+-- 900,000 of 1M jobs held /metrics for 38.5 s. Deeper pages go by cursor,
+-- whose cost is the same at any depth.
+M.OFFSET_MAX = 5000
 
 local function worker_of(cfg, name)
   local w = cfg.by_name[name]
@@ -275,6 +280,10 @@ function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offse
   if not sort_field[order] then errors.input("unknown order '" .. tostring(order) .. "'") end
   local prefs = prefixes(cfg, w)
   local pos, offs = 0, {}
+  if not cursor and (offset or 0) > M.OFFSET_MAX then
+    errors.input(("offset must be at most %d (a listing walks to it record by record): page deeper with the " ..
+      "cursor of the page before (next, --cursor)"):format(M.OFFSET_MAX))
+  end
   if cursor then
     pos, offs = cursor_parse(cursor, what, order, dir, #prefs)
   else

@@ -357,6 +357,13 @@ local function limit_of(opt)
   return limit
 end
 
+-- --offset: an integer >= 0 (admin.list caps it), 0 by default.
+local function offset_of(opt)
+  local offset = tonumber(opt.offset or 0)
+  if not offset or offset ~= math.floor(offset) or offset < 0 then usage("--offset must be an integer >= 0") end
+  return offset
+end
+
 -- `luakiq jobs DIR --tag T [--limit N]`: the jobs tagged T in every worker
 -- (queued, in flight, dead), by worker and id.
 local function tagged_jobs(pos, opt)
@@ -392,7 +399,7 @@ function commands.jobs(argv)
     local after
     list, after = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or "asc",
       opt.min or (lex and "-" or "-inf"), opt.max or (lex and "+" or "+inf"),
-      limit + 1, tonumber(opt.offset) or 0, opt.cursor)
+      limit + 1, offset_of(opt), opt.cursor)
     if #list > limit then
       list[#list] = nil
       io.stderr:write("luakiq: more: the next page is --cursor " .. after(limit) .. "\n")
