@@ -74,7 +74,7 @@ requeue and delete act on the given ids, or on every dead job with --all.]],
        luakiq jobs DIR --tag T [--limit N] [--redis URL]
 Lists jobs as JSON lines (--limit 1 to 1000, default 100). Ranges use Redis syntax: ids "-", "+", "[x", "(x";
 numbers "-inf", "+inf", "(n". When there are more, stderr says which --cursor gives the next page: a page
-from a cursor costs the same at any depth, a large --offset is walked to.
+from a cursor costs the same at any depth, an --offset (0 to 5000) is walked to.
 --tag T: the jobs tagged T in every worker, queued, in flight or dead, by worker and id:
 {"worker","id","state","tags",...} as `luakiq job` shows them.]],
   schedules = [[usage: luakiq schedules DIR [--redis URL]
