@@ -243,8 +243,8 @@ static void hostlua_web_plan(lua_State *L, const char *k, struct web_opts *opts,
 
 /* Pushes a stuck call's record (calls.c) as {worker = , shard = , batch = ,
  * token = , key = , jobs = {{id = , retry_count = }, ...}, done = {id, ...},
- * parked = bool}: core.call_begin's arguments as they were, batch and token
- * nil when there were none; done: the ids its fetch had done before it. A
+ * parked = bool, hook = name}: core.call_begin's arguments as they were,
+ * batch, token and hook nil when there were none; done: the ids its fetch had done before it. A
  * stuck thread's unsent ack: {ack = true, key = , batch = , token = }. */
 static void hostlua_push_record(lua_State *L, const struct calls_record *rec) {
     lua_createtable(L, 0, 8);
@@ -255,6 +255,10 @@ static void hostlua_push_record(lua_State *L, const struct calls_record *rec) {
     if (rec->ack) {
         lua_pushboolean(L, 1);
         lua_setfield(L, -2, "ack");
+    }
+    if (rec->hook.p) {
+        lua_pushlstring(L, rec->hook.p, rec->hook.len);
+        lua_setfield(L, -2, "hook");
     }
     lua_pushlstring(L, rec->worker.p, rec->worker.len);
     lua_setfield(L, -2, "worker");

@@ -104,6 +104,20 @@ return require("luakiq.workers.command") {
     assert.is_true(proc:alive())
   end)
 
+  it("a call that succeeds leaves no grandchild running: the program's group gets KILL once it exits", function()
+    start([=[
+return require("luakiq.workers.command") {
+  argv = { "sh", "-c", 'sleep 300 & echo $! > "$1/child"; exit 0', "cmd", "OUT" },
+  shards_count = 1,
+}
+]=])
+    host.enqueue(dir, "Cmd", { { id = "ok" } }, env())
+    local child = host.eventually(function() return tonumber(host.read(out .. "/child")) end, 10, "the grandchild")
+    host.eventually(function() return length(dir).length == 0 end, 10, "the call done")
+    host.eventually(function() return not alive(child) end, 5, "the grandchild killed")
+    assert.are.equal(0, length(dir).morgue_length)
+  end)
+
   it("parks the call while the program runs: a thread runs other shards' programs meanwhile", function()
     start([=[
 return require("luakiq.workers.command") {

@@ -538,6 +538,17 @@ describe("security", function()
   it("refuses other Host names and cross-site mutations without a token", function()
     assert.are.equal(403, (req("GET", "/api/v1/stats", { headers = { "Host: evil.example" } })))
     assert.are.equal(200, (req("GET", "/api/v1/stats", { headers = { "Host: localhost:1" } })))
+    -- two Host headers: a 400, whichever comes first (RFC 9112; sent raw:
+    -- curl sends one)
+    local port = base:match(":(%d+)$")
+    for _, two in ipairs { "Host: localhost:1\r\nHost: evil.example", "Host: evil.example\r\nHost: localhost:1",
+                           "Host: localhost:1\r\nhost: localhost:1" } do
+      local raw = "GET /api/v1/stats HTTP/1.1\r\n" .. two .. "\r\nConnection: close\r\n\r\n"
+      local _, out = host.sh_out("bash -c " .. q("exec 3<>/dev/tcp/127.0.0.1/" .. port ..
+        "; printf '%s' \"$1\" >&3; timeout 5 cat <&3") .. " sh " .. q(raw))
+      assert.truthy(out:find("^HTTP/1%.1 400"), out)
+      assert.truthy(out:find("more than one Host header", 1, true), out)
+    end
     local st = req("POST", "/api/web/workers/Parked/queue/perform_now",
       { body = "", headers = { "Origin: http://evil.example" } })
     assert.are.equal(403, st)

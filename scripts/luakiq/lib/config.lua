@@ -20,6 +20,7 @@
 -- refused: that is a broken file, not a missing secret.
 local splitters = require "luakiq.splitters"
 local schedulers = require "luakiq.schedulers"
+local hooks = require "luakiq.lib.hooks"
 local json = require "luakiq.json"
 local retry = require "luakiq.lib.retry"
 
@@ -125,7 +126,7 @@ local SETTINGS = {
   web_max_connections = "pos_int", web_header_timeout = "pos_num", web_idle_timeout = "pos_num",
   lease_ttl = "pos_num", lease_renew = "pos_num", max_payload_bytes = "pos_int",
   redis_timeout = "pos_num", redis_retry = "nonneg_num", dump_path = "str", timeout = "pos_num",
-  public_url = "base_url", fast_recovery = "bool",
+  hook_timeout = "pos_num", public_url = "base_url", fast_recovery = "bool",
 }
 
 -- Keys of a worker file: key -> check.
@@ -140,6 +141,10 @@ local WORKER = {
 }
 
 local function identity(x) return x end
+local function format_error(err) return tostring(err) end
+-- (luakiq's own defaults need no hook_timeout: luakiq.lib.hooks calls them plainly)
+hooks.trust(identity)
+hooks.trust(format_error)
 
 -- LUAKIQ_PUBLIC_URL, public_url's default; nil when unset or empty (a bad
 -- value is refused by M.load as config.lua's would be).
@@ -165,7 +170,7 @@ function M.defaults()
     last_words = nil,
     dump_payload = json.encode,
     load_payload = json.decode,
-    format_error = function(err) return tostring(err) end,
+    format_error = format_error,
     dump_error = identity,
     load_error = identity,
     web = nil,
@@ -182,6 +187,7 @@ function M.defaults()
     redis_retry = 30,            -- seconds `run` keeps trying to connect at start
     dump_path = nil,             -- TTIN dump file (default: $TMPDIR/luakiq-UID/ttin_PID.txt)
     timeout = 600,               -- seconds one perform call may run (a worker's own `timeout` wins)
+    hook_timeout = 5,            -- seconds each hook outside perform may run (luakiq.lib.hooks)
     public_url = public_url(),   -- base of the reply URLs luakiq.await returns (nil: no url)
   }
 end

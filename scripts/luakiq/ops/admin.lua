@@ -13,6 +13,11 @@ local json = require "luakiq.json"
 local M = {}
 
 local PAGE = 1000
+-- The deepest offset a listing walks to. The walk is linear in the offset
+-- and the web thread answers one request at a time: five listings at offset
+-- 900,000 of 1M jobs held /metrics for 38.5 s. Deeper pages go by cursor,
+-- whose cost is the same at any depth.
+M.OFFSET_MAX = 5000
 
 local function worker_of(cfg, name)
   local w = cfg.by_name[name]
@@ -68,7 +73,10 @@ function M.worker_stats(conn, cfg)
     s.fresh = s.fresh + tonumber(r[1])
     s.retries = s.retries + tonumber(r[2])
     s.morgue_length = s.morgue_length + tonumber(r[3])
+    -- (a perform_in before the epoch, -1e308 say, counts as the epoch: lag
+    -- stays the seconds since 1970 at most, never 1e+308)
     local head = tonumber(r[4])
+    if head then head = math.max(head, 0) end
     if head and now - head > s.lag then s.lag = now - head end
     s.processed = s.processed + (tonumber(r[5]) or 0)
     s.failed = s.failed + (tonumber(r[6]) or 0)
@@ -296,6 +304,10 @@ function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offse
   if not sort_field[order] then errors.input("unknown order '" .. tostring(order) .. "'") end
   local prefs = prefixes(cfg, w)
   local pos, offs = 0, {}
+  if not cursor and (offset or 0) > M.OFFSET_MAX then
+    errors.input(("offset must be at most %d (a listing walks to it record by record): page deeper with the " ..
+      "cursor of the page before (next, --cursor)"):format(M.OFFSET_MAX))
+  end
   if cursor then
     pos, offs = cursor_parse(cursor, what, order, dir, min, max, #prefs)
   else

@@ -77,7 +77,7 @@ requeue and delete act on the given ids, or on every dead job with --all.]],
 Lists jobs as JSON lines (--limit 1 to 1000, default 100). Ranges use Redis syntax: ids "-", "+", "[x", "(x";
 numbers "-inf", "+inf", "(n". When there are more, stderr says which --cursor gives the next page (it
 carries the order, direction and range: give it alone); a page from a cursor costs the same at any depth,
-a large --offset is walked to.
+an --offset (0 to 5000) is walked to.
 --tag T: the jobs tagged T in every worker, queued, in flight or dead, by worker and id:
 {"worker","id","state","tags",...} as `luakiq job` shows them.]],
   schedules = [[usage: luakiq schedules DIR [--redis URL]
@@ -302,14 +302,22 @@ function commands.enqueue(argv)
   if not cfg.by_name[pos[2]] then errors.notfound("unknown worker '" .. pos[2] .. "'") end
   local feed = require "luakiq.ops.feed"
   local f, tmp = feed.open(pos[3])
+  -- the connection, with the host's warning (one line) when Redis may evict
+  local function conn()
+    local c = connect(cfg, 0)
+    local evicts = runtime.eviction_warning(runtime.maxmemory_policy(c))
+    if evicts then io.stderr:write("luakiq: warning: ", evicts, "\n") end
+    return c
+  end
   local ok, n = pcall(function()
+    feed.refuse_nul(f)
     if feed.is_array(f) then
       local ok, v = pcall(json.decode, f:read("*a"))
       if not ok then usage("invalid JSON array: " .. tostring(v)) end
-      return require("luakiq.client").push(connect(cfg, 0), cfg, pos[2], v)
+      return require("luakiq.client").push(conn(), cfg, pos[2], v)
     end
     -- (connects after the whole file passed the check)
-    return feed.lines(function() return connect(cfg, 0) end, cfg, pos[2], f, core.isatty(2))
+    return feed.lines(conn, cfg, pos[2], f, core.isatty(2))
   end)
   if f ~= io.stdin then f:close() end
   if tmp then os.remove(tmp) end
@@ -359,6 +367,13 @@ local function limit_of(opt)
   return limit
 end
 
+-- --offset: an integer >= 0 (admin.list caps it), 0 by default.
+local function offset_of(opt)
+  local offset = tonumber(opt.offset or 0)
+  if not offset or offset ~= math.floor(offset) or offset < 0 then usage("--offset must be an integer >= 0") end
+  return offset
+end
+
 -- `luakiq jobs DIR --tag T [--limit N]`: the jobs tagged T in every worker
 -- (queued, in flight, dead), by worker and id.
 local function tagged_jobs(pos, opt)
@@ -396,7 +411,7 @@ function commands.jobs(argv)
     local after
     list, after = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or c.dir or "asc",
       opt.min or c.min or (lex and "-" or "-inf"), opt.max or c.max or (lex and "+" or "+inf"),
-      limit + 1, tonumber(opt.offset) or 0, opt.cursor)
+      limit + 1, offset_of(opt), opt.cursor)
     if #list > limit then
       list[#list] = nil
       io.stderr:write("luakiq: more: the next page is --cursor " .. after(limit) .. "\n")

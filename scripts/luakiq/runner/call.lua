@@ -22,6 +22,7 @@ local flow = require "luakiq.runner.flow"
 local awaits = require "luakiq.runner.await"
 local json = require "luakiq.json"
 local retry = require "luakiq.lib.retry"
+local hooks = require "luakiq.lib.hooks"
 local windows = require "luakiq.lib.windows"
 local luakiq = require "luakiq"
 local new_table = require "table.new" -- (LuaJIT's: a table sized at once)
@@ -38,9 +39,11 @@ local function traceback(e)
 end
 
 -- Calls the worker's retries_exhausted with dead ({id=, payloads=, error=}
--- per morgued payload). Its errors are logged, luakiq.FATAL goes through.
+-- per morgued payload), bounded by hook_timeout (luakiq.lib.hooks: the
+-- failure is recorded already, so its record holds no jobs). Its errors are
+-- logged, luakiq.FATAL goes through.
 local function exhausted(w, dead)
-  local okx, e = xpcall(w.retries_exhausted, traceback, dead)
+  local okx, e = hooks.call("retries_exhausted", { worker = w.name }, w.retries_exhausted, dead)
   if not okx then
     if e == luakiq.FATAL then error(e, 0) end
     log.error("retries_exhausted failed: " .. tostring(e), { worker = w.name })
@@ -48,25 +51,31 @@ local function exhausted(w, dead)
 end
 
 -- The error stored for err (traceback tb or nil): format_error's text
--- (at most 8 KiB) and dump_error's bytes of it.
-local function stored_error(cfg, err, tb)
-  local ok, msg = pcall(cfg.format_error, err, tb)
+-- (at most 8 KiB) and dump_error's bytes of it. Each hook is bounded by
+-- hook_timeout (luakiq.lib.hooks; rec: the record of the failure not
+-- recorded yet); the fallbacks: tostring(err), the message as it is.
+local function stored_error(cfg, rec, err, tb)
+  local ok, msg = hooks.call("format_error", rec, cfg.format_error, err, tb)
   if not ok or type(msg) ~= "string" then msg = tostring(err) end
   msg = require("luakiq.lib.errors").cap(msg) -- (what is stored: at most 8 KiB)
   local dumped = msg
-  ok, dumped = pcall(cfg.dump_error, msg)
+  ok, dumped = hooks.call("dump_error", rec, cfg.dump_error, msg)
   if not ok or (dumped ~= nil and type(dumped) ~= "string") then dumped = msg end
   return msg, dumped or ""
 end
 
 -- When job, failed with f (failure.of its error, or nil), is tried again:
 -- now + f's retry_after, else + retry_in(retry_count + 1).
-local function retry_at(w, job, f, now)
+-- retry_in is bounded by hook_timeout (rec: as stored_error's); its
+-- fallback: the default retry formula.
+local function retry_at(w, rec, job, f, now)
   local count = job.retry_count + 1
-  local okr, delay = true, f and f.retry_in
-  if not delay then okr, delay = pcall(w.retry_in, count) end
+  local okr, delay, timed_out = true, f and f.retry_in, false
+  if not delay then okr, delay, timed_out = hooks.call("retry_in", rec, w.retry_in, count) end
   if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
-    log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
+    if not timed_out then
+      log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
+    end
     delay = retry.default(count)
   end
   return now + delay
@@ -87,8 +96,10 @@ local MARKED = setmetatable({}, { __tostring = function() return "marked" end })
 local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
   local marks = h and h.marks
   if h then h.marks = nil end
+  local rec = { worker = w.name, shard = b.shard, batch = b.batch, token = b.token, key = b.prefix, done = done,
+                jobs = jobs }
   local msg, dumped = "", ""
-  if err ~= MARKED then msg, dumped = stored_error(cfg, err, tb) end
+  if err ~= MARKED then msg, dumped = stored_error(cfg, rec, err, tb) end
   local now = core.now()
   local failing, at, own, msgs = {}, {}, {}, {}
   -- luakiq.permanent: as if the retries were exhausted (max_retry_count 0
@@ -109,15 +120,15 @@ local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
       nsnoozed = nsnoozed + 1
     elseif m then
       local mf = failure.of(m.err)
-      local mmsg, mdumped = stored_error(cfg, m.err, nil)
-      own[#own + 1] = { job.id, queue.failed_own(retry_at(w, job, mf, now), max_rc(mf), mdumped) }
+      local mmsg, mdumped = stored_error(cfg, rec, m.err, nil)
+      own[#own + 1] = { job.id, queue.failed_own(retry_at(w, rec, job, mf, now), max_rc(mf), mdumped) }
       msgs[job.id] = mmsg
       log.warn("job failed: " .. mmsg:match("^[^\n]*"), { worker = w.name, shard = b.shard, id = job.id })
     elseif err == MARKED then
       own[#own + 1] = { job.id, "done" }
     else
       failing[#failing + 1] = job
-      at[#failing] = retry_at(w, job, f, now)
+      at[#failing] = retry_at(w, rec, job, f, now)
       msgs[job.id] = msg
     end
   end
@@ -138,7 +149,7 @@ local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
         e = { id = m.id, error = msgs[m.id] or msg, payloads = {} }
         by_id[m.id], list[#list + 1] = e, e
       end
-      local okp, v = pcall(cfg.load_payload, m.payload)
+      local okp, v = hooks.call("load_payload", nil, cfg.load_payload, m.payload)
       e.payloads[#e.payloads + 1] = { okp and v or m.payload, m.score }
     end
     exhausted(w, list)
@@ -164,8 +175,12 @@ end
 -- payloads for max_retry_count retries), and the rest of the batch runs
 -- without it. Returns the jobs left and their payloads by id (jobs with no
 -- payload left are dropped), or nil when the lease was lost meanwhile.
-local function load_batch(t, h, jobs)
+-- load_payload is bounded by hook_timeout (luakiq.lib.hooks; rec: the job,
+-- done: the ids done before it in its fetch): past it, the payload is one
+-- that does not load.
+local function load_batch(t, h, jobs, done)
   local cfg, w = t.cfg, h.def
+  local rec = flow.hook_rec(t, h, done)
   -- (the usual fetch loads every payload: then no table but the batch and
   -- each job's list is made, and the jobs come back as they are)
   -- (sized at once: a table that grows allocates again as it grows)
@@ -174,9 +189,10 @@ local function load_batch(t, h, jobs)
     local job = jobs[i]
     local pls = job.payloads
     local list, good = new_table(#pls, 0), nil
+    rec.id, rec.retry_count = job.id, job.retry_count
     for k = 1, #pls do
       local p = pls[k]
-      local ok, v = pcall(cfg.load_payload, p[1])
+      local ok, v = hooks.call("load_payload", rec, cfg.load_payload, p[1])
       if ok then
         list[#list + 1] = v
         if good then good[#good + 1] = p end
@@ -497,7 +513,7 @@ local run_jobs -- (below)
 -- call (the rest of the fetch waits too). Raises luakiq.FATAL.
 local function perform(t, h, jobs, done)
   local w = h.def
-  local loaded, batch = load_batch(t, h, jobs)
+  local loaded, batch = load_batch(t, h, jobs, done)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then return true, loaded end -- every payload was unloadable
   if h.job_windows then
@@ -506,7 +522,7 @@ local function perform(t, h, jobs, done)
   end
   if w.concurrency or w.throttle then
     -- flow control: the jobs that may run now (h.later, h.held: the others)
-    local run, ferr, refused = flow.admit(t, h, loaded, batch)
+    local run, ferr, refused = flow.admit(t, h, loaded, batch, done)
     if not run then return false, loaded, ferr, nil end -- the throttle raised: the call fails
     if #run == 0 then return refused and "units" or "held" end
     loaded, batch = only(run, loaded, batch)
@@ -607,7 +623,7 @@ function M.wait_call(t, h, job, done)
     if reply.retryable == false then return "later", luakiq.permanent(msg) end
     return "later", msg
   end
-  local loaded, batch = load_batch(t, h, { job })
+  local loaded, batch = load_batch(t, h, { job }, done)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then -- its payloads went to the morgue (bury.lua ended its wait)
     awaits.release(t, w, job.id)
@@ -634,7 +650,11 @@ end
 -- done = {id...}, parked}: run_call's core.call_begin). s.parked: the call
 -- was waiting in luakiq's I/O on the stuck thread (its own deadline had not
 -- come): its jobs go back unchanged instead.
+-- s.hook: a hook (luakiq.lib.hooks) that could not be stopped: its jobs, if
+-- any, fail with the default hooks (the main VM has no watch: it runs no
+-- hook of the worker's) and the default retry formula.
 function M.fail_stuck(cfg, conn, token, s)
+  if s.hook and #s.jobs == 0 then return end -- (nothing of a fetch was left to record)
   local w = cfg.by_name[s.worker]
   if not w then error("fail_stuck: unknown worker " .. tostring(s.worker), 0) end
   token = s.token or token -- an elastic thread's own
@@ -645,6 +665,12 @@ function M.fail_stuck(cfg, conn, token, s)
     fail_batch(cfg, b, w, s.jobs, "interrupted", nil, s.done)
   elseif s.parked then
     queue.settle(b, s.done)
+  elseif s.hook then
+    local msg = string.format("timeout: %s ran past hook_timeout (%g s) and could not be stopped " ..
+      "(JIT-compiled code or a foreign call); the process was replaced", s.hook, cfg.hook_timeout)
+    local plain = setmetatable({ format_error = tostring, dump_error = function(m) return m end }, { __index = cfg })
+    fail_batch(plain, b, setmetatable({ retry_in = retry.default, retries_exhausted = false }, { __index = w }),
+      s.jobs, msg, nil, s.done)
   else
     local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..
       "(JIT-compiled code or a foreign call); the process was replaced", w.timeout)

@@ -41,6 +41,8 @@ local elastic = require "luakiq.runner.elastic"
 local call = require "luakiq.runner.call"
 local fetch = require "luakiq.runner.fetch"
 local tasks = require "luakiq.runner.tasks"
+local hooks = require "luakiq.lib.hooks"
+local schedulers = require "luakiq.schedulers"
 
 -- The worker thread's states, named once (host/runner.c) and exported as numbers.
 local STATE = core.states
@@ -97,6 +99,7 @@ end
 -- Builds the per-thread state and the scheduler context.
 local function setup(boot)
   local cfg = runtime.load(boot.dir, boot.overrides)
+  hooks.setup(cfg.hook_timeout)
   local conn, err = runtime.connect(cfg, cfg.redis_retry or 30)
   if not conn then error(err, 0) end
   local t = {
@@ -415,7 +418,8 @@ local function schedules_tick(t)
     end
     if tick and tick ~= st.claimed then
       local w = cfg.by_name[s.worker]
-      local ok, payload = pcall(cfg.dump_payload, s.payload == nil and "" or s.payload)
+      local ok, payload = hooks.call("dump_payload", { worker = s.worker }, cfg.dump_payload,
+        s.payload == nil and "" or s.payload)
       if not ok or type(payload) ~= "string" then
         log.error("schedule " .. s.name .. ": cannot dump its payload: " .. tostring(payload))
         payload = ""
@@ -470,6 +474,36 @@ end
 -- and for the main VM (luakiq.ops.cli): fail_stuck.
 M.setup, M.process, M.flush, M.fail_stuck = setup, fetch.process, flush, call.fail_stuck
 
+-- The thread's scheduler over ctx (luakiq.schedulers): lag and seq as they
+-- are; a config's own is bounded by hook_timeout (luakiq.lib.hooks): its
+-- factory (past it or failing: lag) and each step, whose ctx functions
+-- run outside the bound (hooks.outside: a fetch, a perform call with its
+-- own timeout). A step past hook_timeout is skipped: the loop goes on
+-- (the schedules' tick, TERM); one that raises is logged with a back-off.
+local function scheduler(t, ctx)
+  local f = t.cfg.scheduler
+  if f == schedulers.lag or f == schedulers.seq then return f(ctx) end
+  local out = {}
+  local proxy = setmetatable({}, {
+    __index = function(_, k)
+      local v = ctx[k]
+      if type(v) ~= "function" or k == "on_done" then return v end
+      out[v] = out[v] or hooks.outside(v)
+      return out[v]
+    end,
+    __newindex = ctx,
+  })
+  local ok, step = hooks.call("scheduler", nil, f, proxy)
+  if not ok or type(step) ~= "function" then
+    log.error("the config's scheduler did not make its step (" .. tostring(step):match("^[^\n]*") .. "); using lag")
+    return schedulers.lag(ctx)
+  end
+  return function()
+    local oks, err, timed_out = hooks.call("scheduler", nil, step)
+    if not oks and not timed_out then error(err, 0) end
+  end
+end
+
 -- The thread's runner between open() and the end of run(): {t =, ctx =,
 -- step =, ticker =}. Kept across a run() that returned "reload", so that the
 -- thread runs on in this VM when the new code's VM cannot be opened.
@@ -491,7 +525,7 @@ function M.open(boot_json, reloading)
   local ok, t = pcall(setup, boot)
   if not ok then error(select(2, errors.describe(t)), 0) end
   local ctx = tasks.scheduler_ctx(t)
-  local step = t.cfg.scheduler(ctx)
+  local step = scheduler(t, ctx)
   local what = names_of(t.handlers)
   if t.el then what = string.format("elastic, its share of %d shards (token %s)", #t.all, t.token) end
   log.info((reloading and "thread reloaded: " or "thread started: ") .. what)
@@ -519,7 +553,7 @@ function M.run()
       if t.replan then
         t.replan = false
         ctx.handlers = t.handlers
-        current.step = t.cfg.scheduler(ctx)
+        current.step = scheduler(t, ctx)
       end
       if ok then ok, err = nil, nil end
     end
@@ -532,7 +566,7 @@ function M.run()
         -- in flight of a kept shard reports to it; of a dropped one, to none)
         t.el.changed = false
         ctx.handlers = t.handlers
-        current.step = t.cfg.scheduler(ctx)
+        current.step = scheduler(t, ctx)
       end
     end
     if ok == false then
