@@ -34,7 +34,7 @@ WAITS_WANTED = redis.call("EXISTS", KEYS[1] .. WAITS_SEQ) == 1 -- (lib/waits.lua
 local P = KEYS[1]
 local K = shard_keys(P)
 if W then W.keys(K, P) end
-local CANCEL = P .. "cancel" -- HASH id -> when its cancel was asked (jobs in flight)
+local CANCEL = P .. CANCEL -- (lib/keys.lua)
 local op = ARGV[1]
 local now = arg_finite("cancel", "now", ARGV[2])
 local kept = false
@@ -69,9 +69,7 @@ if op == "cancel" then
     if redis.call("HEXISTS", K.busy, id) == 1 then
       state = "running"
       redis.call("HSET", CANCEL, id, score_str(now))
-      local msg = P .. "\0" .. id
-      if channel == "!" then redis.call("SPUBLISH", P .. "wake", msg)
-      elseif channel ~= "" then redis.call("PUBLISH", channel, msg) end
+      wake_cancel(channel, P, id)
     else
       local w = W and W.get(K, id)
       if w then
