@@ -22,6 +22,12 @@
  *    carries a bound until which that lease is surely held, so that a call
  *    resumed past it is stopped (the fence) instead of running beside the
  *    shard's next holder;
+ *  - cancels (calls_cancel, from the wake subscriber: docs/architecture.md,
+ *    "Cancel"): every call in flight with the cancelled job is marked and
+ *    its thread's cancel count bumped; the thread reads the marks of its own
+ *    calls (calls_cancelled) and stops them at their next wait. A cancel
+ *    that finds no call (its job's call has not begun) waits a minute in a
+ *    small process-wide list that calls_set looks at;
  *  - at exit (calls_close, calls_take_stuck): a stuck thread is never joined;
  *    the records of its calls go to the main VM, which fails the running
  *    call's jobs with the timeout error and puts the parked ones back.

@@ -21,7 +21,8 @@
  * cannot swallow it. LuaJIT checks no hook inside compiled traces, and a
  * blocking foreign call does not return: those calls are ended by replacing
  * the process (calls.c). luakiq's own waits (sleep, redis, http) bound
- * themselves by the deadline instead. */
+ * themselves by the deadline instead. The lease fence (core.fence) and a
+ * cancel (core.cancel) raise their own errors through the same hook. */
 #include <errno.h>
 #include <stdio.h>
 #include <signal.h>
