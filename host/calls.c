@@ -92,7 +92,7 @@ struct calls {
     struct calls_done *dones;
     int ndones;
     atomic_int in_io;
-    atomic_uint cancels;          /* bumped when calls_cancel marks one of its calls */
+    atomic_uint cancels;          /* bumped (under mu) when one of its calls is marked cancelled */
     int stuck;                    /* written by the main thread only, under mu */
     int over;                     /* the thread's body returned */
     /* worker thread only, no lock: */
@@ -230,8 +230,8 @@ int calls_cancel(const char *key, const char *id, size_t idlen, double now) {
         if (calls_has_job(c->run.rec, key, id, idlen)) c->run.cancelled = here = 1;
         for (int j = 0; j < c->nparked; j++)
             if (calls_has_job(c->parked[j].rec, key, id, idlen)) c->parked[j].cancelled = here = 1;
-        pthread_mutex_unlock(&c->mu);
         if (here) atomic_fetch_add(&c->cancels, 1);
+        pthread_mutex_unlock(&c->mu);
         found += here;
     }
     if (found) return found;
@@ -257,6 +257,9 @@ int calls_cancel(const char *key, const char *id, size_t idlen, double now) {
 }
 
 int calls_cancelled(struct calls *c, double started) {
+    /* (a thread none of whose calls was ever marked takes no lock: every
+     * perform call and luakiq.redis command asks) */
+    if (atomic_load(&c->cancels) == 0) return 0;
     int yes = 0;
     pthread_mutex_lock(&c->mu);
     if (started < 0 || c->run.started == started) yes = c->run.cancelled;
@@ -514,6 +517,7 @@ int calls_set(struct calls *c, double started, double deadline, double lease_unt
     }
     struct calls_call old = c->run;
     c->run = (struct calls_call){copy, copy ? cap : 0, started, deadline, lease_until, copy ? slot : -1, cancelled};
+    if (cancelled) atomic_fetch_add(&c->cancels, 1);
     c->signalled = 0;
     pthread_mutex_unlock(&c->mu);
     free(old.rec); /* (none: the last call cleared its record) */
