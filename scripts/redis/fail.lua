@@ -9,7 +9,12 @@
 --      a fetched batch in several perform calls when fetch_size > batch_size),
 --      or id, "at:T": that id was not performed (a throttle or a window
 --      said later): it goes back unchanged but for perform_in = T (not a
---      failure: retry_count and error stay).
+--      failure: retry_count and error stay),
+--      or id, "snooze:T": a snooze (luakiq.snooze, call:snooze): as "at:T",
+--      and counters.snoozed += 1 (a reply call's reply is kept, due at T),
+--      or id, "fail:T:M:ERR": that id failed with an error of its own (ERR,
+--      already dumped) under max_retry_count M (call:fail), perform_in T if
+--      retried.
 -- Lease: refused with {"LEASE", pttl} unless this token holds the lease, or
 -- holds nothing but was the last holder (its lease expired and nobody took
 -- it: it re-acquires). A batch id that is not the one in flight (already
@@ -25,7 +30,8 @@
 -- the failed job overwrite a queued same-id job's; payloads united, min score.
 -- "done" ids are acked (their payloads deleted, counters.processed += 1 each).
 -- In-flight ids not listed go back unchanged (never lost). The busy keys are
--- deleted; counters.failed += number of failed ids. With only "done" ids this
+-- deleted; counters.failed += number of failed ids (snoozed ones are not
+-- failed: counters.snoozed += their number). With only "done" ids this
 -- is a partial ack: the ids not performed yet go back to the queue.
 -- Waits (lib/waits.lua): a "done" id whose call awaited it starts waiting
 -- (not processed); a "done" reply call ends its wait; a failed id's pending
@@ -51,14 +57,29 @@ local max_rc = arg_finite("fail", "max_retry_count", ARGV[5])
 if err == nil or #ARGV % 2 ~= 0 then
   error("BADARG luakiq fail: ARGV must be token, lease_ms, now, batch, max_retry_count, error, then id/perform_in pairs", 0)
 end
+-- per pair: {id, perform_in string or false ("done"), kind ("at", "snooze",
+-- or nil: failed), max_retry_count, error}
 local listed = {}
 for i = 7, #ARGV, 2 do
-  local at = ARGV[i + 1]:match("^at:(.*)$")
-  local done, pin = ARGV[i + 1] == "done", tonumber(at or ARGV[i + 1])
-  if not done and not finite(pin) then
-    error("BADARG luakiq fail: perform_in of '" .. ARGV[i] .. "' must be a finite number, got '" .. ARGV[i + 1] .. "'", 0)
+  local v = ARGV[i + 1]
+  local kind, t = v:match("^(%a+):(.*)$")
+  local m, e = max_rc, err
+  if kind == "fail" then
+    local ms
+    t, ms, e = t:match("^([^:]*):([^:]*):(.*)$")
+    m = finite(tonumber(ms)) and tonumber(ms)
+    if not m then
+      error("BADARG luakiq fail: '" .. ARGV[i] .. "' must be fail:T:MAX_RETRY_COUNT:ERROR, got '" .. v:sub(1, 80) .. "'", 0)
+    end
+    kind = nil
+  elseif kind and kind ~= "at" and kind ~= "snooze" then
+    error("BADARG luakiq fail: unknown kind '" .. kind .. "' for '" .. ARGV[i] .. "'", 0)
   end
-  listed[#listed + 1] = { ARGV[i], not done and string.format("%.17g", pin), at ~= nil }
+  local done, pin = v == "done", tonumber(t or v)
+  if not done and not finite(pin) then
+    error("BADARG luakiq fail: perform_in of '" .. ARGV[i] .. "' must be a finite number, got '" .. v:sub(1, 80) .. "'", 0)
+  end
+  listed[#listed + 1] = { ARGV[i], not done and string.format("%.17g", pin), kind, m, e }
 end
 local now_s = score_str(now)
 local busy, berrs = K.busy, K.busy_errors
@@ -76,7 +97,7 @@ if redis.call("EXISTS", busy) == 0 or (batch ~= "" and batch ~= redis.call("GET"
 end
 
 local out = { "OK", "0", "0", "" }
-local failed, morgued, acked, seen = 0, 0, 0, {}
+local failed, morgued, acked, snoozed, seen = 0, 0, 0, 0, {}
 -- (a batch with awaited jobs or reply calls: lib/waits.lua)
 local aw = W and W.active(K, P) and redis.call("EXISTS", K.waits_new, K.waits_run) > 0
 local run = aw and W.run_set(K) or {}
@@ -93,13 +114,18 @@ for _, l in ipairs(listed) do
       acked = acked + 1
     end
   elseif l[3] then
-    if not (aw and W.settle_back(K, id, run)) then
+    local snooze = l[3] == "snooze"
+    if snooze then
+      snoozed = snoozed + 1
+      if aw and not run[id] then W.drop_pending(P, K, id) end -- (a wait its call made is dropped)
+    end
+    if not (aw and W.settle_back(K, id, run, snooze and l[2] or nil)) then
       requeue(P, K, id, l[2], rc_s, redis.call("HGET", berrs, id), pl, prio, win)
     end
   else
     if aw then W.settle_failed(P, K, id, run) end
     failed = failed + 1
-    local rc = tonumber(rc_s) + 1
+    local rc, max_rc, err = tonumber(rc_s) + 1, l[4], l[5]
     if max_rc < 0 then
       -- at most once: every payload of the call to the morgue
       morgue_add(K, id, pl, now_s, err)
@@ -137,5 +163,6 @@ redis.call("DEL", busy, berrs, K.busy_fetched_at)
 if aw then redis.call("DEL", K.waits_run) end
 if failed > 0 then redis.call("HINCRBY", K.counters, "failed", failed) end
 if acked > 0 then redis.call("HINCRBY", K.counters, "processed", acked) end
+if snoozed > 0 then redis.call("HINCRBY", K.counters, "snoozed", snoozed) end
 out[2], out[3], out[4] = tostring(failed), tostring(morgued), head()
 return out

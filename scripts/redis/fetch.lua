@@ -4,8 +4,10 @@
 -- ARGV[1] token (this holder), [2] lease_ms, [3] now, [4] limit (max jobs),
 --      [5] ack: the batch id to ack ("" = no ack), [6] fetch: "1" or "0",
 --      [7] (optional) "1": the worker's delivery is "at_most_once".
--- Lease (fencing): if another token holds "lease" -> {"LEASE", pttl}, nothing
--- done. If nobody holds it and "holder" is another token, this is a new
+-- Lease (fencing): if another token holds "lease" -> {"LEASE", pttl,
+-- "holder", that token}, nothing done (the token says whose lease the
+-- caller waits for, and lets a host on the holder's machine see that the
+-- holder is gone: luakiq.runner.fetch's fast recovery). If nobody holds it and "holder" is another token, this is a new
 -- acquisition: every in-flight job of the shard returns to the queue with its
 -- own perform_in/retry_count/error (the "failed + queued" merge, docs/redis.md),
 -- then holder = token; with ARGV[7] = "1" (at most once) they go to the
@@ -67,7 +69,7 @@ local busy, berrs = K.busy, K.busy_errors
 local lf = redis.call("MGET", K.lease, K.reshard, K.batch, P .. WAITS_SEQ)
 local cur = lf[1]
 if cur and cur ~= token then
-  return { "LEASE", tostring(redis.call("PTTL", K.lease)) }
+  return { "LEASE", tostring(redis.call("PTTL", K.lease)), "holder", cur }
 end
 -- A shard that awaited (lib/waits.lua): whether this call has waits to
 -- settle (a pending wait, a reply call in flight) or to hand over (due by

@@ -125,7 +125,7 @@ local SETTINGS = {
   web_max_connections = "pos_int", web_header_timeout = "pos_num", web_idle_timeout = "pos_num",
   lease_ttl = "pos_num", lease_renew = "pos_num", max_payload_bytes = "pos_int",
   redis_timeout = "pos_num", redis_retry = "nonneg_num", dump_path = "str", timeout = "pos_num",
-  public_url = "base_url",
+  public_url = "base_url", fast_recovery = "bool",
 }
 
 -- Keys of a worker file: key -> check.
@@ -175,6 +175,7 @@ function M.defaults()
     web_idle_timeout = 60,       -- seconds a kept-alive connection may wait between requests
     lease_ttl = 30,              -- seconds a shard lease lives without renewal
     lease_renew = nil,           -- renew a busy thread's lease this often (default lease_ttl / 3)
+    fast_recovery = true,        -- take at once the lease of a dead process of this hostname
     max_payload_bytes = 1048576,
     redis_timeout = 10,          -- seconds for connect and for each reply
     redis_retry = 30,            -- seconds `run` keeps trying to connect at start

@@ -7,6 +7,7 @@ local keys = require "luakiq.lib.keys"
 local runtime = require "luakiq.lib.runtime"
 local errors = require "luakiq.lib.errors"
 local client = require "luakiq.client"
+local hosts = require "luakiq.ops.hosts"
 
 local M = {}
 
@@ -84,13 +85,17 @@ end
 
 -- Lowkiq's /api/v1/stats shape, plus expired (payloads that expired before
 -- they ran, since the queue began) and waiting (jobs that wait for a reply:
--- luakiq.await; not in length).
+-- luakiq.await; not in length); snoozed (jobs put back by a snooze, since
+-- the queue began) only when some were, so the shape of a worker that
+-- never snoozes stays Lowkiq's.
 function M.stats(conn, cfg)
   local by = M.worker_stats(conn, cfg)
   local out = { total = { length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 }, by_worker = {} }
   for name, s in pairs(by) do
     out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag, expired = s.expired,
-                            waiting = s.waiting, paused = s.paused or nil } -- only when paused: "paused": true
+                            waiting = s.waiting, paused = s.paused or nil, -- only when paused: "paused": true
+                            snoozed = s.snoozed > 0 and s.snoozed or nil }
+    if s.snoozed > 0 then out.total.snoozed = (out.total.snoozed or 0) + s.snoozed end
     out.total.length = out.total.length + s.length
     out.total.morgue_length = out.total.morgue_length + s.morgue_length
     out.total.expired = out.total.expired + s.expired
@@ -528,15 +533,30 @@ function M.schedules(conn, cfg, now)
   return out
 end
 
+-- How long a pause waits for the live hosts' acknowledgements (seconds).
+M.PAUSE_WAIT = 2
+
 -- Pauses (pause = true) or resumes one worker's queue on every host
--- (pause.lua). Returns {worker =, paused =, changed =}.
+-- (pause.lua; docs/operations.md, "Pause"). A pause returns once every live
+-- host (luakiq.ops.hosts's list) acknowledged it (luakiq.ops.hosts.sync_pause:
+-- from then on no call of the queue starts there), or after PAUSE_WAIT
+-- seconds with those that did not in `missing` (their tokens). A resume
+-- does not wait. Returns {worker =, paused =, changed =, hosts = how many
+-- acknowledged (pause only), missing = {token...} or nil}.
 function M.pause(conn, cfg, worker_name, pause)
   local w = worker_of(cfg, worker_name)
   local cmd = { script = "pause", keys.paused(cfg.namespace), w.queue_name, pause and "1" or "0",
                 keys.wake_channel(cfg.namespace) }
   if not pause then for _, p in ipairs(prefixes(cfg, w)) do cmd[#cmd + 1] = p end end
-  local changed = check(conn:pipeline({ cmd })[1], "pause")
-  return { worker = w.name, paused = pause, changed = changed == 1 }
+  local r = check(conn:pipeline({ cmd })[1], "pause")
+  local out = { worker = w.name, paused = pause, changed = r[1] == 1 }
+  if not pause then return out end
+  local live = {}
+  for _, v in ipairs(hosts.list(conn, cfg.namespace)) do live[#live + 1] = v.token end
+  local missing = hosts.await_pause(conn, cfg.namespace, r[2], live, M.PAUSE_WAIT)
+  out.hosts = #live - #missing
+  if #missing > 0 then out.missing = missing end
+  return out
 end
 
 -- Runs a paged per-shard action until it reports nothing left, or once per

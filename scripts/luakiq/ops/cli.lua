@@ -83,9 +83,13 @@ Prints one JSON line per schedule of config.lua:
 {"every"|"cron","id","last","name","next","timezone","worker"}; last: the last
 tick a host claimed (absent before any host ran it), next: the next tick (Unix times).]],
   pause = [[usage: luakiq pause DIR WORKER [--redis URL]
-Every host starts no new call of WORKER within 1 s; running calls finish;
-enqueue goes on. Kept in Redis: a host started later stays paused. Prints
-{"changed":true|false,"paused":true,"worker":NAME}. Undo with luakiq resume.]],
+Every host stops starting calls of WORKER; running calls finish; enqueue goes
+on. Returns once every live host acknowledged it: from then on no call of
+WORKER starts. Kept in Redis: a host started later stays paused. Prints
+{"changed":true|false,"hosts":N,"paused":true,"worker":NAME} (N: the hosts that
+acknowledged), exit 0; a live host that did not acknowledge within 2 s: the
+same with "missing":[TOKEN...], one line on stderr, exit 1 (the pause stays:
+it holds on that host once it answers). Undo with luakiq resume.]],
   resume = [[usage: luakiq resume DIR WORKER [--redis URL]
 Lets every host run WORKER again (its backlog drains). Prints
 {"changed":true|false,"paused":false,"worker":NAME}.]],
@@ -434,8 +438,13 @@ local function pause_command(argv, pause)
   local dir, worker = pos[1], pos[2]
   if not worker or pos[3] then usage("usage: luakiq " .. argv[1] .. " DIR WORKER") end
   local cfg, conn = open(dir, opt, true)
-  print_json(require("luakiq.ops.admin").pause(conn, cfg, worker, pause))
-  return 0
+  local admin = require "luakiq.ops.admin"
+  local r = admin.pause(conn, cfg, worker, pause)
+  print_json(r)
+  if not r.missing then return 0 end
+  io.stderr:write(string.format("luakiq: pause of %s not acknowledged within %g s by %d live host(s): %s\n",
+    r.worker, admin.PAUSE_WAIT, #r.missing, table.concat(r.missing, ", ")))
+  return 1
 end
 function commands.pause(argv) return pause_command(argv, true) end
 function commands.resume(argv) return pause_command(argv, false) end
@@ -714,8 +723,12 @@ function commands.run(argv)
   local function beat(leave)
     if leave then return hosts.leave(beat_conn(), cfg.namespace, token) end
     hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web, cfg.elastic))
+    hosts.sync_pause(beat_conn(), cfg.namespace, token) -- (a pause message missed)
     follow_reshards()
   end
+  -- the paused queues, for the worker threads before they start (then on
+  -- each pause message and at every beat: luakiq.ops.hosts.sync_pause)
+  hosts.sync_pause(conn, cfg.namespace, token)
   -- the TTIN dump's default place: this user's private directory in TMPDIR
   local dump_path = cfg.dump_path
   if not dump_path then
@@ -749,6 +762,10 @@ function commands.run(argv)
       local ok, e = pcall(beat)
       if not ok then error("hosts heartbeat: " .. tostring(e), 0) end -- logged at most once a minute
     end },
+    -- `luakiq pause` publishes NS:paused's name on the wake-up channel: the
+    -- threads get the paused queues at once, then the pause is acknowledged
+    -- (an error is logged at most once a minute; the next beat tries again)
+    pause = { msg = keys.paused(cfg.namespace), fn = function() hosts.sync_pause(beat_conn(), cfg.namespace, token) end },
     -- SIGHUP: the threads switch to DIR's new code when it loads and keeps
     -- what this process cannot change in place (luakiq.lib.reload)
     reload = function() return reload.run(reload_arg, running) end,

@@ -3,8 +3,9 @@
 -- load), the jobs whose windows are closed held back (h.later), flow
 -- control asked (luakiq.runner.flow), the call run in a coroutine of its
 -- own under the worker's timeout (core.call_begin/call_end) with the
--- delivery id perform can read, and a failed call recorded (retry_in per
--- job, fail.lua, retries_exhausted). The calls of jobs that waited for a
+-- delivery id perform can read and its call:fail/call:snooze marks, and a
+-- failed, snoozed or marked call recorded (retry_in per job, fail.lua,
+-- retries_exhausted). The calls of jobs that waited for a
 -- reply (wait_call: on_reply, rickover's rule, lapsed deadlines). Also the
 -- call record C keeps for a call that cannot be stopped, and the main VM's
 -- side of such a call (fail_stuck).
@@ -46,49 +47,95 @@ local function exhausted(w, dead)
   end
 end
 
--- Fails jobs of the batch b (queue.in_flight) of worker w: retry_in per
--- job, then fail.lua (morgue at max_retry_count), then retries_exhausted
--- for what went to the morgue. done, later: as queue.fail's. h: the
--- handler whose batch b is (nil: fail_stuck's), which forgets it once
--- fail.lua has recorded the failure.
-local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
+-- The error stored for err (traceback tb or nil): format_error's text
+-- (at most 8 KiB) and dump_error's bytes of it.
+local function stored_error(cfg, err, tb)
   local ok, msg = pcall(cfg.format_error, err, tb)
   if not ok or type(msg) ~= "string" then msg = tostring(err) end
   msg = require("luakiq.lib.errors").cap(msg) -- (what is stored: at most 8 KiB)
   local dumped = msg
   ok, dumped = pcall(cfg.dump_error, msg)
   if not ok or (dumped ~= nil and type(dumped) ~= "string") then dumped = msg end
+  return msg, dumped or ""
+end
+
+-- When job, failed with f (failure.of its error, or nil), is tried again:
+-- now + f's retry_after, else + retry_in(retry_count + 1).
+local function retry_at(w, job, f, now)
+  local count = job.retry_count + 1
+  local okr, delay = true, f and f.retry_in
+  if not delay then okr, delay = pcall(w.retry_in, count) end
+  if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
+    log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
+    delay = retry.default(count)
+  end
+  return now + delay
+end
+
+-- perform returned normally but marked some of its jobs (call:fail,
+-- call:snooze): fail_batch's err then, the others are done.
+local MARKED = setmetatable({}, { __tostring = function() return "marked" end })
+
+-- Fails jobs of the batch b (queue.in_flight) of worker w: retry_in per
+-- job, then fail.lua (morgue at max_retry_count), then retries_exhausted
+-- for what went to the morgue. done, later: as queue.fail's. h: the
+-- handler whose batch b is (nil: fail_stuck's), which forgets it once
+-- fail.lua has recorded the failure. A snooze (luakiq.snooze) puts the jobs
+-- back instead (not a failure). The ids the call marked (h.marks: call:fail,
+-- call:snooze) take their own path whatever err is; err MARKED: the
+-- call returned, its unmarked jobs are done.
+local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
+  local marks = h and h.marks
+  if h then h.marks = nil end
+  local msg, dumped = "", ""
+  if err ~= MARKED then msg, dumped = stored_error(cfg, err, tb) end
   local now = core.now()
-  local retry_at = {}
+  local failing, at, own, msgs = {}, {}, {}, {}
   -- luakiq.permanent: as if the retries were exhausted (max_retry_count 0
   -- in fail.lua: the morgue rule at once); luakiq.retry_after: its delay
   -- delivery = "at_most_once": every payload of the call to the morgue
   -- (fail.lua with max_retry_count -1)
-  local f = failure.of(err)
-  local max_rc = w.max_retry_count
-  if w.delivery == "at_most_once" then max_rc = -1 elseif f and f.permanent then max_rc = 0 end
-  for i, job in ipairs(jobs) do
-    local count = job.retry_count + 1
-    local okr, delay = true, f and f.retry_in
-    if not delay then okr, delay = pcall(w.retry_in, count) end
-    if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
-      log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
-      delay = retry.default(count)
-    end
-    retry_at[i] = now + delay
+  local function max_rc(f)
+    if w.delivery == "at_most_once" then return -1 end
+    return f and f.permanent and 0 or w.max_retry_count
   end
-  local morgued = queue.fail(b, now, max_rc, dumped or "", jobs, retry_at, done, later)
+  local f = failure.of(err)
+  local nsnoozed = 0
+  for _, job in ipairs(jobs) do
+    local m = marks and marks[job.id]
+    local snooze = m and m.snooze or not m and f and f.snooze
+    if snooze then
+      own[#own + 1] = { job.id, queue.snoozed(now + snooze) }
+      nsnoozed = nsnoozed + 1
+    elseif m then
+      local mf = failure.of(m.err)
+      local mmsg, mdumped = stored_error(cfg, m.err, nil)
+      own[#own + 1] = { job.id, queue.failed_own(retry_at(w, job, mf, now), max_rc(mf), mdumped) }
+      msgs[job.id] = mmsg
+      log.warn("job failed: " .. mmsg:match("^[^\n]*"), { worker = w.name, shard = b.shard, id = job.id })
+    elseif err == MARKED then
+      own[#own + 1] = { job.id, "done" }
+    else
+      failing[#failing + 1] = job
+      at[#failing] = retry_at(w, job, f, now)
+      msgs[job.id] = msg
+    end
+  end
+  local morgued = queue.fail(b, now, max_rc(f), dumped, failing, at, done, later, own)
   if h then h.batch, h.later, h.held = nil, nil, nil end
   if tb then log.debug(tb) end
-  log.warn("batch failed: " .. msg:match("^[^\n]*"), {
-    worker = w.name, shard = b.shard, ids = queue.ids(jobs), morgued = #morgued })
+  if #failing > 0 then
+    log.warn("batch failed: " .. msg:match("^[^\n]*"), {
+      worker = w.name, shard = b.shard, ids = queue.ids(failing), morgued = #morgued })
+  end
+  if nsnoozed > 0 then log.debug("snoozed " .. nsnoozed .. " jobs", { worker = w.name, shard = b.shard }) end
   if #morgued > 0 and w.retries_exhausted then
     -- one entry per id (at most once morgues every payload of an id)
     local by_id, list = {}, {}
     for _, m in ipairs(morgued) do
       local e = by_id[m.id]
       if not e then
-        e = { id = m.id, error = msg, payloads = {} }
+        e = { id = m.id, error = msgs[m.id] or msg, payloads = {} }
         by_id[m.id], list[#list + 1] = e, e
       end
       local okp, v = pcall(cfg.load_payload, m.payload)
@@ -224,6 +271,22 @@ local function call_body(fn, w, batch, call)
   end
 end
 
+-- The history's counts (luakiq.ops.timing) of a call that ended (ok, or
+-- raised err): its jobs processed, failed or snoozed (luakiq.snooze, and
+-- call:fail, call:snooze's marks).
+local function count_outcomes(h, w, ok, err, call, jobs, now)
+  local marks, f = rawget(call, "marks_"), not ok and failure.of(err)
+  if not marks and not (f and f.snooze) then
+    timing.count(h.timing, w.queue_name, ok and "p" or "f", #jobs, now)
+    return
+  end
+  for _, job in ipairs(jobs) do
+    local m = marks and marks[job.id]
+    local kind = (m and (m.snooze and "s" or "f")) or (ok and "p") or (f and f.snooze and "s") or "f"
+    timing.count(h.timing, w.queue_name, kind, 1, now)
+  end
+end
+
 -- Runs one call, fn (h.perform or h.reply: the worker's function with the
 -- server middlewares), in a coroutine of its
 -- own (a spare one, above), bounded by the worker's timeout
@@ -284,7 +347,7 @@ local function run_call(h, w, fn, batch, njobs, call, jobs, done, token)
   if h.timing then
     local now = core.now()
     timing.observe(h.timing, w.queue_name, "r", core.mono() - m0, now)
-    if not (fenced or cancelled) then timing.count(h.timing, w.queue_name, ok and "p" or "f", njobs, now) end
+    if (ok or not fenced) and not cancelled then count_outcomes(h, w, ok, a, call, jobs, now) end
   end
   -- (cancelled: whatever perform returned or raised)
   if cancelled and not fenced and a ~= luakiq.FATAL then return false, a, nil, false, true end
@@ -319,9 +382,38 @@ local function delivery_id(queue_name, jobs)
   end
   return core.sha256(table.concat(parts, "\n")):sub(1, 32)
 end
+-- call:fail(id, err) and call:snooze(id, seconds): one job's own outcome,
+-- taken when the call ends (fail_batch; marks_[id] = {err =} or {snooze =}).
+local METHODS = {}
+local function mark(call, id, m)
+  if type(id) == "number" and id == math.floor(id) then id = string.format("%.0f", id) end
+  local jobs = rawget(call, "jobs_")
+  for _, job in ipairs(jobs) do
+    if job.id == id then
+      local marks = rawget(call, "marks_") or {}
+      rawset(call, "marks_", marks)
+      marks[id] = m
+      return
+    end
+  end
+  error(("%s is not a job of this call (its ids: %s)"):format(
+    type(id) == "string" and ("'" .. id .. "'") or tostring(id), table.concat(queue.ids(jobs), ", ")), 0)
+end
+function METHODS.fail(call, id, err)
+  if err == nil or err == luakiq.FATAL then
+    error("call:fail: the error must be a message or an error value (luakiq.permanent, ...), got " .. tostring(err), 2)
+  end
+  local f = failure.of(err)
+  local ok, e = pcall(mark, call, id, f and f.snooze and { snooze = f.snooze } or { err = err })
+  if not ok then error("call:fail: " .. e, 2) end
+end
+function METHODS.snooze(call, id, seconds)
+  local ok, e = pcall(mark, call, id, { snooze = failure.seconds("call:snooze", seconds) })
+  if not ok then error("call:snooze: " .. e, 2) end
+end
 local CALL_MT = {
   __index = function(t, k)
-    if k ~= "delivery" then return nil end
+    if k ~= "delivery" then return METHODS[k] end
     local d = delivery_id(rawget(t, "queue_"), rawget(t, "jobs_"))
     rawset(t, "delivery", d)
     return d
@@ -409,12 +501,14 @@ function run_jobs(t, h, fn, loaded, batch, call, done)
   h.call_jobs, h.call_batch, h.awaited, h.await_error = loaded, batch, nil, nil
   local ok, err, tb, fenced, cancelled = run_call(h, w, fn, batch, njobs, call, loaded, done,
     t.el and t.token or nil)
+  h.marks = rawget(call, "marks_") -- (call:fail, call:snooze: fail_batch takes them)
   flow.done(t, h)
   if cancelled then
     -- its cancelled jobs end as cancelled, the others of the call go back
     -- unchanged (cancel.lua "end"); nothing of it counts as performed
     log.info("call cancelled", { worker = w.name, shard = h.shard, ids = queue.ids(loaded) })
     core.set_state(STATE.fetching, w.name, h.shard)
+    h.marks = nil -- (what the call marked with call:fail or call:snooze is void)
     if t.conn:broken() then t.conn:reconnect() end
     awaits.release_awaited(h)
     if not queue.cancel_end(in_flight(t, h), core.now(), w.keep_done or 0, w.keep_done_max or 10000, loaded) then
@@ -430,12 +524,20 @@ function run_jobs(t, h, fn, loaded, batch, call, done)
     log.warn("call stopped: " .. tostring(err):match("^[^\n]*"),
       { worker = w.name, shard = h.shard, ids = queue.ids(loaded) })
     core.set_state(STATE.fetching, w.name, h.shard)
+    h.marks = nil
     return nil
   end
   core.set_state(STATE.fetching, w.name, h.shard)
   -- A luakiq.redis wait the deadline cut short leaves the thread's connection
   -- broken: make it again now, so the failure is recorded at once.
   if t.conn:broken() then t.conn:reconnect() end
+  if ok and h.marks then
+    -- the marked ids take their own path, the others are done (fail_batch)
+    for id in pairs(h.marks) do
+      if h.awaited and h.awaited[id] then awaits.release(t, w, id) end
+    end
+    return false, loaded, MARKED
+  end
   if ok then
     if t.debug then
       log.debug("batch done",

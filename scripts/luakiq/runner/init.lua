@@ -110,7 +110,7 @@ local function setup(boot)
     ntasks = 0,      -- tasks in flight (parked)
     in_call = {},    -- worker name -> its shards in a call now (concurrent_shards)
     refused = {},    -- prefix -> true while another holder has the lease
-    paused = {}, paused_at = -math.huge, -- queue -> true while paused (NS:paused)
+    paused = {}, paused_gen = 0, -- queue -> true while paused (luakiq.runner.fetch's paused)
     releases = {},   -- queue -> shard prefixes whose calls' units go back with the next Redis call
     wake_at = nil,   -- mono: the earliest end of a handler's wait (units, a window's opening)
     win = {},        -- worker name -> {closed =, recheck = wall time} (windows)
@@ -282,8 +282,11 @@ local function elastic_tick(t)
       local res = queue.parse_fetch(r[i], h)
       if res.leased then
         el.held[h] = nil
-        -- try again as its lease ends (a killed holder's: taken then, not up to a beat later)
-        if res.pttl and res.pttl >= 0 then el.next = math.min(el.next, core.mono() + res.pttl / 1000 + 0.005) end
+        -- try again as its lease ends (a killed holder's: taken then, not up
+        -- to a beat later), or at once when that holder was a process of
+        -- this machine that is gone (its lease given back: fetch.take_dead)
+        if fetch.take_dead(t, h, res.holder) then el.next = core.mono()
+        elseif res.pttl and res.pttl >= 0 then el.next = math.min(el.next, core.mono() + res.pttl / 1000 + 0.005) end
       elseif not el.held[h] then
         el.held[h] = true
         -- a scheduler anew: the old one may have struck the shard off while

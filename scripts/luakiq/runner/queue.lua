@@ -97,14 +97,17 @@ end
 -- "reply" | "timeout" | "heartbeat", attempt = number, value = the reply's
 -- JSON or the seconds that lapsed}: a reply or deadline of a job that
 -- waited, not a job to perform (docs/redis.md, "Waits")}, or
--- {leased = true, pttl = ms left of its lease, reshard = true when a reshard
--- froze the shard} when another holder has the shard's lease. Raises on an
+-- {leased = true, pttl = ms left of its lease, holder = its token (nil
+-- after a reshard froze the shard), reshard = true when a reshard froze the
+-- shard} when another holder has the shard's lease. Raises on an
 -- error reply. The caller keeps the batch id (the runner: h.batch).
 function M.parse_fetch(r, h)
   if type(r) ~= "table" or r.err then
     error("fetch failed on " .. h.prefix .. ": " .. tostring(r and r.err or r), 0)
   end
-  if r[1] == "LEASE" then return { leased = true, pttl = tonumber(r[2]), reshard = r[3] == "reshard" } end
+  if r[1] == "LEASE" then
+    return { leased = true, pttl = tonumber(r[2]), reshard = r[3] == "reshard", holder = r[3] == "holder" and r[4] or nil }
+  end
   local batch, head, restored = r[2], r[3], tonumber(r[4])
   if restored and restored > 0 then
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
@@ -184,7 +187,9 @@ end
 -- forgets its id).
 -- later: {{id, at}...}, ids of the batch not performed that go back with
 -- perform_in = at (a throttle's or a window's "later"; not a failure).
-function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later)
+-- own: {{id, value}...}, ids with an outcome of their own (fail.lua's
+-- "done", M.snoozed, M.failed_own).
+function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later, own)
   local cmd = { script = "fail", b.prefix, b.token, b.lease_ms, now, b.batch or "", max_retry_count, err }
   for i, job in ipairs(jobs) do
     cmd[#cmd + 1] = job.id
@@ -197,6 +202,10 @@ function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later)
   for _, l in ipairs(later or {}) do
     cmd[#cmd + 1] = l[1]
     cmd[#cmd + 1] = string.format("at:%.17g", l[2])
+  end
+  for _, o in ipairs(own or {}) do
+    cmd[#cmd + 1] = o[1]
+    cmd[#cmd + 1] = o[2]
   end
   local r = b.conn:pipeline({ cmd })[1]
   if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end
@@ -211,6 +220,14 @@ function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later)
     morgued[#morgued + 1] = { id = r[5 + 3 * j], payload = r[6 + 3 * j], score = tonumber(r[7 + 3 * j]) }
   end
   return morgued
+end
+
+-- fail.lua's value for an id snoozed until at (not a failure), and for an
+-- id failed with an error of its own (err, already dumped) under
+-- max_retry_count, retried at retry_at.
+function M.snoozed(at) return string.format("snooze:%.17g", at) end
+function M.failed_own(retry_at, max_retry_count, err)
+  return string.format("fail:%.17g:%d:", retry_at, max_retry_count) .. err
 end
 
 -- Partial ack (fail.lua with only "done" ids): acks the done ids of b's
