@@ -22,6 +22,12 @@
  *    carries a bound until which that lease is surely held, so that a call
  *    resumed past it is stopped (the fence) instead of running beside the
  *    shard's next holder;
+ *  - cancels (calls_cancel, from the wake subscriber: docs/architecture.md,
+ *    "Cancel"): every call in flight with the cancelled job is marked and
+ *    its thread's cancel count bumped; the thread reads the marks of its own
+ *    calls (calls_cancelled) and stops them at their next wait. A cancel
+ *    that finds no call (its job's call has not begun) waits a minute in a
+ *    small process-wide list that calls_set looks at;
  *  - at exit (calls_close, calls_take_stuck): a stuck thread is never joined;
  *    the records of its calls go to the main VM, which fails the running
  *    call's jobs with the timeout error and puts the parked ones back.
@@ -59,6 +65,7 @@ struct calls_call {
     size_t cap;               /* bytes of rec's block */
     double started, deadline, lease_until; /* monotonic */
     int done;                 /* its entry of the slot's dones, -1: none */
+    int cancelled;            /* one of its jobs was cancelled (calls_cancel) */
 };
 
 /* The ids done before a shard key's call in its fetch, back to back in text
@@ -85,6 +92,7 @@ struct calls {
     struct calls_done *dones;
     int ndones;
     atomic_int in_io;
+    atomic_uint cancels;          /* bumped (under mu) when one of its calls is marked cancelled */
     int stuck;                    /* written by the main thread only, under mu */
     int over;                     /* the thread's body returned */
     /* worker thread only, no lock: */
@@ -163,6 +171,107 @@ size_t calls_ids_text(const struct calls_record *rec, char *out, size_t cap) {
     out[n < cap ? n : cap - 1] = 0;
     return n;
 }
+
+/* --- cancels ---------------------------------------------------------------- */
+
+/* Cancels of jobs that were in no call when they came (fetched, their call
+ * not begun yet: a fetch runs its calls one after another): kept a while,
+ * process-wide, so that the call that begins with one starts cancelled
+ * (calls_set). Any thread, under pending_mu; npending lets calls_set skip
+ * the lock when there are none. */
+#define CALLS_PENDING_MAX 64
+#define CALLS_PENDING_TTL 60.0
+struct calls_pending {
+    char *key, *id;
+    size_t idlen;
+    double until;
+};
+static struct calls_pending pending[CALLS_PENDING_MAX];
+static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int npending;
+
+/* Whether rec is a call of shard key with job id among its jobs. */
+static int calls_has_job(const struct calls_record *rec, const char *key, const char *id, size_t idlen) {
+    if (!rec || !rec->key.p || strcmp(rec->key.p, key) != 0) return 0;
+    for (int i = 0; i < rec->njobs; i++)
+        if (rec->ids[i].len == idlen && memcmp(rec->ids[i].p, id, idlen) == 0) return 1;
+    return 0;
+}
+
+/* Frees pending entry e. Under pending_mu. */
+static void calls_pending_drop(struct calls_pending *e) {
+    free(e->key);
+    free(e->id);
+    *e = (struct calls_pending){0};
+    atomic_fetch_sub(&npending, 1);
+}
+
+/* Whether a pending cancel names one of rec's jobs (taken: it is used up);
+ * expired entries go on the way. Worker thread, as its call begins. */
+static int calls_pending_take(const struct calls_record *rec, double now) {
+    if (!rec || atomic_load(&npending) == 0) return 0;
+    int hit = 0;
+    pthread_mutex_lock(&pending_mu);
+    for (int i = 0; i < CALLS_PENDING_MAX; i++) {
+        struct calls_pending *e = &pending[i];
+        if (!e->key) continue;
+        if (now > e->until) calls_pending_drop(e);
+        else if (calls_has_job(rec, e->key, e->id, e->idlen)) calls_pending_drop(e), hit = 1;
+    }
+    pthread_mutex_unlock(&pending_mu);
+    return hit;
+}
+
+int calls_cancel(const char *key, const char *id, size_t idlen, double now) {
+    int found = 0;
+    for (int i = 0; i < nslots; i++) {
+        struct calls *c = slots[i];
+        int here = 0;
+        pthread_mutex_lock(&c->mu);
+        if (calls_has_job(c->run.rec, key, id, idlen)) c->run.cancelled = here = 1;
+        for (int j = 0; j < c->nparked; j++)
+            if (calls_has_job(c->parked[j].rec, key, id, idlen)) c->parked[j].cancelled = here = 1;
+        if (here) atomic_fetch_add(&c->cancels, 1);
+        pthread_mutex_unlock(&c->mu);
+        found += here;
+    }
+    if (found) return found;
+    pthread_mutex_lock(&pending_mu);
+    struct calls_pending *e = &pending[0];
+    for (int i = 0; i < CALLS_PENDING_MAX && e->key; i++) /* a free entry, else the one that ends first */
+        if (!pending[i].key || pending[i].until < e->until) e = &pending[i];
+    if (e->key) calls_pending_drop(e);
+    e->key = strdup(key);
+    e->id = malloc(idlen + 1);
+    if (e->key && e->id) {
+        memcpy(e->id, id, idlen);
+        e->idlen = idlen;
+        e->until = now + CALLS_PENDING_TTL;
+        atomic_fetch_add(&npending, 1);
+    } else {
+        free(e->key);
+        free(e->id);
+        *e = (struct calls_pending){0};
+    }
+    pthread_mutex_unlock(&pending_mu);
+    return 0;
+}
+
+int calls_cancelled(struct calls *c, double started) {
+    /* (a thread none of whose calls was ever marked takes no lock: every
+     * perform call and luakiq.redis command asks) */
+    if (atomic_load(&c->cancels) == 0) return 0;
+    int yes = 0;
+    pthread_mutex_lock(&c->mu);
+    if (started < 0 || c->run.started == started) yes = c->run.cancelled;
+    else
+        for (int j = 0; j < c->nparked; j++)
+            if (c->parked[j].started == started) yes = c->parked[j].cancelled;
+    pthread_mutex_unlock(&c->mu);
+    return yes;
+}
+
+unsigned calls_cancels(struct calls *c) { return atomic_load(&c->cancels); }
 
 /* --- lifetime --------------------------------------------------------------- */
 
@@ -399,6 +508,7 @@ int calls_set(struct calls *c, double started, double deadline, double lease_unt
         }
         if (copy) copy = calls_pack(copy, rec, NULL, 0);
     }
+    int cancelled = calls_pending_take(copy, started);
     pthread_mutex_lock(&c->mu);
     int slot = done ? calls_done_add(c, done) : -1;
     if (done && slot < 0) {
@@ -407,7 +517,8 @@ int calls_set(struct calls *c, double started, double deadline, double lease_unt
         return -2;
     }
     struct calls_call old = c->run;
-    c->run = (struct calls_call){copy, copy ? cap : 0, started, deadline, lease_until, copy ? slot : -1};
+    c->run = (struct calls_call){copy, copy ? cap : 0, started, deadline, lease_until, copy ? slot : -1, cancelled};
+    if (cancelled) atomic_fetch_add(&c->cancels, 1);
     c->signalled = 0;
     pthread_mutex_unlock(&c->mu);
     free(old.rec); /* (none: the last call cleared its record) */
@@ -417,7 +528,7 @@ int calls_set(struct calls *c, double started, double deadline, double lease_unt
 void calls_clear(struct calls *c) {
     pthread_mutex_lock(&c->mu);
     struct calls_call old = c->run;
-    c->run = (struct calls_call){NULL, 0, 0, 0, 0, -1};
+    c->run = (struct calls_call){NULL, 0, 0, 0, 0, -1, 0};
     c->signalled = 0;
     pthread_mutex_unlock(&c->mu);
     calls_spare(c, old.rec, old.cap);
@@ -436,7 +547,7 @@ int calls_park(struct calls *c) {
         c->capparked = cap;
     }
     c->parked[c->nparked++] = c->run;
-    c->run = (struct calls_call){NULL, 0, 0, 0, 0, -1};
+    c->run = (struct calls_call){NULL, 0, 0, 0, 0, -1, 0};
     c->signalled = 0;
     pthread_mutex_unlock(&c->mu);
     return 0;

@@ -106,6 +106,18 @@ void calls_set_ending(struct calls *c, double seconds);
 /* The running call's lease bound, as the renewals left it. */
 double calls_lease_until(struct calls *c);
 
+/* Cancels (docs/architecture.md, "Cancel"): calls_cancel (main thread, as
+ * the wake subscriber hears one) marks every call in flight, running or
+ * parked, of shard key with job id among its jobs, and bumps its thread's
+ * calls_cancels count (the caller wakes the thread); with none, the cancel
+ * is kept a minute for the call that begins with that job (calls_set marks
+ * it at once). Returns how many calls it marked. now: monotonic.
+ * calls_cancelled (worker thread): whether the call that started at
+ * `started` (< 0: the running one) was marked. */
+int calls_cancel(const char *key, const char *id, size_t idlen, double now);
+int calls_cancelled(struct calls *c, double started);
+unsigned calls_cancels(struct calls *c);
+
 /* Writes the record's ids joined by ',' (as the runner's state names them)
  * into out (cap > 0, always terminated, cut to fit); returns the full length. */
 size_t calls_ids_text(const struct calls_record *rec, char *out, size_t cap);

@@ -21,7 +21,8 @@
  * cannot swallow it. LuaJIT checks no hook inside compiled traces, and a
  * blocking foreign call does not return: those calls are ended by replacing
  * the process (calls.c). luakiq's own waits (sleep, redis, http) bound
- * themselves by the deadline instead. */
+ * themselves by the deadline instead. The lease fence (core.fence) and a
+ * cancel (core.cancel) raise their own errors through the same hook. */
 #include <errno.h>
 #include <stdio.h>
 #include <signal.h>
@@ -54,14 +55,19 @@ static _Thread_local volatile sig_atomic_t core_call_expired;
 static _Thread_local double core_call_deadline;          /* monotonic; 0: no call */
 static _Thread_local double core_call_timeout;           /* seconds, for messages */
 static _Thread_local volatile sig_atomic_t core_call_fenced; /* stopped: its lease ran out */
+static _Thread_local volatile sig_atomic_t core_call_cancel;  /* stopped: one of its jobs was cancelled */
 
 /* The error the lease fence raises (core.fence), instead of the timeout's. */
 static const char core_fenced_text[] =
     "lease lost: the shard's lease may have expired while this call waited (Redis unreachable, or the "
     "host stalled, longer than lease_ttl); the call was stopped so that the shard's next holder runs its jobs alone";
 
+/* The error a cancel raises (core.cancel). */
+static const char core_cancelled_text[] = "cancelled: a job of this call was cancelled (luakiq cancel)";
+
 void core_timeout_text(char *buf, size_t len) {
     if (core_call_fenced) snprintf(buf, len, "%s", core_fenced_text);
+    else if (core_call_cancel) snprintf(buf, len, "%s", core_cancelled_text);
     else snprintf(buf, len, "timeout: the call ran past its timeout of %g s", core_call_timeout);
 }
 
@@ -132,6 +138,7 @@ static void core_call_enter(lua_State *L, double deadline, double timeout) {
     core_call_deadline = deadline;
     core_call_expired = 0;
     core_call_fenced = 0;
+    core_call_cancel = 0;
     core_call_main = L;
 }
 
@@ -144,6 +151,7 @@ static int core_call_leave(lua_State *L, int parked) {
     core_call_deadline = 0;
     core_call_expired = 0;
     core_call_fenced = 0;
+    core_call_cancel = 0;
     lua_sethook(L, NULL, 0, 0);
     struct calls *c = calls_self();
     if (c && parked && calls_park(c) == 0) runner_set_state(runner_self(), RUNNER_WAITING, NULL, -1, NULL, NULL);
@@ -226,7 +234,8 @@ static int core_call_record(lua_State *L, struct calls *c, double started, doubl
 
 /* core.call_begin(timeout_s, lease_until, worker, shard, batch, token, key,
  * done, done_reset, slot, jobs [, retry_count [, hook]]) -> started, deadline
- * (monotonic), slot: a perform call starts on this thread. lease_until:
+ * (monotonic), slot, cancelled: a perform call starts on this thread
+ * (cancelled: one of its jobs was cancelled before it began, calls_cancel). lease_until:
  * when its shard's lease surely runs out (nil: never). The rest is its
  * record, what the main VM needs to fail its jobs should the call never
  * come back (calls.c): worker, shard, batch (nil: none), token (an elastic
@@ -249,7 +258,8 @@ static int core_call_begin(lua_State *L) {
     lua_pushnumber(L, now + timeout);
     if (slot < 0) lua_pushnil(L);
     else lua_pushinteger(L, slot);
-    return 3;
+    lua_pushboolean(L, c && calls_cancelled(c, -1));
+    return 4;
 }
 
 /* core.ack_pending(key, batch, slot) -> slot: the fetch of shard key
@@ -286,11 +296,12 @@ static void core_call_performing(struct runner *r, const struct calls_record *re
     if (ids != small) free(ids);
 }
 
-/* core.call_resume(started, deadline, timeout) -> lease_ok: the paused call
- * that started at `started` runs on (a deadline already passed is the
- * watchdog's at once). lease_ok is false when its lease bound has passed:
- * the runner then stops the call (core.fence) instead of letting it go on
- * beside the shard's next holder. */
+/* core.call_resume(started, deadline, timeout) -> lease_ok, cancelled: the
+ * paused call that started at `started` runs on (a deadline already passed
+ * is the watchdog's at once). lease_ok is false when its lease bound has
+ * passed: the runner then stops the call (core.fence) instead of letting it
+ * go on beside the shard's next holder; cancelled: one of its jobs was
+ * cancelled (the runner stops it: core.cancel). */
 static int core_call_resume(lua_State *L) {
     double started = luaL_checknumber(L, 1), deadline = luaL_checknumber(L, 2), lease = HUGE_VAL;
     core_call_enter(L, deadline, luaL_checknumber(L, 3));
@@ -299,7 +310,8 @@ static int core_call_resume(lua_State *L) {
     if (c && calls_unpark(c, started, &deadline, &lease, &rec) != 0) calls_set(c, started, deadline, HUGE_VAL, NULL, NULL);
     if (rec) core_call_performing(runner_self(), rec);
     lua_pushboolean(L, runner_monotonic() < lease);
-    return 1;
+    lua_pushboolean(L, c && calls_cancelled(c, -1));
+    return 2;
 }
 
 /* core.fence(): stops the running call because its lease may be gone: raises
@@ -314,12 +326,42 @@ static int core_fence(lua_State *L) {
     return core_raise_timeout(L);
 }
 
+/* core.cancel(): stops the running call because one of its jobs was
+ * cancelled: raises "cancelled: ..." now and, as the fence does, at every
+ * instruction of the call's coroutines until call_end. */
+static int core_cancel(lua_State *L) {
+    if (core_call_main) {
+        core_call_cancel = 1;
+        core_call_expired = 1;
+        lua_sethook(core_call_main, core_timeout_hook, LUA_MASKCOUNT, 1);
+    }
+    return core_raise_timeout(L);
+}
+
+/* core.cancels() -> n: how many times a call of this thread was marked
+ * cancelled (the runner looks at its parked calls when it changes). */
+static int core_cancels(lua_State *L) {
+    struct calls *c = calls_self();
+    lua_pushnumber(L, c ? calls_cancels(c) : 0);
+    return 1;
+}
+
+/* core.call_cancelled(started) -> whether the parked call that started at
+ * `started` was marked cancelled. */
+static int core_call_cancelled(lua_State *L) {
+    struct calls *c = calls_self();
+    lua_pushboolean(L, c && calls_cancelled(c, luaL_checknumber(L, 1)));
+    return 1;
+}
+
 /* core.lease_check(): inside a call whose lease bound has passed, core.fence();
- * nothing otherwise (outside a call, or on the main thread). Called before
- * each luakiq.redis command a call sends. */
+ * inside one that was cancelled, core.cancel(); nothing otherwise (outside a
+ * call, or on the main thread). Called before each luakiq.redis command a
+ * call sends. */
 static int core_lease_check(lua_State *L) {
     struct calls *c = calls_self();
     if (!c || core_call_deadline <= 0 || !core_call_main) return 0;
+    if (calls_cancelled(c, -1)) return core_cancel(L);
     if (runner_monotonic() < calls_lease_until(c)) return 0;
     return core_fence(L);
 }
@@ -330,21 +372,24 @@ static int core_mono(lua_State *L) {
     return 1;
 }
 
-/* core.call_end(njobs) -> expired, lease_until, fenced: the call (of njobs
- * jobs: they count as performed) is over; expired: its deadline passed while
- * it ran, or the fence stopped it (fenced); lease_until: its lease bound as
- * the renewals left it, for the next call of the same fetch. */
+/* core.call_end(njobs) -> expired, lease_until, fenced, cancelled: the call
+ * (of njobs jobs: they count as performed) is over; expired: its deadline
+ * passed while it ran, or the fence stopped it (fenced); lease_until: its
+ * lease bound as the renewals left it, for the next call of the same fetch;
+ * cancelled: one of its jobs was cancelled (whether the call saw it or not:
+ * its outcome is the cancel's). */
 static int core_call_end(lua_State *L) {
     long long njobs = (long long)luaL_optnumber(L, 1, 0);
     struct runner *r = runner_self();
     struct calls *c = calls_self();
     if (r && njobs > 0) runner_add_jobs(r, njobs);
     double lease = c ? calls_lease_until(c) : HUGE_VAL;
-    int fenced = core_call_fenced;
+    int fenced = core_call_fenced, cancelled = core_call_cancel || (c && calls_cancelled(c, -1));
     lua_pushboolean(L, core_call_leave(L, 0));
     lua_pushnumber(L, lease);
     lua_pushboolean(L, fenced);
-    return 3;
+    lua_pushboolean(L, cancelled);
+    return 4;
 }
 
 /* core.deadline() -> seconds left for the running call, or nil outside one. */
@@ -581,6 +626,8 @@ static const luaL_Reg core_funcs[] = {
     {"call_end", core_call_end},       {"ack_pending", core_ack_pending},
     {"call_pause", core_call_pause},   {"call_resume", core_call_resume},
     {"fence", core_fence},             {"lease_check", core_lease_check},
+    {"cancel", core_cancel},           {"cancels", core_cancels},
+    {"call_cancelled", core_call_cancelled},
     {"mono", core_mono},               {"raise_timeout", core_raise_timeout_l},
     {"deadline", core_deadline},       {"count_timeout", core_count_timeout},
     {"timeouts", core_timeouts},       {"isatty", core_isatty},

@@ -82,13 +82,25 @@ static void host_pause(void) {
 
 /* Wake channel message: a shard prefix, or plan->pause_msg; NULL after a
  * (re)subscribe (messages may have been missed: every thread is woken, the
- * pause read again). */
+ * pause read again). A prefix, a NUL and a job id is a cancel
+ * (scripts/redis/cancel.lua): the calls in flight with that job are marked
+ * (calls_cancel) and the shard's thread is woken like for a push, so that a
+ * parked call is stopped at once. */
 static void host_on_wake(const char *msg, size_t len, void *arg) {
     (void)arg;
     if (!msg) { runner_wake(-1, NULL); host_pause(); return; }
     const char *pm = host.plan->pause_msg;
     if (pm && len == strlen(pm) && memcmp(msg, pm, len) == 0) { host_pause(); return; }
     char buf[512];
+    const char *nul = memchr(msg, 0, len);
+    if (nul) {
+        size_t plen = (size_t)(nul - msg);
+        if (plen >= sizeof buf) return;
+        memcpy(buf, msg, plen);
+        buf[plen] = 0;
+        calls_cancel(buf, nul + 1, len - plen - 1, runner_monotonic());
+        len = plen;
+    }
     if (len >= sizeof buf) return;
     memcpy(buf, msg, len);
     buf[len] = 0;

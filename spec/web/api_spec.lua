@@ -386,6 +386,32 @@ describe("admin actions", function()
   end)
 end)
 
+describe("POST /api/v1/workers/NAME/jobs/ID/cancel", function()
+  it("removes a queued job with all its payloads, says not_found for an unknown id, 404s an unknown worker", function()
+    push("Parked", { { id = "c1", payload = 1, perform_in = FUTURE }, { id = "c1", payload = 2, perform_in = FUTURE },
+                     { id = "c2", perform_in = FUTURE } })
+    local st, body, v = post("/api/v1/workers/Parked/jobs/c1/cancel", "")
+    assert.are.equal(200, st, body)
+    assert.are.same({ id = "c1", was = "queued", outcome = "cancelled" }, v)
+    assert.are.equal(1, select(3, get("/api/v1/stats")).by_worker.Parked.length)
+    assert.are.equal(404, (get("/api/v1/workers/Parked/jobs/c1")))
+    st, body, v = post("/api/v1/workers/Parked/jobs/c1/cancel", "")
+    assert.are.equal(200, st, body)
+    assert.are.same({ id = "c1", was = "not_found", outcome = "not_found" }, v)
+    st, _, v = post("/api/v1/workers/Nope/jobs/c2/cancel", "")
+    assert.are.equal(404, st)
+    assert.is_string(v.error)
+    -- the CLI does the same
+    assert.are.equal("c2: cancelled queued\nzz: not found\n", cli("cancel " .. q(dir) .. " Parked c2 zz"))
+    assert.are.equal(2, require("luakiq.ops.admin").worker_stats(srv.conn, require("luakiq.lib.runtime").load(dir))
+      .Parked.cancelled)
+    local metrics = select(2, get("/metrics"))
+    assert.truthy(metrics:find("# TYPE luakiq_cancelled_total counter\n", 1, true))
+    assert.truthy(metrics:find('\nluakiq_cancelled_total{worker="Parked"} 2\n', 1, true), metrics)
+    web.promtool_check(metrics)
+  end)
+end)
+
 describe("POST /api/v1/workers/NAME/jobs", function()
   local function parked()
     return select(3, get("/api/web/workers/Parked/jobs?order=id&limit=500")).jobs
@@ -575,6 +601,8 @@ describe("security", function()
         { "POST", "/api/web/workers/Parked/queue/kill_failed", "" },
         { "POST", "/api/web/workers/Parked/queue/delete_failed", "" },
         { "POST", "/api/web/workers/Parked/queue/delete", '{"ids":["nope"]}' },
+        { "POST", "/api/v1/workers/Parked/jobs/nope/cancel", "" },
+        { "POST", "/api/web/workers/Parked/jobs/nope/cancel", "" },
         { "POST", "/api/v1/workers/Parked/pause", "" }, { "POST", "/api/v1/workers/Parked/resume", "" },
         { "POST", "/api/web/workers/Parked/queue/pause", "" }, { "POST", "/api/web/workers/Parked/queue/resume", "" },
         { "GET", "/api/v1/failures" }, { "GET", "/api/v1/failures/jobs?error=x" },

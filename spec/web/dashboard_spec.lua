@@ -96,6 +96,18 @@ describe("the dashboard in headless Chromium", function()
     assert.is_nil(v.by_worker.Parked.paused)
   end)
 
+  it("cancels a queued job from its row (the Cancel button)", function()
+    local st, text = web.request(base, "POST", "/api/v1/workers/Parked/jobs",
+      { body = json.encode { { id = "c1", perform_in = core.now() + 86400 } } })
+    assert.are.equal(200, st, text)
+    local rc, out = run("CHROMIUM=" .. q(chromium) .. " node " .. TOOLS .. "/cancel.test.js " .. q(base) .. " Parked c1")
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("cancel: all checks passed", 1, true), out)
+    local keys = require "luakiq.lib.keys"
+    assert.are.equal("1", srv.conn:call("HGET", keys.prefix("luakiq", "Parked", keys.shard("c1", 3)) .. "counters",
+      "cancelled"))
+  end)
+
   it("finds a job by id in every worker, and the jobs of a tag (the search box)", function()
     local function post(path, body)
       local st, text = web.request(base, "POST", path, { body = body })

@@ -13,7 +13,8 @@
 --             done when p:done(); the runner polls p:fds())
 -- Answers: true (done, or the request's own "until" came), M.TIMEOUT (the
 -- call's deadline came first), M.FENCED (the shard's lease may have run out
--- while the call waited: it must not go on beside the next holder).
+-- while the call waited: it must not go on beside the next holder),
+-- M.CANCELLED (a job of the call was cancelled: luakiq cancel).
 local core = require "luakiq.core"
 
 local M = {}
@@ -21,6 +22,7 @@ local M = {}
 M.WAIT = setmetatable({}, { __tostring = function() return "luakiq.lib.wait" end })
 M.TIMEOUT = setmetatable({}, { __tostring = function() return "luakiq.wait.TIMEOUT" end })
 M.FENCED = setmetatable({}, { __tostring = function() return "luakiq.wait.FENCED" end })
+M.CANCELLED = setmetatable({}, { __tostring = function() return "luakiq.wait.CANCELLED" end })
 M.current = nil
 -- luakiq.await's worker-thread side (luakiq.runner.await sets it; nil in
 -- a VM that runs no calls): luakiq.await(id, opts) calls it inside a call.
@@ -34,13 +36,16 @@ end
 
 -- Yields req to the runner; returns its answer, or raises the call's
 -- timeout error when the deadline came first, "lease lost: ..." when the
--- lease fence stopped the call (after on_timeout(), which ends what the wait
--- started). Only when M.inside().
+-- lease fence stopped the call, "cancelled: ..." when a job of the call was
+-- cancelled (after on_timeout(), which ends what the wait started). The
+-- last two raise again at every instruction until the call ends (a pcall
+-- cannot keep it going). Only when M.inside().
 function M.yield(req, on_timeout)
   local answer = coroutine.yield(M.WAIT, req)
-  if answer == M.TIMEOUT or answer == M.FENCED then
+  if answer == M.TIMEOUT or answer == M.FENCED or answer == M.CANCELLED then
     if on_timeout then on_timeout() end
     if answer == M.FENCED then core.fence() end
+    if answer == M.CANCELLED then core.cancel() end
     core.raise_timeout()
   end
   return answer

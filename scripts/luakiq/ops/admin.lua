@@ -659,6 +659,35 @@ function M.delete_queued(conn, cfg, worker_name, ids)
   end) }
 end
 
+-- Cancels jobs by id (cancel.lua, one call per shard of the ids): a
+-- queued or waiting job is removed, a running one is marked and its host
+-- stops it at its call's next wait. Returns {[id] = "queued" | "waiting" |
+-- "running" | "not_found"} and the ids in order.
+function M.cancel(conn, cfg, worker_name, ids)
+  local w, now = worker_of(cfg, worker_name), core.now()
+  local ch = runtime.wake_arg(conn, cfg)
+  local groups, order = {}, {}
+  for i, id in ipairs(ids) do
+    id = client.id_string(id, "id " .. i)
+    ids[i] = id
+    local s = keys.shard(id, w.shards_count)
+    if not groups[s] then groups[s] = {} order[#order + 1] = s end
+    table.insert(groups[s], id)
+  end
+  local cmds = {}
+  for i, s in ipairs(order) do
+    -- (keep_done, keep_done_max: the finished jobs a shard keeps, lib/done.lua)
+    cmds[i] = with_ids({ script = "cancel", keys.prefix(cfg.namespace, w.queue_name, s), "cancel", now, ch,
+                         w.keep_done, w.keep_done_max }, groups[s])
+  end
+  local states = {}
+  for i, r in ipairs(#cmds > 0 and conn:pipeline(cmds) or {}) do
+    check(r, "cancel")
+    for k, id in ipairs(groups[order[i]]) do states[id] = r[k] end
+  end
+  return states, ids
+end
+
 -- ids nil: every queued job not yet due; else only those ids.
 function M.perform_all_now(conn, cfg, worker_name, ids)
   local w, now = worker_of(cfg, worker_name), core.now()

@@ -34,6 +34,7 @@ usage: luakiq COMMAND ...
   timing DIR WORKER [--day YYYY-MM-DD] wait and run times of one UTC day: count, mean, std, histogram (JSON)
   admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...
                                        bulk actions on queued jobs
+  cancel DIR WORKER ID...              cancel jobs: queued and waiting ones are removed, running ones stopped
   failures DIR [jobs|requeue|delete GROUP] [--worker W]
                                        failed jobs grouped by error (JSON lines); a group's jobs;
                                        requeue or delete a whole group
@@ -116,6 +117,14 @@ The job's own fields when it has them: "priority", "tags", "windows", "timezone"
 perform-now: every queued job becomes due now; kill-failed: queued jobs that
 failed at least once go to the morgue; delete-failed: they are deleted;
 delete: the given queued ids are deleted. Prints what was done as JSON.]],
+  cancel = [[usage: luakiq cancel DIR WORKER ID... [--redis URL]
+Cancels each id: a queued job is removed with all its payloads, a job that
+waits for a reply loses its wait (its token answers STALE), a running one is
+stopped by its host at its call's next wait (luakiq.sleep, luakiq.http,
+luakiq.process.run, luakiq.redis: within a second) and not retried. Prints
+one line per id: "ID: cancelled queued", "ID: cancelled waiting",
+"ID: running (cancel requested)" or "ID: not found". Exit 2 for an unknown
+worker, 1 when Redis fails.]],
   hosts = [[usage: luakiq hosts DIR [--redis URL]
 Prints one JSON line per running host (every host that beat within 10 s):
 {"hostname","pid","version","started","web","token","seen","threads":[{"thread","jobs",
@@ -530,6 +539,24 @@ function commands.waiting(argv)
   else
     waits.each(conn, cfg, worker, print_json)
   end
+  return 0
+end
+
+-- `luakiq cancel DIR WORKER ID...` (luakiq.ops.admin cancel): one line per
+-- id, "ID: cancelled queued" (waiting), "ID: running (cancel requested)",
+-- "ID: not found".
+function commands.cancel(argv)
+  local pos, opt = parse(argv, 2, { redis = true })
+  local dir, worker = pos[1], pos[2]
+  if not pos[3] then usage("usage: luakiq cancel DIR WORKER ID...") end
+  local cfg, conn = open(dir, opt, true)
+  local ids = {}
+  for i = 3, #pos do ids[#ids + 1] = pos[i] end
+  local states
+  states, ids = require("luakiq.ops.admin").cancel(conn, cfg, worker, ids)
+  local said = { queued = "cancelled queued", waiting = "cancelled waiting", running = "running (cancel requested)",
+                 not_found = "not found" }
+  for _, id in ipairs(ids) do io.stdout:write(id, ": ", said[states[id]] or tostring(states[id]), "\n") end
   return 0
 end
 

@@ -312,7 +312,8 @@ end
 -- call; luakiq's own waits end themselves). A wait in luakiq's I/O parks h's
 -- task (the thread loop answers it) or, with no task, waits in place.
 -- Returns ok, err, traceback, fenced (the call was stopped because its lease
--- may have run out: h.lease_until, core.fence).
+-- may have run out: h.lease_until, core.fence), cancelled (a job of the
+-- call was cancelled: core.cancel; the call's outcome is the cancel's).
 -- C keeps the call's record (host/calls.c: what M.fail_stuck needs should
 -- the call never come back): worker, shard, batch, token (an elastic
 -- thread's own), the jobs' ids and retry counts (one job's as two
@@ -327,11 +328,16 @@ local function run_call(h, w, fn, batch, njobs, call, jobs, done, token)
   local reset = done == nil or h.rec_done ~= done
   h.rec_done = done
   local one = #jobs == 1 and jobs[1]
-  local started, deadline, slot = core.call_begin(w.timeout, h.lease_until, h.worker, h.shard, h.batch, token,
-    h.prefix, done, reset, h.done_slot, one and one.id or jobs, one and one.retry_count)
+  local started, deadline, slot, cancel = core.call_begin(w.timeout, h.lease_until, h.worker, h.shard, h.batch,
+    token, h.prefix, done, reset, h.done_slot, one and one.id or jobs, one and one.retry_count)
   h.done_slot = slot
   wait.current, awaits.current = co, h
-  local ok, a, req = coroutine.resume(co, fn, w, batch, call)
+  local ok, a, req
+  if cancel then -- a job of it was cancelled before it began: it does not run
+    ok, a, spare_call = false, "cancelled: a job of this call was cancelled (luakiq cancel)", co
+  else
+    ok, a, req = coroutine.resume(co, fn, w, batch, call)
+  end
   while ok and a ~= CALL_DONE and coroutine.status(co) == "suspended" do
     if a ~= wait.WAIT then
       ok, a = false, "perform yielded: coroutine.yield outside a coroutine of its own"
@@ -341,25 +347,28 @@ local function run_call(h, w, fn, batch, njobs, call, jobs, done, token)
     wait.current, awaits.current = nil, nil
     local answer
     if h.task and coroutine.running() == h.task then
-      answer = coroutine.yield(req, deadline) -- to the thread loop (task_step)
+      answer = coroutine.yield(req, deadline, started) -- to the thread loop (task_step)
     else
       answer = wait_here(req, deadline)
     end
     -- the fence: past its lease bound, the call must not run on (the
-    -- shard's next holder may already run its jobs)
-    if not core.call_resume(started, deadline, w.timeout) then answer = wait.FENCED end
+    -- shard's next holder may already run its jobs); a cancel stops it too
+    local lease_ok, cancelled = core.call_resume(started, deadline, w.timeout)
+    if not lease_ok then answer = wait.FENCED elseif cancelled then answer = wait.CANCELLED end
     wait.current, awaits.current = co, h
     ok, a, req = coroutine.resume(co, answer)
   end
   wait.current, awaits.current = nil, nil
-  local expired, lease_until, fenced = core.call_end(njobs)
+  local expired, lease_until, fenced, cancelled = core.call_end(njobs)
   if ok and a == CALL_DONE and not spare_call then spare_call = co end
   h.lease_until = lease_until
   if h.timing then
     local now = core.now()
     timing.observe(h.timing, w.queue_name, "r", core.mono() - m0, now)
-    if ok or not fenced then count_outcomes(h, w, ok, a, call, jobs, now) end
+    if (ok or not fenced) and not cancelled then count_outcomes(h, w, ok, a, call, jobs, now) end
   end
+  -- (cancelled: whatever perform returned or raised)
+  if cancelled and not fenced and a ~= luakiq.FATAL then return false, a, nil, false, true end
   if ok then return true end
   local err = a
   local tb = type(err) == "string" and debug.traceback(co, err) or debug.traceback(co, tostring(err))
@@ -545,9 +554,23 @@ function run_jobs(t, h, fn, loaded, batch, call, done)
     njobs == 1 and loaded[1].id or table.concat(queue.ids(loaded), ","), h.prefix)
   local started = core.now()
   h.call_jobs, h.call_batch, h.awaited, h.await_error = loaded, batch, nil, nil
-  local ok, err, tb, fenced = run_call(h, w, fn, batch, njobs, call, loaded, done, t.el and t.token or nil)
+  local ok, err, tb, fenced, cancelled = run_call(h, w, fn, batch, njobs, call, loaded, done,
+    t.el and t.token or nil)
   h.marks = rawget(call, "marks_") -- (call:fail, call:snooze: fail_batch takes them)
   flow.done(t, h)
+  if cancelled then
+    -- its cancelled jobs end as cancelled, the others of the call go back
+    -- unchanged (cancel.lua "end"); nothing of it counts as performed
+    log.info("call cancelled", { worker = w.name, shard = h.shard, ids = queue.ids(loaded) })
+    core.set_state(STATE.fetching, w.name, h.shard)
+    h.marks = nil -- (what the call marked with call:fail or call:snooze is void)
+    if t.conn:broken() then t.conn:reconnect() end
+    awaits.release_awaited(h)
+    if not queue.cancel_end(in_flight(t, h), core.now(), w.keep_done, w.keep_done_max, loaded) then
+      return nil
+    end
+    return true, {}
+  end
   if ok and h.await_error then ok, err, tb = false, h.await_error, nil end
   if fenced then
     -- nothing is recorded: the fetch stays in flight for the shard's holder

@@ -312,6 +312,24 @@ function M.bury(f, now, bad)
   return true
 end
 
+-- The end of a call of b's batch (M.in_flight) stopped by a cancel
+-- (cancel.lua "end"): of its jobs, those cancelled leave the batch as
+-- cancelled (keep_s, keep_max: the worker's keep_done and keep_done_max),
+-- the others go back to the queue unchanged. Returns false when the
+-- shard's lease is gone (the batch stays in flight for the next holder).
+function M.cancel_end(b, now, keep_s, keep_max, jobs)
+  local cmd = { script = "cancel", b.prefix, "end", now, b.token, b.batch or "", keep_s, keep_max }
+  for _, job in ipairs(jobs) do cmd[#cmd + 1] = job.id end
+  local r = b.conn:pipeline({ cmd })[1]
+  if type(r) ~= "table" or r.err then error("cancel.lua failed: " .. tostring(r and r.err), 0) end
+  if r[1] ~= "OK" then
+    log.warn("lease lost before a cancelled call was recorded; the next holder handles the batch",
+      { worker = b.worker, shard = b.shard })
+    return false
+  end
+  return true
+end
+
 -- Gives shard leases back (release.lua): each of list ({prefix =, ...}:
 -- handlers, or M.in_flight records) under token.
 function M.release(conn, list, token)

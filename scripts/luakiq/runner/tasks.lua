@@ -71,7 +71,7 @@ end
 -- it parked again on a wait (t.waiting[h]). A task that raised (a Redis
 -- error, luakiq.FATAL) is over; the error goes up to the thread loop.
 local function task_step(t, h, ...)
-  local ok, a, b = coroutine.resume(h.task, ...)
+  local ok, a, b, c = coroutine.resume(h.task, ...)
   if not ok then
     task_end(t, h)
     error(a, 0)
@@ -80,7 +80,8 @@ local function task_step(t, h, ...)
     task_end(t, h)
     return true, a, b
   end
-  t.waiting[h] = { req = a, deadline = b } -- from run_call: the call's wait request and deadline
+  -- from run_call: the call's wait request, deadline and start (its name in the call slot)
+  t.waiting[h] = { req = a, deadline = b, started = c }
   return false
 end
 
@@ -109,8 +110,13 @@ local function service(t, on_done)
   if not next(t.waiting) then return false end
   if core.http_active() > 0 then core.http_pump() end
   local now, ready = core.mono(), nil
+  -- a cancel marked a call of this thread (host/calls.c): the parked ones
+  -- it marked are answered now (run_call's core.call_resume says cancelled)
+  local cancels = core.cancels()
+  local cancel = cancels ~= t.cancels
+  t.cancels = cancels
   for h, w in pairs(t.waiting) do
-    if due_at(w) <= now or io_done(w.req) then
+    if due_at(w) <= now or io_done(w.req) or (cancel and w.started and core.call_cancelled(w.started)) then
       ready = ready or {}
       ready[#ready + 1] = h
     end

@@ -232,6 +232,17 @@ function M.pause(w, req)
 end
 M.resume = on_worker(function(conn, cfg, wk) return admin.pause(conn, cfg, wk, false) end)
 
+-- POST /api/v1/workers/W/jobs/ID/cancel (`luakiq cancel`, the dashboard's
+-- Cancel): {"id", "was": "queued"|"waiting"|"running"|"not_found",
+-- "outcome": "cancelled" (removed now) | "requested" (running: its host
+-- stops it at its next wait) | "not_found"}.
+M.cancel = on_worker(function(conn, cfg, wk, req)
+  local id = req.params.id
+  local was = admin.cancel(conn, cfg, wk, { id })[id]
+  local outcome = ({ queued = "cancelled", waiting = "cancelled", running = "requested" })[was] or "not_found"
+  return { id = id, was = was, outcome = outcome }
+end)
+
 -- Failure groups (luakiq.ops.failures; docs/operations.md, "Failures").
 -- ?worker=W narrows every one of them to W (unknown: 404).
 

@@ -80,6 +80,7 @@ local ROUTES = {
   { "GET",  "/api/v1/tags/:tag/jobs",                     api.tagged },
   { "POST", "/api/v1/workers/:worker/jobs",               api.enqueue },
   { "GET",  "/api/v1/workers/:worker/jobs/:id",           api.job },
+  { "POST", "/api/v1/workers/:worker/jobs/:id/cancel",    api.cancel },
   { "GET",  "/api/v1/workers/:worker/timing",             api.timing },
   { "POST", "/api/v1/workers/:worker/pause",              api.pause },
   { "POST", "/api/v1/workers/:worker/resume",             api.resume },
@@ -96,6 +97,7 @@ local ROUTES = {
   { "POST", "/api/web/workers/:worker/queue/perform_now", api.perform_now },
   { "POST", "/api/web/workers/:worker/queue/kill_failed", api.kill_failed },
   { "POST", "/api/web/workers/:worker/queue/delete_failed", api.delete_failed },
+  { "POST", "/api/web/workers/:worker/jobs/:id/cancel",   api.cancel },
   { "POST", "/api/web/workers/:worker/queue/pause",       api.pause },
   { "POST", "/api/web/workers/:worker/queue/resume",      api.resume },
 }

@@ -74,6 +74,8 @@ function M.scrape(w)
     metric("luakiq_busy_jobs", "gauge", "Jobs in flight.", per("busy"))
     metric("luakiq_processed_total", "counter", "Jobs performed successfully (all hosts).", per("processed"))
     metric("luakiq_failed_total", "counter", "Job failures (all hosts).", per("failed"))
+    metric("luakiq_cancelled_total", "counter", "Jobs cancelled: queued, waiting or running (all hosts).",
+      per("cancelled"))
     metric("luakiq_snoozed_total", "counter", "Jobs put back by a snooze, not failures (all hosts).", per("snoozed"))
     metric("luakiq_expired_total", "counter", "Payloads that expired before they ran (moved to the morgue).",
       per("expired"))

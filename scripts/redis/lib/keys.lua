@@ -21,14 +21,18 @@ end
 -- Wakes the hosts serving shard P. channel: "" none; "!" SPUBLISH on the
 -- shard's own channel P .. "wake" (a Redis Cluster of Redis >= 7: sharded
 -- Pub/Sub keeps the message in the shard's slot instead of broadcasting it
--- to every node); any other name: PUBLISH there (NS:wake). The message is P.
-local function wake(channel, P)
+-- to every node); any other name: PUBLISH there (NS:wake). The message is P,
+-- or msg (wake_cancel's).
+local function wake(channel, P, msg)
   if channel == "!" then
-    redis.call("SPUBLISH", P .. "wake", P)
+    redis.call("SPUBLISH", P .. "wake", msg or P)
   elseif channel ~= "" then
-    redis.call("PUBLISH", channel, P)
+    redis.call("PUBLISH", channel, msg or P)
   end
 end
+-- Tells the hosts serving shard P that the job id in flight was cancelled
+-- (cancel.lua): P, a NUL and the id, where wake() sends P (docs/redis.md).
+local function wake_cancel(channel, P, id) wake(channel, P, P .. "\0" .. id) end
 
 -- The shard's keys, by name: shard_keys(P).busy_errors == P .. "busy:errors".
 -- (One table constructor: measured cheaper per script call than building
@@ -70,6 +74,10 @@ local function shard_keys(P)
     reshard_got = P .. "reshard:got",         -- SET: removed shards whose counters this shard took in
   }
 end
+
+-- The jobs in flight whose cancel was asked (cancel.lua), after P (not in
+-- shard_keys: only cancel.lua names it).
+local CANCEL = "cancel" -- HASH id -> when the cancel was asked
 
 -- Jobs that wait for a reply (lib/waits.lua; docs/redis.md, "Waits"): the
 -- suffixes of their keys after P, as constants. W.keys(K, P) adds the
