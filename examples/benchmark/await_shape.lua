@@ -292,6 +292,7 @@ local function main_host(B, n, res)
     B.stop(lpid)
     if not ok3 then error(r3, 0) end
     res.http = r3
+    if B.INTAKE then pid = nil return end -- (--intake: the intake alone; the host stopped above)
 
     -- 4. the host again: it handles those replies (on_reply calls alone),
     -- then takes the last third by HTTP while handling them as they come
@@ -342,7 +343,7 @@ local function main_host(B, n, res)
     table.sort(lat)
     res.latency = { n = #lat, p50 = pct(lat, 0.5), p90 = pct(lat, 0.9), p99 = pct(lat, 0.99), max = lat[#lat] }
   end)
-  B.stop(pid)
+  if pid then B.stop(pid) end
   conn:close()
   if not ok then error(err .. "; host log: " .. log, 0) end
 end
@@ -487,6 +488,7 @@ function M.run(B, n, rounds)
                 io_n = math.max(100, math.floor(n / 20)), drain_n = n, rounds = rounds }
   io.stderr:write(("  await: %d jobs waiting on one host, replies by script and by HTTP, latency ...\n"):format(n))
   main_host(B, n, res)
+  if B.INTAKE then return res end
   res.pairs = {}
   for r = 1, rounds do
     io.stderr:write(("  await: round %d, one shard, %d jobs with %d ids waiting / with none ...\n"):format(
@@ -518,11 +520,21 @@ function M.print(B, res)
   })
   print()
   local s, h, d, live = res.script, res.http, res.handled, res.live
-  B.print_table({ "replies", "replies", "replies/s", "Redis CPU/reply", "host CPU/reply", "wrk CPU/reply" }, {
+  local intake = {
     { ("reply.lua, %d clients of %d in flight, no host running"):format(CLIENTS, PIPE), B.fmt_int(s.sent),
       B.fmt_int(s.rate), us(s.rcpu), "-", "-" },
     { ("POST /api/v1/replies/TOKEN, wrk -t%d -c%d, a host that only takes replies"):format(WRK_THREADS, WRK_CONNS),
       B.fmt_int(h.n), B.fmt_int(h.rate), us(h.rcpu), us(h.hcpu), us(h.wcpu) },
+  }
+  local head = { "replies", "replies", "replies/s", "Redis CPU/reply", "host CPU/reply", "wrk CPU/reply" }
+  if B.INTAKE then
+    B.print_table(head, intake)
+    print(("accepted: reply.lua %d of %d, HTTP %d of %d; the CPUs were %.0f %% busy while the HTTP replies came, %.0f %%"
+      .. " by other work than this benchmark's"):format(s.accepted, s.sent, h.accepted, h.n, h.busy * 100, h.others * 100))
+    return
+  end
+  B.print_table(head, {
+    intake[1], intake[2],
     { "on_reply calls of those replies, the worker's host started after them", B.fmt_int(s.sent + h.n),
       B.fmt_int(d.rate), "-", "-", "-" },
     { "POST ... as above, to the worker's host, which handles them meanwhile", B.fmt_int(live.n),

@@ -54,7 +54,9 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
                       host (host RSS, Redis bytes), replies/s through reply.lua and through POST
                       /api/v1/replies/TOKEN (wrk), idle reply -> on_reply latency, one shard's drain with 1,000
                       ids waiting against none (--rounds pairs), and the I/O-bound shape with a 1 s callback
-                      against Sidekiq blocked on the same 1 s; needs wrk and python3; alone it runs nothing else]]
+                      against Sidekiq blocked on the same 1 s; needs wrk and python3; alone it runs nothing else
+  --intake            with --await: only the waits and the replies' intake (reply.lua, then HTTP to a host that
+                      only takes replies), for comparing two builds of the --replies listener]]
 
 local SHAPES = {
   lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },
@@ -129,6 +131,7 @@ do
       if opt.big_ids ~= "padded" then io.stderr:write("--big-ids: only padded\n", USAGE, "\n") os.exit(2) end
     elseif a == "--merge" then opt.merge = assert(tonumber(val()), "--merge: a number")
     elseif a == "--await" then opt.await = assert(tonumber(val()), "--await: a number")
+    elseif a == "--intake" then opt.intake = true
     else io.stderr:write(USAGE, "\n") os.exit(a == "--help" and 0 or 2) end
     given[a] = true
     i = i + 1
@@ -749,7 +752,7 @@ local main_ok, main_err = xpcall(function()
                       cpu_secs = cpu_secs, redis_cpu = redis_cpu, fresh_db = fresh_db, TMP = TMP,
                       BENCH_DIR = BENCH_DIR, ROOT = BENCH_DIR .. "/../..", LUAKIQ = LUAKIQ, THREADS = THREADS,
                       REDIS_URL = REDIS_URL, SIDEKIQ_VERSION = SIDEKIQ_VERSION, ENQUEUE_CALL = ENQUEUE_CALL,
-                      print_table = print_table, fmt_int = fmt_int, mb = mb }
+                      print_table = print_table, fmt_int = fmt_int, mb = mb, INTAKE = opt.intake }
     await_res = await_shape.run(await_shape.B, opt.await, opt.rounds)
   end
   local rtt, floor_w, floor_l

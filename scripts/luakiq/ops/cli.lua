@@ -714,6 +714,7 @@ function commands.run(argv)
     -- VM of their own (the same limits, the reply's body limit)
     replies = opt.replies and {
       addr = opt.replies, max_body = require("luakiq.lib.replies").MAX_BODY,
+      batch = require("luakiq.web").BATCH,
       boot = json.encode { dir = pos[1], overrides = overrides(opt), only = "replies" },
       max_connections = cfg.web_max_connections, header_timeout = cfg.web_header_timeout,
       idle_timeout = cfg.web_idle_timeout,
