@@ -598,6 +598,15 @@ function M.delete_queued(conn, cfg, worker_name, ids)
   end) }
 end
 
+-- The given ids' jobs to the morgue: queued ones and those that wait for a
+-- reply (kill.lua), not those in flight.
+function M.kill(conn, cfg, worker_name, ids)
+  local w, now = worker_of(cfg, worker_name), core.now()
+  return { killed = per_shard(conn, cfg, w, ids, function(p, list)
+    return with_ids({ script = "kill", p, now }, list)
+  end) }
+end
+
 -- ids nil: every queued job not yet due; else only those ids.
 function M.perform_all_now(conn, cfg, worker_name, ids)
   local w, now = worker_of(cfg, worker_name), core.now()

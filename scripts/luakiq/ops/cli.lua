@@ -31,7 +31,7 @@ usage: luakiq COMMAND ...
   schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
   hosts DIR                            the running hosts: threads, shards, calls (JSON lines)
   timing DIR WORKER [--day YYYY-MM-DD] wait and run times of one UTC day: count, mean, std, histogram (JSON)
-  admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...
+  admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...|kill ID...
                                        bulk actions on queued jobs
   failures DIR [jobs|requeue|delete GROUP] [--worker W]
                                        failed jobs grouped by error (JSON lines); a group's jobs;
@@ -102,10 +102,12 @@ Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","
 "payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
 (seconds); dead has "updated_at" instead of perform_in and retry_count. An id that is
 nowhere: exit 1.]],
-  admin = [[usage: luakiq admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID... [--redis URL]
+  admin = [[usage: luakiq admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...|kill ID... [--redis URL]
 perform-now: every queued job becomes due now; kill-failed: queued jobs that
 failed at least once go to the morgue; delete-failed: they are deleted;
-delete: the given queued ids are deleted. Prints what was done as JSON.]],
+delete: the given ids' queued jobs and jobs that wait for a reply are
+deleted; kill: they go to the morgue (jobs in flight are not touched).
+Prints what was done as JSON.]],
   hosts = [[usage: luakiq hosts DIR [--redis URL]
 Prints one JSON line per running host (every host that beat within 10 s):
 {"hostname","pid","version","started","web","token","seen","threads":[{"thread","jobs",
@@ -504,8 +506,9 @@ end
 function commands.admin(argv)
   local pos, opt = parse(argv, 2, { redis = true })
   local dir, worker, action = pos[1], pos[2], pos[3]
-  local actions = { ["perform-now"] = true, ["kill-failed"] = true, ["delete-failed"] = true, delete = true }
-  if not actions[action or ""] then usage("say perform-now, kill-failed, delete-failed or delete ID...") end
+  local actions = { ["perform-now"] = true, ["kill-failed"] = true, ["delete-failed"] = true, delete = true,
+                    kill = true }
+  if not actions[action or ""] then usage("say perform-now, kill-failed, delete-failed, delete ID... or kill ID...") end
   local cfg, conn = open(dir, opt, true)
   local admin = require "luakiq.ops.admin"
   local ids = {}
@@ -516,6 +519,9 @@ function commands.admin(argv)
   elseif action == "delete" then
     if #ids == 0 then usage("delete needs ids") end
     print_json(admin.delete_queued(conn, cfg, worker, ids))
+  elseif action == "kill" then
+    if #ids == 0 then usage("kill needs ids") end
+    print_json(admin.kill(conn, cfg, worker, ids))
   else usage("unknown admin action '" .. tostring(action) .. "'") end
   return 0
 end

@@ -96,6 +96,7 @@ local ROUTES = {
   { "POST", "/api/web/workers/:worker/morgue/requeue",    api.morgue_requeue },
   { "POST", "/api/web/workers/:worker/morgue/delete",     api.morgue_delete },
   { "POST", "/api/web/workers/:worker/queue/delete",      api.queue_delete },
+  { "POST", "/api/web/workers/:worker/queue/kill",        api.queue_kill },
   { "POST", "/api/web/workers/:worker/queue/perform_now", api.perform_now },
   { "POST", "/api/web/workers/:worker/queue/kill_failed", api.kill_failed },
   { "POST", "/api/web/workers/:worker/queue/delete_failed", api.delete_failed },
