@@ -272,7 +272,7 @@ local function main_host(B, n, res)
     local starts, ends, sent, accepted = math.huge, 0, 0, 0
     local deadline = go + 120
     for k = 1, CLIENTS do
-      while not io.open(outs[k]) do
+      while not lines(outs[k])[1] do -- (the file is made before its line is written)
         if core.now() > deadline then error("await_client.lua did not finish; see " .. outs[k] .. ".log", 0) end
         core.sleep(0.02)
       end
@@ -292,7 +292,6 @@ local function main_host(B, n, res)
     B.stop(lpid)
     if not ok3 then error(r3, 0) end
     res.http = r3
-    if B.INTAKE then pid = nil return end -- (--intake: the intake alone; the host stopped above)
 
     -- 4. the host again: it handles those replies (on_reply calls alone),
     -- then takes the last third by HTTP while handling them as they come
@@ -311,6 +310,7 @@ local function main_host(B, n, res)
     for i = 1, n do if not seen["w" .. i] then lost = lost + 1 end end
     res.handled.lost, res.handled.dup = lost, dup
     res.handled.accepted = res.script.accepted + res.http.accepted + res.live.accepted
+    if B.INTAKE then return end -- (--intake: the replies alone)
 
     -- 5. latency: L jobs awaited, replied to one at a time
     local L = res.latency_n
@@ -343,7 +343,7 @@ local function main_host(B, n, res)
     table.sort(lat)
     res.latency = { n = #lat, p50 = pct(lat, 0.5), p90 = pct(lat, 0.9), p99 = pct(lat, 0.99), max = lat[#lat] }
   end)
-  if pid then B.stop(pid) end
+  B.stop(pid)
   conn:close()
   if not ok then error(err .. "; host log: " .. log, 0) end
 end
@@ -520,21 +520,11 @@ function M.print(B, res)
   })
   print()
   local s, h, d, live = res.script, res.http, res.handled, res.live
-  local intake = {
+  B.print_table({ "replies", "replies", "replies/s", "Redis CPU/reply", "host CPU/reply", "wrk CPU/reply" }, {
     { ("reply.lua, %d clients of %d in flight, no host running"):format(CLIENTS, PIPE), B.fmt_int(s.sent),
       B.fmt_int(s.rate), us(s.rcpu), "-", "-" },
     { ("POST /api/v1/replies/TOKEN, wrk -t%d -c%d, a host that only takes replies"):format(WRK_THREADS, WRK_CONNS),
       B.fmt_int(h.n), B.fmt_int(h.rate), us(h.rcpu), us(h.hcpu), us(h.wcpu) },
-  }
-  local head = { "replies", "replies", "replies/s", "Redis CPU/reply", "host CPU/reply", "wrk CPU/reply" }
-  if B.INTAKE then
-    B.print_table(head, intake)
-    print(("accepted: reply.lua %d of %d, HTTP %d of %d; the CPUs were %.0f %% busy while the HTTP replies came, %.0f %%"
-      .. " by other work than this benchmark's"):format(s.accepted, s.sent, h.accepted, h.n, h.busy * 100, h.others * 100))
-    return
-  end
-  B.print_table(head, {
-    intake[1], intake[2],
     { "on_reply calls of those replies, the worker's host started after them", B.fmt_int(s.sent + h.n),
       B.fmt_int(d.rate), "-", "-", "-" },
     { "POST ... as above, to the worker's host, which handles them meanwhile", B.fmt_int(live.n),
@@ -545,8 +535,9 @@ function M.print(B, res)
   print("row: the host's listener and worker threads, Redis's fetches). handled/s: on_reply calls run per second.")
   print(("While the HTTP replies came the machine's CPUs were %.0f %% and %.0f %% busy, %.0f %% and %.0f %% of them by"
     .. " other work than this benchmark's"):format(h.busy * 100, live.busy * 100, h.others * 100, live.others * 100))
-  print("(a shared machine: the listener is one thread making one Redis call per request, so others' load slows it).")
+  print("(a shared machine: others' load slows the listener and the handling).")
   print(("accepted %d of %d; on_reply: lost %d, duplicated %d"):format(d.accepted, res.n, d.lost, d.dup))
+  if B.INTAKE then return end
   print()
   local l = res.latency
   B.print_table({ ("idle reply -> on_reply start (%d shards, %d threads)"):format(SHARDS, B.THREADS), "replies", "p50",

@@ -55,8 +55,9 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
                       /api/v1/replies/TOKEN (wrk), idle reply -> on_reply latency, one shard's drain with 1,000
                       ids waiting against none (--rounds pairs), and the I/O-bound shape with a 1 s callback
                       against Sidekiq blocked on the same 1 s; needs wrk and python3; alone it runs nothing else
-  --intake            with --await: only the waits and the replies' intake (reply.lua, then HTTP to a host that
-                      only takes replies), for comparing two builds of the --replies listener]]
+  --intake            with --await: only the waits and the replies (reply.lua; HTTP to a host that only takes
+                      them; their on_reply calls; HTTP to the worker's host while it handles them), for comparing
+                      two builds of the --replies listener and of the handling]]
 
 local SHAPES = {
   lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },

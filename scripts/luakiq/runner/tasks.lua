@@ -234,14 +234,20 @@ local function scheduler_ctx(t)
   -- Earliest perform_in per handler; a shard with orphaned in-flight jobs
   -- (a dead holder's, or our own whose ack/failure never reached Redis)
   -- counts as long overdue, so its fetch restores or redelivers them (heads.lua).
-  function ctx.heads()
-    local cmds = {}
+  -- only: the indexes of the handlers to read (nil: all); the others' entries
+  -- are nil.
+  function ctx.heads(only)
+    local cmds, idx = {}, {}
     local now = core.now()
-    for i, h in ipairs(t.handlers) do cmds[i] = { script = "heads", h.prefix, t.token, now } end
+    for k = 1, only and #only or #t.handlers do
+      local i = only and only[k] or k
+      idx[k], cmds[k] = i, { script = "heads", t.handlers[i].prefix, t.token, now }
+    end
     local replies = t.conn:pipeline(cmds)
     local heads = {}
-    for i, r in ipairs(replies) do
+    for k, r in ipairs(replies) do
       if type(r) ~= "table" or r.err then error("heads.lua failed: " .. tostring(r and r.err), 0) end
+      local i = idx[k]
       heads[i] = r[2] == "1" and 0 or tonumber(r[1]) or false
       t.handlers[i].best_due = tonumber(r[3]) -- (priorities: the scheduler prefers the lowest)
     end
@@ -261,7 +267,7 @@ local function scheduler_ctx(t)
   -- until a parked task's wait is over (then it is resumed). Returns the
   -- woken handler indexes and whether parked tasks were resumed.
   function ctx.wait(hint)
-    flush(t)
+    flush(t, true)
     if core.stopping() and t.ntasks == 0 then return {} end
     core.set_state(t.ntasks > 0 and STATE.waiting or STATE.idle)
     collectgarbage("step")
