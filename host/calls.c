@@ -104,7 +104,7 @@ static int nstuck_records;
  * done ids (d NULL: none). */
 static size_t calls_size(const struct calls_record *in, const struct calls_done *d) {
     size_t n = sizeof *in + (size_t)in->njobs * (sizeof *in->retry_counts + sizeof *in->ids);
-    n += in->worker.len + in->batch.len + in->token.len + in->key.len + 4;
+    n += in->worker.len + in->batch.len + in->token.len + in->key.len + in->hook.len + 5;
     for (int i = 0; i < in->njobs; i++) n += in->ids[i].len + 1;
     if (d) n += (size_t)d->n * sizeof *in->done + d->len + (size_t)d->n;
     return n;
@@ -137,6 +137,7 @@ static struct calls_record *calls_pack(void *block, const struct calls_record *i
     r->batch = calls_put(&o, in->batch);
     r->token = calls_put(&o, in->token);
     r->key = calls_put(&o, in->key);
+    r->hook = calls_put(&o, in->hook);
     for (int i = 0; i < in->njobs; i++) {
         rc[i] = in->retry_counts[i];
         ids[i] = calls_put(&o, in->ids[i]);

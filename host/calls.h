@@ -25,6 +25,7 @@ struct calls_str {
 struct calls_record {
     struct calls_str worker, batch, token; /* batch, token: p NULL when none */
     struct calls_str key;                  /* its shard's key prefix (lease renewal); p NULL: none */
+    struct calls_str hook;                 /* a bounded hook (luakiq.lib.hooks), not perform: its name; p NULL: perform */
     int shard;
     int njobs;
     const struct calls_str *ids;           /* the jobs' ids ... */

@@ -174,6 +174,7 @@ static int core_call_record(lua_State *L, struct calls *c, double started, doubl
     rec.batch.p = lua_tolstring(L, 5, &rec.batch.len); /* (NULL: nil) */
     rec.token.p = lua_tolstring(L, 6, &rec.token.len);
     done.key = rec.key.p = lua_tolstring(L, 7, &rec.key.len);
+    if (lua_gettop(L) >= 13) rec.hook.p = lua_tolstring(L, 13, &rec.hook.len);
     done.reset = lua_toboolean(L, 9);
     done.slot = lua_isnumber(L, 10) ? (int)lua_tointeger(L, 10) : -1;
     int have = 0, ndone = 0;
@@ -224,7 +225,7 @@ static int core_call_record(lua_State *L, struct calls *c, double started, doubl
 }
 
 /* core.call_begin(timeout_s, lease_until, worker, shard, batch, token, key,
- * done, done_reset, slot, jobs [, retry_count]) -> started, deadline
+ * done, done_reset, slot, jobs [, retry_count [, hook]]) -> started, deadline
  * (monotonic), slot: a perform call starts on this thread. lease_until:
  * when its shard's lease surely runs out (nil: never). The rest is its
  * record, what the main VM needs to fail its jobs should the call never
@@ -235,7 +236,8 @@ static int core_call_record(lua_State *L, struct calls *c, double started, doubl
  * reads the new ones only; done_reset: another fetch's list starts over),
  * slot where the thread keeps them (pass it back with the key's next call;
  * nil: none); jobs ({id = , retry_count = } each) or, for a call of one
- * job, its id and retry_count. */
+ * job, its id and retry_count; hook: the name of the hook the call runs
+ * (luakiq.lib.hooks: a hook bounded by hook_timeout; nil: perform). */
 static int core_call_begin(lua_State *L) {
     double timeout = luaL_checknumber(L, 1), lease = luaL_optnumber(L, 2, HUGE_VAL);
     double now = runner_monotonic();

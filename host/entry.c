@@ -31,6 +31,7 @@
 #include "http.h"
 #include "proc.h"
 #include "log.h"
+#include "pause.h"
 #include "record.h"
 #include "runner.h"
 #include "sys.h"
@@ -50,6 +51,7 @@ int entry_open_core(lua_State *L) {
     http_register(L);
     proc_register(L);
     record_register(L);
+    pause_register(L);
     hostlua_register(L, &entry_worker);
     return 1;
 }

@@ -4,9 +4,11 @@
  * It handles signals (evsignal: TERM/INT stop gracefully, a second INT exits at
  * once, TTIN writes a thread dump), subscribes to the wake channel and routes
  * each message (a shard prefix published by a push) to the one worker thread
- * that owns that shard, and notices when worker threads finish (they call
- * host_thread_done from their own thread, which activates an event: libevent
- * is initialised with pthread support for that). Worker threads have every
+ * that owns that shard (a pause's message instead has the plan read the
+ * paused queues for the threads and acknowledge: pause.c), and notices when
+ * worker threads finish (they call host_thread_done from their own thread,
+ * which activates an event: libevent is initialised with pthread support
+ * for that). Worker threads have every
  * signal blocked (runner_start_all), so handlers only ever run here. With
  * --web, the HTTP server (web.c) runs on a thread of its own with its own VM:
  * nothing a request does (a listing, a slow client, a flood of connections)
@@ -72,10 +74,20 @@ static int host_route_cmp(const void *a, const void *b) {
     return strcmp(((const struct host_route *)a)->prefix, ((const struct host_route *)b)->prefix);
 }
 
-/* Wake channel message: a shard prefix; NULL after a (re)subscribe. */
+/* The paused queues may have changed (luakiq pause): the plan reads them,
+ * hands them to the worker threads and acknowledges (pause.c). */
+static void host_pause(void) {
+    if (host.plan->on_pause) host.plan->on_pause(host.plan->pause_ud);
+}
+
+/* Wake channel message: a shard prefix, or plan->pause_msg; NULL after a
+ * (re)subscribe (messages may have been missed: every thread is woken, the
+ * pause read again). */
 static void host_on_wake(const char *msg, size_t len, void *arg) {
     (void)arg;
-    if (!msg) { runner_wake(-1, NULL); return; }
+    if (!msg) { runner_wake(-1, NULL); host_pause(); return; }
+    const char *pm = host.plan->pause_msg;
+    if (pm && len == strlen(pm) && memcmp(msg, pm, len) == 0) { host_pause(); return; }
     char buf[512];
     if (len >= sizeof buf) return;
     memcpy(buf, msg, len);

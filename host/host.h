@@ -28,6 +28,10 @@ struct host_plan {
     void (*tick)(void *ud);       /* called on the main thread every tick_ms (NULL: never) */
     void *tick_ud;
     long tick_ms;                 /* also once right after the threads start */
+    const char *pause_msg;        /* a wake-up channel message that is no shard prefix: the paused
+                                   * queues changed (luakiq pause); NULL: none */
+    void (*on_pause)(void *ud);   /* then called on the main thread, and after each (re)subscribe */
+    void *pause_ud;
     int (*reload)(void *ud);      /* SIGHUP, main thread: 1 when the threads may switch to the
                                    * new code, 0 when refused (it logged why); NULL: no reload */
     void *reload_ud;

@@ -187,8 +187,10 @@ static int hostlua_web_handle_batch(void *ud, const struct web_request *reqs, in
 
 /* The periodic Lua function of the plan (tick = {fn = f, ms = n}): called on
  * the main thread by host.c's timer, like the web handler (the main VM is
- * parked in core.host_run). An error is logged, at most once a minute. */
-struct hostlua_tick { lua_State *L; int ref; double logged; };
+ * parked in core.host_run). An error is logged, at most once a minute. The
+ * pause function (pause = {msg = s, fn = f}) is called the same way, when
+ * the wake-up channel brings msg. */
+struct hostlua_tick { lua_State *L; int ref; double logged; const char *what; };
 
 static void hostlua_tick(void *ud) {
     struct hostlua_tick *t = ud;
@@ -200,11 +202,23 @@ static void hostlua_tick(void *ud) {
         if (now - t->logged >= 60) {
             const char *msg = lua_tostring(L, -1);
             if (!msg) msg = "(error object is not a string)";
-            log_fmt(LOG_WARN, "tick: %.*s", (int)strcspn(msg, "\n"), msg); /* one line, no traceback */
+            log_fmt(LOG_WARN, "%s: %.*s", t->what, (int)strcspn(msg, "\n"), msg); /* one line, no traceback */
             t->logged = now;
         }
     }
     lua_settop(L, top);
+}
+
+/* The fn of a plan table {fn = f, ...} on top of the stack (left there),
+ * kept in the registry for t when it is a function and `ok`. 1 when kept. */
+static int hostlua_plan_fn(lua_State *L, struct hostlua_tick *t, int ok) {
+    lua_getfield(L, -1, "fn");
+    if (lua_isfunction(L, -1) && ok) {
+        t->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        return 1;
+    }
+    lua_pop(L, 1);
+    return 0;
 }
 
 /* The plan's reload function (SIGHUP): called on the main thread by host.c
@@ -289,8 +303,8 @@ static void hostlua_web_plan(lua_State *L, const char *k, struct web_opts *opts,
 
 /* Pushes a stuck call's record (calls.c) as {worker = , shard = , batch = ,
  * token = , key = , jobs = {{id = , retry_count = }, ...}, done = {id, ...},
- * parked = bool}: core.call_begin's arguments as they were, batch and token
- * nil when there were none; done: the ids its fetch had done before it. A
+ * parked = bool, hook = name}: core.call_begin's arguments as they were,
+ * batch, token and hook nil when there were none; done: the ids its fetch had done before it. A
  * stuck thread's unsent ack: {ack = true, key = , batch = , token = }. */
 static void hostlua_push_record(lua_State *L, const struct calls_record *rec) {
     lua_createtable(L, 0, 8);
@@ -301,6 +315,10 @@ static void hostlua_push_record(lua_State *L, const struct calls_record *rec) {
     if (rec->ack) {
         lua_pushboolean(L, 1);
         lua_setfield(L, -2, "ack");
+    }
+    if (rec->hook.p) {
+        lua_pushlstring(L, rec->hook.p, rec->hook.len);
+        lua_setfield(L, -2, "hook");
     }
     lua_pushlstring(L, rec->worker.p, rec->worker.len);
     lua_setfield(L, -2, "worker");
@@ -340,7 +358,9 @@ static void hostlua_push_record(lua_State *L, const struct calls_record *rec) {
  *               dump_path = p, web = {addr = "ADDR:PORT", boot = s (luakiq.web.open's),
  *                 max_body = n, max_connections = n, header_timeout = s, idle_timeout = s},
  *               replies = {the same fields: the --replies listener},
- *               tick = {fn = f, ms = n}, reload = fn() -> bool}
+ *               tick = {fn = f, ms = n}, reload = fn() -> bool,
+ *               pause = {msg = s, fn = f} (f on the main thread when the wake-up channel
+ *                 brings s, and after each subscribe: the paused queues changed)}
  *   -> exit code, stuck, signalled. Main thread only; blocks until the host
  * stops. stuck: the records (hostlua_push_record) of the calls that could
  * not be stopped at their timeout, whose threads still run, (parked =
@@ -421,19 +441,27 @@ static int hostlua_run(lua_State *L) {
     struct hostlua_webboot webboot = {entry, NULL}, repliesboot = {entry, NULL};
     hostlua_web_plan(L, "web", &plan.web, &plan.web_app, &webboot);
     hostlua_web_plan(L, "replies", &plan.replies, &plan.replies_app, &repliesboot);
-    struct hostlua_tick tick = {L, LUA_NOREF, -1e9};
+    struct hostlua_tick tick = {L, LUA_NOREF, -1e9, "tick"}, pause = {L, LUA_NOREF, -1e9, "pause"};
     lua_getfield(L, 1, "tick");
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "ms");
         plan.tick_ms = (long)lua_tonumber(L, -1);
         lua_pop(L, 1);
-        lua_getfield(L, -1, "fn");
-        if (lua_isfunction(L, -1) && plan.tick_ms > 0) {
-            tick.ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        if (hostlua_plan_fn(L, &tick, plan.tick_ms > 0)) {
             plan.tick = hostlua_tick;
             plan.tick_ud = &tick;
-        } else {
-            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    /* pause = {msg = s, fn = f}: msg anchored in the argument table */
+    lua_getfield(L, 1, "pause");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "msg");
+        plan.pause_msg = lua_tostring(L, -1);
+        lua_pop(L, 1);
+        if (hostlua_plan_fn(L, &pause, plan.pause_msg != NULL)) {
+            plan.on_pause = hostlua_tick;
+            plan.pause_ud = &pause;
         }
     }
     lua_pop(L, 1);
@@ -449,6 +477,7 @@ static int hostlua_run(lua_State *L) {
     if (ok) core_install_timeouts();
     int code = ok ? host_run(&plan) : 2;
     if (tick.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, tick.ref);
+    if (pause.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, pause.ref);
     if (reload.ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, reload.ref);
     free(boots); free(prefixes); free(threads); free(tokens);
     if (!ok) return luaL_error(L, "host_run: boots and tokens must be strings");

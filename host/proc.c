@@ -114,10 +114,16 @@ static void proc_read_err(struct proc *p) {
 
 /* Non-blocking progress: stderr read, the child reaped if it has exited.
  * Returns 1 once reaped. Once the child has exited its stderr is read only
- * as far as it is available (a grandchild may keep the pipe open). */
+ * as far as it is available, and what is left of its process group (the
+ * grandchildren it left running) gets KILL: seen exited but not reaped yet
+ * (waitid's WNOWAIT), its pid, the group's id, cannot have been reused. */
 static int proc_pump(struct proc *p) {
     proc_read_err(p);
     if (!p->reaped) {
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        if (waitid(P_PID, (id_t)p->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == p->pid)
+            kill(-p->pid, SIGKILL);
         int st;
         pid_t got = waitpid(p->pid, &st, WNOHANG);
         if (got == p->pid || (got < 0 && errno == ECHILD)) {

@@ -1,7 +1,8 @@
 /* sys.c - operating-system utilities for Lua (part of `luakiq.core`):
  * CRC-32 (the shard of an id), SHA-256 and HMAC-SHA256 (the webhook
  * worker's signature and delivery id), directory listings (the script directory),
- * random lease tokens, a free loopback port (tests), the pid and the resident
+ * random lease tokens, a free loopback port (tests), the pid, whether another
+ * pid is gone (fast recovery of a dead holder's lease), the resident
  * set size (GET /metrics), os.execute for workers, and replacing or ending
  * the process at once (a call that cannot be stopped). Stateless: any thread. */
 #include <dirent.h>
@@ -126,6 +127,17 @@ static int sys_free_port(lua_State *L) {
 }
 
 static int sys_getpid(lua_State *L) { lua_pushinteger(L, getpid()); return 1; }
+
+/* core.pid_gone(pid) -> true only when no process of that pid exists in
+ * this pid namespace (kill(pid, 0) fails with ESRCH); false when one does,
+ * even of another user (EPERM), or for a pid out of range. Fast recovery of
+ * a dead holder's shard lease on the same machine (luakiq.runner.fetch). */
+static int sys_pid_gone(lua_State *L) {
+    lua_Number n = luaL_checknumber(L, 1);
+    int gone = n >= 2 && n <= 4194304 && n == (lua_Number)(pid_t)n && kill((pid_t)n, 0) != 0 && errno == ESRCH;
+    lua_pushboolean(L, gone);
+    return 1;
+}
 
 /* core.hostname() -> this machine's host name ("?" when it cannot be read). */
 static int sys_hostname(lua_State *L) {
@@ -277,6 +289,7 @@ static const luaL_Reg sys_funcs[] = {
     {"hmac_sha256", sys_hmac_sha256}, {"sha256", sys_sha256},
     {"token", sys_token},         {"free_port", sys_free_port},
     {"getpid", sys_getpid},       {"rss", sys_rss},          {"hostname", sys_hostname},
+    {"pid_gone", sys_pid_gone},
     {NULL, NULL}};
 
 void sys_register(lua_State *L) { luaL_register(L, NULL, sys_funcs); }

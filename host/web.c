@@ -178,6 +178,14 @@ static const char *web_header(struct evkeyvalq *h, const char *name) {
     return v ? v : "";
 }
 
+/* How many headers of name (case-insensitive) the request has. */
+static int web_header_count(struct evkeyvalq *h, const char *name) {
+    int n = 0;
+    for (struct evkeyval *kv = h->tqh_first; kv; kv = kv->next.tqe_next)
+        if (evutil_ascii_strcasecmp(kv->key, name) == 0) n++;
+    return n;
+}
+
 static void web_free_body(const void *data, size_t len, void *arg) {
     (void)len; (void)arg;
     free((void *)data);
@@ -433,6 +441,13 @@ static void web_on_request(struct evhttp_request *req, void *arg) {
      * is the belt to those braces. */
     if (blen > w->opts.max_body) {
         web_send_static(w, req, 413, "{\"error\":\"request body too large\"}");
+        return;
+    }
+    /* RFC 9112 3.2: more than one Host is a 400 (evhttp would give the
+     * handler the first: the loopback check and the origin check must not
+     * see one name while a proxy routes by another) */
+    if (web_header_count(in, "Host") > 1) {
+        web_send_static(w, req, 400, "{\"error\":\"more than one Host header\"}");
         return;
     }
     unsigned char *body = blen ? evbuffer_pullup(ib, -1) : NULL;

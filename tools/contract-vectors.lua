@@ -17,6 +17,12 @@
 --                   as Redis receives them), in the order luakiq.client sends them
 --   errors.json     {jobs (JSON text), error}: the message an enqueue of the
 --                   array gives (`luakiq enqueue DIR WORKER` prints "luakiq: " before it)
+--   reply.json      {name, worker, shards_count, now, token | key, body, calls =
+--                   {{script, key, args}...}, outcome, message}: a reply as
+--                   luakiq.lib.replies sends it (`luakiq reply`: the body
+--                   trimmed; waitkey.lua's lookup answers {"a", "3"}, reply.lua
+--                   "accepted"), or the answer given without a call; body
+--                   {body, sent | error}: `luakiq reply`'s reading of the JSON text
 -- The worker is a default one (no windows, timezone, middlewares; the
 -- default max_payload_bytes), whose queue is named after it.
 local core = require "luakiq.core"
@@ -239,6 +245,79 @@ function M.errors()
   return out
 end
 
+-- A reply as `luakiq reply` sends it: a connection that records the calls
+-- (the registry answers shards_count, waitkey.lua's lookup {"a", "3"},
+-- reply.lua "accepted"), the clock stopped at NOW.
+local REPLY = {
+  -- name, worker, token | key ("key:" prefix), body
+  { "by token", "A", "1.QQ.YQ.3.0123456789abcdef0123456789abcdef", '{"answer":42}' },
+  { "by token: an id that needs escapes", "A", "1.QQ.eCB5Ont6fQ.17.ffffffffffffffffffffffffffffffff", '{"ok":true}' },
+  { "by token: a non-ASCII id", "A", "1.QQ.w7wtMg.2.ffffffffffffffffffffffffffffffff", '{"ok":true}' },
+  { "by token: a padding-free id of every length", "A", "1.QQ.YWJj.1.00000000000000000000000000000000", '[1]' },
+  { "by token: another worker's token", "A", "1.Qg.YQ.3.0123456789abcdef0123456789abcdef", '{}' },
+  { "by token: not a token", "A", "nonsense", '{}' },
+  { "by token: no id", "A", "1.QQ..3.0123456789abcdef", '{}' },
+  { "by token: a bad base64url length", "A", "1.QQ.Y.3.0123456789abcdef", '{}' },
+  { "by token: no attempt", "A", "1.QQ.YQ..0123456789abcdef", '{}' },
+  { "by key", "A", "key:corr-1", '{"answer":"yes"}' },
+  { "by key: non-ASCII", "A", "key:\195\169t\195\169 \226\128\168", '"text"' },
+  { "by key: too long", "A", "key:" .. ("k"):rep(1025), '{}' },
+  { "by key: the longest", "A", "key:" .. ("k"):rep(1024), '{}' },
+}
+local REPLY_BODIES = { '{"a":1}', '  {"a": 1}\n', '\t"x" ', '[1, 2]', 'null', '', '   \n', '{"a":', 'nope', '{"a":1} x', '\11"x"\12', '\194\160{}' }
+
+local function reply_calls(cfg, c)
+  local name, worker, ref, body = c[1], c[2], c[3], c[4]
+  local now, count, sent = NOW, 4, {}
+  local conn = {
+    call = function(_, cmd)
+      if cmd == "HGET" then return tostring(count) end
+      error("unexpected " .. cmd)
+    end,
+    cluster = function() return false end,
+    script = function(_, script, key, ...)
+      local call = { script = script, key = key, args = {} }
+      for k, v in ipairs({ ... }) do call.args[k] = redis_arg(v) end
+      sent[#sent + 1] = call
+      if script == "waitkey" then return { "a", "3" } end
+      return "accepted"
+    end,
+  }
+  cfg.by_name[worker] = cfg.by_name[worker] or { name = worker, queue_name = worker }
+  local real_now = core.now
+  core.now = function() return now end
+  local replies = require "luakiq.lib.replies"
+  local v = { name = name, worker = worker, shards_count = count, now = now, body = body }
+  local ok, outcome, msg
+  if ref:match("^key:") then
+    v.key = ref:sub(5)
+    ok, outcome, msg = pcall(replies.by_key, conn, cfg, worker, v.key, body)
+  else
+    v.token = ref
+    ok, outcome, msg = pcall(replies.by_token, conn, cfg, ref, body, worker)
+  end
+  core.now = real_now
+  if not ok then error(name .. ": " .. tostring(outcome), 0) end
+  v.calls, v.outcome, v.message = json.array(sent), outcome, msg
+  return v
+end
+
+function M.reply()
+  local cfg, out = config(), {}
+  for _, c in ipairs(REPLY) do out[#out + 1] = reply_calls(cfg, c) end
+  for _, body in ipairs(REPLY_BODIES) do
+    local sent = body:match("^%s*(.-)%s*$")
+    if sent == "" then
+      out[#out + 1] = { body = body, error = "give the reply's JSON as an argument or on stdin" }
+    elseif not pcall(json.decode, sent) then
+      out[#out + 1] = { body = body, error = "invalid JSON" }
+    else
+      out[#out + 1] = { body = body, sent = sent }
+    end
+  end
+  return out
+end
+
 -- file name -> text of every vector file.
 function M.files()
   return {
@@ -250,10 +329,14 @@ function M.files()
       "in the order sent; jobs is JSON text, now the enqueue's clock", M.push()),
     ["errors.json"] = file("the input error of an enqueue of jobs (JSON text) into a default worker; " ..
       "nothing is enqueued", M.errors()),
+    ["reply.json"] = file("a reply to a job that waits, as `luakiq reply` sends it (docs/redis.md, 'Jobs that " ..
+      "wait for a reply'): the script calls (waitkey.lua's lookup answering {\"a\", \"3\"}) and the " ..
+      "outcome, or its answer without a call; then the reading of a body given as JSON text (trimmed; " ..
+      "'invalid JSON' stands for the message's start)", M.reply()),
   }
 end
 
-M.NAMES = { "shard.json", "canonical.json", "push.json", "errors.json" }
+M.NAMES = { "shard.json", "canonical.json", "push.json", "errors.json", "reply.json" }
 
 -- Run as a tool: writes the files.
 if arg and arg[0] and arg[0]:match("contract%-vectors%.lua$") then

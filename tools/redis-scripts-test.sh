@@ -173,7 +173,7 @@ check "fetch moved jobs out of queue/retries/ids" "j20|j100" "$(qids "$P" perfor
 check "fetch: busy hash" "-5"$'\n'"-1" "$(bentry "$P" jneg)"
 check "fetch: error moved to busy:errors" "|E10" "$(r HGET "${P}errors" j10)|$(r HGET "${P}busy:errors" j10)"
 check "fetch: payloads renamed to busy" "0|1" "$(qhas "$P" jneg)|$(bhas "$P" jneg)"
-match "fetch: another token is refused with the pttl" "^LEASE\|[0-9]+$" "$(ev fetch "$P" B 10000 50 2 1 1)"
+match "fetch: another token is refused with the pttl and the holder" "^LEASE\|[0-9]+\|holder\|A$" "$(ev fetch "$P" B 10000 50 2 1 1)"
 check "a refused fetch changes nothing" "2|j20|j100" "$(r HLEN "${P}busy")|$(qids "$P" perform_in)"
 check "fetch without ack redelivers the batch in flight" "OK|1|20|0|0|2" "$(fh "$P" A 10000 50 2 '' 1)"
 check "redelivered: the same jobs in flight" "$INFLIGHT" "$(ev busy "$P")"
@@ -213,7 +213,7 @@ check "B's in flight: x merged with its pushed payload, its retry_count and erro
 check "holder is B" "B" "$(r GET "${P}holder")"
 check "B renews and acks: no second restore" "OK|||0|2|0" "$(ev fetch "$P" B 10000 50 5 2 0)"
 check "B acked them" "2" "$(r HGET "${P}counters" processed)"
-match "A is fenced out" "^LEASE\|[0-9]+$" "$(ev fetch "$P" A 10000 50 5 1 0)"
+match "A is fenced out (B holds the lease)" "^LEASE\|[0-9]+\|holder\|B$" "$(ev fetch "$P" A 10000 50 5 1 0)"
 # Restore without a fetch: restored jobs keep their perform_in/retry_count/error.
 ev push "$P" "" 1 z 5 3 1 zz >/dev/null # (in later, with its error)
 r HSET "${P}errors" z EZ >/dev/null
@@ -494,18 +494,18 @@ check "the junk member goes with its ready entry" "0|0" "$(r ZCARD "${P}jobs")|$
 
 # ---------------------------------------------------------------- stats, heads, busy
 r FLUSHALL >/dev/null
-check "stats of an empty shard" "0|0|0||0|0|0|0|0|0|0|0|0|0" "$(ev stats "$P")"
+check "stats of an empty shard" "0|0|0||0|0|0|0|0|0|0|0|0|0|0|0|0" "$(ev stats "$P")"
 check "heads of an empty shard" "|0" "$(ev heads "$P")"
 ev push "$P" "" 50 s1 10 -1 1 x s2 20 0 1 x s3 30 4 1 x s4 5 -1 1 x >/dev/null
 r ZADD "${P}morgue" 1 dead >/dev/null
 ev fetch "$P" A 10000 6 1 '' 1 >/dev/null
 r HINCRBY "${P}counters" failed 3 >/dev/null
-check "stats: fresh, retries, morgue, head, processed, failed, busy, expired, waiting, replies" "1|2|1|10|0|3|1|0|0|0|0|0|0|0" "$(ev stats "$P")"
-check "heads: head, nothing orphaned for another caller" "10|0" "$(ev heads "$P" B)"
+check "stats: fresh, retries, morgue, head, processed, failed, busy, expired, waiting, replies, snoozed, stale, cancelled" "1|2|1|10|0|3|1|0|0|0|0|0|0|0|0|0|0" "$(ev stats "$P")"
+check "heads: for another caller, the holder of the lease in place of the orphaned count" "10|A" "$(ev heads "$P" B)"
 check "heads: the lease holder's own batch in flight counts as orphaned" "10|1" "$(ev heads "$P" A)"
 check "busy listing" "1|s4|5|-1||1|x|1" "$(ev busy "$P")"
 B=$(ev fetch "$P" A 10000 100 2 1 1 | cut -d'|' -f2)
-check "stats after ack and fetch: processed, busy" "0|1|1|30|1|3|2|0|0|0|0|0|0|0" "$(ev stats "$P")"
+check "stats after ack and fetch: processed, busy" "0|1|1|30|1|3|2|0|0|0|0|0|0|0|0|0|0" "$(ev stats "$P")"
 check "busy listing in perform_in order" "2|s1|10|-1||1|x|1|s2|20|0||1|x|1" "$(ev busy "$P")"
 
 # ---------------------------------------------------------------- jobs

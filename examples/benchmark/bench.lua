@@ -9,7 +9,8 @@
 -- (io_shape.lua: one 100 ms HTTP request per job, against Sidekiq too).
 -- Prints the tables. Apart (alone, each runs nothing else): --cluster
 -- (cluster_shape.lua), --big and --merge (large_shapes.lua), --await
--- (await_shape.lua: jobs that wait for a reply).
+-- (await_shape.lua: jobs that wait for a reply), --clients (clients_shape.lua:
+-- the clients in clients/ against their ecosystems' peers).
 local core = require "luakiq.core"
 local runtime = require "luakiq.lib.runtime"
 local client = require "luakiq.client"
@@ -57,7 +58,11 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
                       against Sidekiq blocked on the same 1 s; needs wrk and python3; alone it runs nothing else
   --intake            with --await: only the waits and the replies (reply.lua; HTTP to a host that only takes
                       them; their on_reply calls; HTTP to the worker's host while it handles them), for comparing
-                      two builds of the --replies listener and of the handling]]
+                      two builds of the --replies listener and of the handling
+  --clients           the clients in clients/ (clients_shape.lua): each one's enqueue of --jobs blank jobs beside
+                      its peer in the same process (Python: redis-py pipelined LPUSH of Sidekiq-format jobs;
+                      Node.js: ioredis's; Ruby: Sidekiq's push_bulk) and `luakiq enqueue` of the same, --rounds
+                      times; a client not installed is skipped; alone it runs nothing else]]
 
 local SHAPES = {
   lag1 = { name = "lag, 5 shards, batch 1", shards = 5, batch = 1, scheduler = "lag" },
@@ -133,11 +138,12 @@ do
     elseif a == "--merge" then opt.merge = assert(tonumber(val()), "--merge: a number")
     elseif a == "--await" then opt.await = assert(tonumber(val()), "--await: a number")
     elseif a == "--intake" then opt.intake = true
+    elseif a == "--clients" then opt.clients = true
     else io.stderr:write(USAGE, "\n") os.exit(a == "--help" and 0 or 2) end
     given[a] = true
     i = i + 1
   end
-  if opt.cluster or opt.big or opt.merge or opt.await then -- alone, each runs nothing else
+  if opt.cluster or opt.big or opt.merge or opt.await or opt.clients then -- alone, each runs nothing else
     if not given["--shapes"] then opt.shapes = {} end
     if not given["--latency"] then opt.latency = 0 end
     if not given["--io"] then opt.io = 0 end
@@ -756,6 +762,14 @@ local main_ok, main_err = xpcall(function()
                       print_table = print_table, fmt_int = fmt_int, mb = mb, INTAKE = opt.intake }
     await_res = await_shape.run(await_shape.B, opt.await, opt.rounds)
   end
+  local clients_shape, clients_res
+  if opt.clients then
+    clients_shape = dofile(BENCH_DIR .. "/clients_shape.lua")
+    clients_shape.B = { capture = capture, q = q, ok = ok, fresh_db = fresh_db, cli_enqueue = cli_enqueue, TMP = TMP,
+                        BENCH_DIR = BENCH_DIR, ROOT = BENCH_DIR .. "/../..", REDIS_URL = REDIS_URL,
+                        ENQUEUE_CALL = ENQUEUE_CALL, print_table = print_table, fmt_int = fmt_int }
+    clients_res = clients_shape.run(clients_shape.B, opt.jobs, opt.rounds)
+  end
   local rtt, floor_w, floor_l
   if #results > 0 then
     io.stderr:write("  redis-benchmark ...\n")
@@ -825,6 +839,7 @@ local main_ok, main_err = xpcall(function()
   if merge_rows then large.print_merge(large.B, merge_rows) end
   if big_res then large.print_big(large.B, big_res) end
   if await_res then await_shape.print(await_shape.B, await_res) end
+  if clients_res then clients_shape.print(clients_shape.B, clients_res) end
 
   -- The issue's targets.
   if #results == 0 and not lat and not io_lk then return end

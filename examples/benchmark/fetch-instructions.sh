@@ -13,7 +13,8 @@
 # UUIDs: each is looked up alone); FETCH_IDS=spread the numbers 24, 48, ...
 # (one shard's of run.sh's 24-shard shape); FETCH_AWAITED=1 a shard that has
 # awaited (a worker that uses luakiq.await, none waiting), FETCH_AWAITED=N
-# with N - 1 other ids waiting; PUSH_COST=1 prints push.lua's
+# with N - 1 other ids waiting; FETCH_FIN=keep|mono|keep,mono a worker with
+# keep_done and/or monotonic; PUSH_COST=1 prints push.lua's
 # cost a job instead (against a server that is sent nothing), in the form
 # PUSH_FORM names: ids (default), pairs or groups. (The client calls fetch
 # through luakiq.runner.queue, read from LUAKIQ_SCRIPTS too: a tree from

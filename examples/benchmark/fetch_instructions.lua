@@ -19,6 +19,9 @@
 -- MODE "none" pushes nothing (push's baseline). PUSH_FORM=groups sends
 -- push.lua groups of 5 instead of its "ids" form, PUSH_FORM=pairs its
 -- "pairs" form (docs/redis.md, push.lua).
+-- FETCH_FIN=keep, mono or keep,mono: a worker with keep_done (a record kept
+-- per job acked) and/or monotonic = true (docs/redis.md, "Finished jobs",
+-- "Stale payloads").
 -- Usage: luakiq lua fetch_instructions.lua PORT N MODE LIMIT
 local core = require "luakiq.core"
 local queue = require "luakiq.runner.queue"
@@ -68,8 +71,12 @@ if awaited > 0 then
 end
 if MODE == "fetch" then
   local at, got, ack = string.format("%.17g", core.now() + 1), 0, nil
+  local fin_s = os.getenv("FETCH_FIN") or ""
+  local fin = fin_s ~= "" and queue.finishing({ keep_done = fin_s:find("keep") and 86400 or 0, keep_done_max = N,
+                                                monotonic = fin_s:find("mono") ~= nil, monotonic_ttl = 604800 }) or nil
   while true do
-    local res = queue.parse_fetch(conn:pipeline({ queue.fetch_cmd(P, "tok", 30000, tonumber(LIMIT), ack, false, at) })[1],
+    local res = queue.parse_fetch(conn:pipeline({ queue.fetch_cmd(P, "tok", 30000, tonumber(LIMIT), ack, false, at,
+      fin) })[1],
       { prefix = P })
     assert(not res.leased, "the lease is held elsewhere")
     if not res.batch then break end

@@ -2,8 +2,9 @@
 # examples/postgres: starts a private Redis and a private PostgreSQL (initdb in
 # a temp dir), creates the table, runs `luakiq run examples/postgres` with 5
 # threads and injected failures while ORDERS orders x VERSIONS snapshots are
-# pushed in order, then checks that every order's row holds its newest
-# snapshot. Usage: examples/postgres/run.sh [ORDERS] [VERSIONS]  (200 x 20)
+# pushed in order, then pushes an older snapshot of 10 orders late (dropped
+# as stale: the worker is monotonic) and checks that every order's row holds
+# its newest snapshot. Usage: examples/postgres/run.sh [ORDERS] [VERSIONS]  (200 x 20)
 # Installs what is missing and builds build/luakiq first, unless LUAKIQ_BIN
 # names a binary (the spec runs it so, with the binary under test).
 set -euo pipefail
@@ -34,13 +35,24 @@ echo "pushed $orders orders x $versions snapshots; waiting for the queue to drai
 # drained: nothing queued (stats' length leaves out jobs in flight),
 # nothing in flight, and still nothing queued after that look (a call may
 # have failed its jobs back meanwhile)
-none_queued() { "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"expired":0,"lag":0,"length":0,"morgue_length":0}'; }
+none_queued() { "$LUAKIQ_BIN" stats "$dir" | grep -q '"total":{"expired":0,"lag":0,"length":0,"morgue_length":0[,}]'; }
 for _ in $(seq 600); do
   none_queued &&
     [ -z "$("$LUAKIQ_BIN" jobs "$dir" Snapshots busy)" ] &&
     none_queued && break
   sleep 0.1
 done
+# a third party re-sends old snapshots late: version VERSIONS-1 of the first
+# LATE orders, after version VERSIONS was applied. monotonic = true drops them
+# at fetch (counted as stale), so no row goes back in time.
+late=$(( orders < 10 ? orders : 10 ))
+old=$(( versions - 1 ))
+for id in $(seq 1 "$late"); do
+  echo "{\"id\":\"order-$id\",\"score\":$old,\"payload\":{\"version\":$old,\"status\":\"late\"}}"
+done | "$LUAKIQ_BIN" enqueue "$dir" Snapshots >/dev/null
+stale() { "$LUAKIQ_BIN" stats "$dir" | sed -n 's/.*"stale":\([0-9]*\).*/\1/p'; }
+for _ in $(seq 100); do [ "$(stale)" -ge "$late" ] 2>/dev/null && none_queued && break; sleep 0.1; done
+echo "late snapshots (version $old) pushed for $late orders: $(stale) dropped as stale"
 kill -TERM "$host_pid"; wait "$host_pid" || true; host_pid=
 echo "failures injected and retried: $(grep -c 'batch failed' "$tmp/host.log" || true)"
 psql -tA -c "SELECT count(*) || ' orders, ' || count(*) FILTER (WHERE version = $versions) || ' at version $versions' FROM orders"

@@ -63,9 +63,11 @@ end
 
 -- Error values for the failure path (luakiq.lib.failure): error(luakiq.permanent(msg))
 -- sends the call's jobs to the morgue at once; error(luakiq.retry_after(s, msg))
--- retries them in s seconds.
+-- retries them in s seconds; error(luakiq.snooze(s, msg)) puts them back due in
+-- s seconds, not a failure (no retry counted, no error stored).
 M.permanent = require("luakiq.lib.failure").permanent
 M.retry_after = require("luakiq.lib.failure").retry_after
+M.snooze = require("luakiq.lib.failure").snooze
 
 -- Stops the whole process: the current batch stays in flight (it comes back
 -- on the next start), last_words(msg) runs on the main thread, exit code 1.

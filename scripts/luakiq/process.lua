@@ -8,7 +8,8 @@
 --           past the call's deadline)
 --   grace   seconds between TERM and KILL when it is ended (default 2)
 -- code: the exit status (nil when a signal ended it); signal: that signal's
--- number; stderr: the last 4 KiB the program wrote there. Its stdout is the
+-- number; stderr: the last 4 KiB the program wrote there. Once the program
+-- exits, what it left running in its process group gets KILL. Its stdout is the
 -- host's. Raises "process: <argv[1]> ran past its timeout of N s" at its own
 -- timeout, the call's timeout error at the call's deadline (either way the
 -- program's process group got TERM, then KILL after grace), and

@@ -33,13 +33,13 @@ local flat = r[2]
 if group ~= "" then
   local out = { r[1] }
   for i = 1, #flat, 2 do
-    if error_group(flat[i + 1]) == group then out[#out + 1] = flat[i] end
+    if error_group(flat[i + 1], flat[i]) == group then out[#out + 1] = flat[i] end
   end
   return out
 end
 local by, order = {}, {}
 for i = 1, #flat, 2 do
-  local g = error_group(flat[i + 1])
+  local g = error_group(flat[i + 1], flat[i])
   local e = by[g]
   if not e then
     e = { n = 0, ids = {} }

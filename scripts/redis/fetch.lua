@@ -3,9 +3,14 @@
 -- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:".
 -- ARGV[1] token (this holder), [2] lease_ms, [3] now, [4] limit (max jobs),
 --      [5] ack: the batch id to ack ("" = no ack), [6] fetch: "1" or "0",
---      [7] (optional) "1": the worker's delivery is "at_most_once".
--- Lease (fencing): if another token holds "lease" -> {"LEASE", pttl}, nothing
--- done. If nobody holds it and "holder" is another token, this is a new
+--      [7] (optional) "1": the worker's delivery is "at_most_once", then
+--      optional sections: "mono", ttl (monotonic) and "done", keep_s,
+--      keep_max, id/result pairs (keep_done), below and lib/done.lua.
+-- Lease (fencing): if another token holds "lease" -> {"LEASE", pttl,
+-- "holder", that token}, nothing done (the token says whose lease the
+-- caller waits for, and lets a host on the holder's machine see that the
+-- holder is gone: luakiq.runner.fetch's fast recovery). If nobody holds it
+-- and "holder" is another token, this is a new
 -- acquisition: every in-flight job of the shard returns to the queue with its
 -- own perform_in/retry_count/error (the "failed + queued" merge, docs/redis.md),
 -- then holder = token; with ARGV[7] = "1" (at most once) they go to the
@@ -20,6 +25,10 @@
 -- a new batch id, and busy:fetched_at = now (once per batch, not per job).
 -- Payloads whose expires_at has passed never leave the queue for perform:
 -- they go to the morgue ("expired"; counters.expired) as their id is fetched.
+-- With "mono", payloads whose score is not above their id's highest score
+-- performed are dropped as it is fetched (counters.stale), and the ack
+-- remembers the scores it acked; with "done", the ack keeps a record of
+-- each job done (lib/done.lua; docs/redis.md, "Finished jobs").
 -- Reshard (P reshard holds another token): a new holder is refused, the
 -- holder's ack is done, its lease given back when nothing is in flight, and
 -- the reply is {"LEASE", "-2", "reshard", acked} (docs/redis.md, "Reshard").
@@ -58,6 +67,30 @@ local now, limit = arg_finite("fetch", "now", ARGV[3]), arg_count("fetch", "limi
 if ack == nil or (want ~= "0" and want ~= "1") then
   error("BADARG luakiq fetch: ARGV must be token, lease_ms, now, limit, ack batch id, fetch (0|1)", 0)
 end
+-- Optional sections after ARGV[7], found by their names (a worker that uses
+-- neither sends none; other words are passed over):
+-- "mono", ttl (monotonic: stale payloads dropped, the ack remembers the
+-- highest scores, lib/done.lua); "done", keep_s, keep_max, then id/result
+-- pairs to the end (keep_done: the ack keeps a record of each job).
+local mono_ttl, keep_s, keep_max, results
+if ARGV[8] then
+  local i = 8
+  while ARGV[i] do
+    if ARGV[i] == "mono" then
+      mono_ttl = arg_finite("fetch", "mono ttl", ARGV[i + 1])
+      i = i + 2
+    elseif ARGV[i] == "done" then
+      keep_s, keep_max = arg_finite("fetch", "keep_done", ARGV[i + 1]), arg_count("fetch", "keep_done_max", ARGV[i + 2])
+      results = {}
+      for k = i + 3, #ARGV, 2 do results[ARGV[k]] = ARGV[k + 1] end
+      break
+    else
+      i = i + 1 -- (another word: not one of these sections)
+    end
+  end
+end
+DONE_WANTED = keep_s ~= nil or mono_ttl ~= nil -- (lib/keys.lua)
+-- luakiq:include done
 local busy, berrs = K.busy, K.busy_errors
 
 -- Lease.
@@ -67,7 +100,7 @@ local busy, berrs = K.busy, K.busy_errors
 local lf = redis.call("MGET", K.lease, K.reshard, K.batch, P .. WAITS_SEQ)
 local cur = lf[1]
 if cur and cur ~= token then
-  return { "LEASE", tostring(redis.call("PTTL", K.lease)) }
+  return { "LEASE", tostring(redis.call("PTTL", K.lease)), "holder", cur }
 end
 -- A shard that awaited (lib/waits.lua): whether this call has waits to
 -- settle (a pending wait, a reply call in flight) or to hand over (due by
@@ -138,6 +171,7 @@ if ack ~= "" and ack == lf[3] then
   -- calls end their waits (lib/waits.lua)
   local waited = W and W.settle_batch(P, K, ack) or 0
   if nids > 0 then
+    if keep_s or mono_ttl then done_batch(P, K, now, score_str(now), keep_s, keep_max, results, mono_ttl) end
     redis.call("DEL", busy, berrs, K.busy_fetched_at)
     if nids > waited then redis.call("HINCRBY", K.counters, "processed", nids - waited) end
     acked = nids - waited
@@ -766,8 +800,9 @@ if want == "1" and limit > 0 then
     -- a shard where some jobs wait for a retry or carry an error costs one
     -- or two more. On a plain shard rare counts P retries and P errors
     -- alone: 2 is both, as a failed job waiting in later leaves them.)
-    local plain, retried = quiet, false
-    if not quiet and redis.call("EXISTS", K.levels, K.windows, K.stale, K.expiring) == 0 then
+    -- (a monotonic fetch looks at each job's scores: take_default's way)
+    local plain, retried = quiet and not mono_ttl, false
+    if not quiet and not mono_ttl and redis.call("EXISTS", K.levels, K.windows, K.stale, K.expiring) == 0 then
       K.has_levels, K.has_windows, plain = false, false, true
       retried = rare == 2 or redis.call("EXISTS", K.retries) == 1
     end
@@ -840,6 +875,10 @@ if want == "1" and limit > 0 then
       -- (fields from 3: 1 and 2 are for P busy's filler, keys.lua)
       local fields, rem, nf, nr, heads = { false, false }, {}, 2, 0, {}
       local expiring = not quiet and redis.call("EXISTS", K.expiring) == 1
+      -- monotonic: each id's highest score performed (lib/done.lua); its
+      -- payloads not above it are dropped (counters.stale), an id left
+      -- with none is not delivered (its record leaves)
+      local tops, stale, gone = mono_ttl and mono_get(P, ids, m), 0, nil
       for i = 1, m do
         local id, pin = ids[i], pins[i]
         local rc, err = rcs[i] or "-1", errs[i] or nil
@@ -857,9 +896,19 @@ if want == "1" and limit > 0 then
         local prio, win, rec = prios and prios[i], wins[i], nil
         if nxt then
           local expires = expiring and redis.call("SISMEMBER", K.expiring, id) == 1
-          if expires then
+          local top = tops and tops[i]
+          if expires or top then
             local pl = select(3, job_decode(mem, esc(id)))
-            if pl then pl = expire(id, pl, now_s) end
+            if pl and expires then pl = expire(id, pl, now_s) end
+            if pl and top then
+              local c
+              pl, c = mono_drop(pl, top)
+              stale = stale + c
+              if #pl == 0 then
+                gone = gone or {}
+                gone[#gone + 1] = id
+              end
+            end
             if pl and #pl > 0 then rec = busy_record(pin, rc, prio, win, pl) end
           else
             rec = busy_record_of(pin, rc, prio, win, mem, nxt, heads)
@@ -878,6 +927,18 @@ if want == "1" and limit > 0 then
         end
       end
       store_batch(n, rem, fields)
+      if stale > 0 then redis.call("HINCRBY", K.counters, "stale", stale) end
+      -- (an id whose payloads were all stale: its expiry entries and tags go)
+      for _, id in ipairs(gone or {}) do
+        if not job_state(P, K, id) then
+          if expiring then
+            redis.call("DEL", expires_key(P, id))
+            redis.call("SREM", K.expiring, id)
+          end
+          local text = has_tags(K) and redis.call("HGET", K.tags, id)
+          if text then forget_tags(P, K, id, text) end
+        end
+      end
     end
     if due then take_waits(due, total - n, now_s) end
   end

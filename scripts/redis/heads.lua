@@ -10,7 +10,9 @@
 -- own lease is one whose ack or failure never reached Redis (a Redis error
 -- in between). Either way the shard must be fetched, even if its queue is
 -- empty: fetch.lua restores (dead holder) or redelivers (own batch) them, or
--- the pending ack settles it.
+-- the pending ack settles it. With the caller's token, jobs in flight under
+-- another holder's lease make orphaned that holder's token instead of "0"
+-- (the caller's fast recovery: a holder of its machine that is gone).
 -- luakiq:include keys
 -- luakiq:include levels
 local P = KEYS[1]
@@ -29,11 +31,13 @@ local head = queue_head(P, K)
 local wh = redis.call("ZRANGE", P .. WAITS_DUE, 0, 0, "WITHSCORES")[2]
 if wh and (not head or tonumber(wh) < tonumber(head)) then head = score_str(tonumber(wh)) end
 head = head or ""
-local orphaned = false
+local orphaned = "0"
 if redis.call("EXISTS", K.busy) == 1 then
   local lease = redis.call("GET", K.lease)
-  orphaned = not lease or (ARGV[1] ~= nil and ARGV[1] ~= "" and lease == ARGV[1])
+  local caller = ARGV[1] ~= nil and ARGV[1] ~= ""
+  if not lease or (caller and lease == ARGV[1]) then orphaned = "1"
+  elseif caller then orphaned = lease end
 end
 local now = tonumber(ARGV[2])
-if now and has_levels(K) then return { head, orphaned and "1" or "0", best_due(P, K, now) } end
-return { head, orphaned and "1" or "0" }
+if now and has_levels(K) then return { head, orphaned, best_due(P, K, now) } end
+return { head, orphaned }

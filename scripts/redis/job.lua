@@ -1,5 +1,6 @@
 -- job.lua: where one job is, read only (luakiq job / GET .../jobs/ID).
--- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = id.
+-- KEYS[1] = shard prefix "NS:{QUEUE:SHARD}:". ARGV[1] = id, [2] (optional) the
+-- time before which a finished record is not answered (now - keep_done).
 -- Returns {state, ...} (strings), the first state that holds, in this order:
 --   "in_flight", perform_in, retry_count, error or "", holder token or "",
 --       fetched_at or "", priority, windows or "", npayloads, payload, score,
@@ -11,6 +12,8 @@
 --       windows or "", npayloads, payload, score, ... (the waiting job), then
 --       nheld, payload, score, ... (payloads pushed meanwhile, P held)
 --   "dead", updated_at, error or "", npayloads, payload, score, ...
+--   "finished", record (keep_done: the JSON record lib/done.lua keeps of a
+--       job done or cancelled: state, finished_at, attempts[, result])
 --   "" (the id is nowhere)
 -- (A waiting job's reply or timeout call is in flight: "in_flight".)
 -- An id can be in flight and queued at once (payloads pushed while its batch
@@ -22,6 +25,7 @@
 WAITS_WANTED = redis.call("EXISTS", KEYS[1] .. WAITS_SEQ) == 1 -- (lib/waits.lua: a shard that awaited)
 -- luakiq:include waits
 -- luakiq:include listing
+-- luakiq:include done
 local P, id = KEYS[1], ARGV[1]
 local K = shard_keys(P)
 if W then W.keys(K, P) end -- (lib/waits.lua)
@@ -66,4 +70,6 @@ if dead then
   put_payloads(out, dm and morgue_decode(dm, E) or {})
   return out
 end
+local fin = done_get(P, id, tonumber(ARGV[2]))
+if fin then return { "finished", fin } end
 return { "" }

@@ -9,8 +9,8 @@
 -- changes (the caller claims the tick in the id's new shard).
 -- A tick not later than the schedule's last claimed one changes nothing
 -- (returns 0). A schedule seen for the first time records its tick and
--- enqueues only when the tick is at most 60 s old (a new schedule does not
--- fire a tick from before it existed). The job: perform_in = score = tick,
+-- enqueues only when the tick is at most 60 s old (a new daily schedule
+-- does not fire yesterday's tick; one whose tick passed a moment ago does). The job: perform_in = score = tick,
 -- merged into a queued job of the same id like a push ("new + queued": the
 -- payload keeps the minimal score; perform_in, retry_count, priority and
 -- place of the queued job). A new job is placed as push.lua places one

@@ -149,6 +149,12 @@ describe("a Redis Cluster", function()
     local rc, out, err = host.exec("stats " .. q(dir), nil, "REDIS_URL=" .. cl.url:gsub("/0$", "/2"))
     assert.are.equal(2, rc, out)
     assert.matches("^luakiq: bad Redis URL '.*': 127%.0%.0%.1:%d+ is a Redis Cluster node, and a cluster has only db 0\n$", err)
+    -- `run` too, at once (it retries an unreachable Redis for redis_retry, never a bad URL)
+    local t0 = core.now()
+    rc, out, err = host.exec("run " .. q(dir), nil, "REDIS_URL=" .. cl.url:gsub("/0$", "/2"))
+    assert.are.equal(2, rc, out)
+    assert.matches("luakiq: bad Redis URL '.*': 127%.0%.0%.1:%d+ is a Redis Cluster node, and a cluster has only db 0\n$", err)
+    assert.is_true(core.now() - t0 < 5)
     local single = redis.start { extra = "" }
     rc, out, err = host.exec("stats " .. q(dir), nil,
       ("REDIS_URL=redis://127.0.0.1:%d,127.0.0.1:%d"):format(single.port, cl.nodes[1].port))

@@ -10,7 +10,7 @@ local read = require("helpers.host").read
 
 local COPIES = { "clients/python/luakiq/scripts", "clients/node/scripts", "clients/ruby/lib/luakiq/scripts" }
 -- what the clients call (CMakeLists.txt, LUAKIQ_CLIENT_SCRIPTS)
-local USED = { "job", "layout", "push", "register", "stats" }
+local USED = { "job", "layout", "push", "register", "reply", "stats", "waitkey" }
 
 for _, dir in ipairs(COPIES) do
   describe(dir, function()

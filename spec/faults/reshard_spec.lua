@@ -13,8 +13,8 @@
 --      pushed meanwhile (under the new count) runs after it, not beside it;
 --      the schedules' last ticks move; bad input: one line, exit 2.
 --   4. stale hosts: a host started with the old count is refused (exit 2);
---      a running host with a fixed plan stops serving the queue with one
---      line and goes on with its other queues; an elastic one follows.
+--      a running host with a fixed plan stops with one line and exit 1, and
+--      started again with the new count serves it; an elastic one follows.
 -- ctest runs 2-4 once more on a Redis Cluster (label cluster), where every
 -- script call must touch one slot.
 local core = require "luakiq.core"
@@ -362,8 +362,8 @@ describe("luakiq reshard", function()
       assert.is_true(one_line(err), err)
     end)
 
-    it("stale hosts: one started with the old count is refused; a fixed plan drops the queue, an elastic one follows",
-      function()
+    it("stale hosts: one started with the old count is refused; a fixed plan stops with one line (exit 1) and " ..
+      "serves the new count when started again; an elastic one follows", function()
         local conn = srv.conn
         -- a fixed-plan host serving W and V
         local fixed = host.spawn("run " .. q(dir) .. " --threads 2", env())
@@ -380,11 +380,18 @@ describe("luakiq reshard", function()
         assert.are.equal(6, json.decode(out).to)
         -- stderr says what to do next
         assert.truthy(err:match("now set shards_count = 6 in .*W%.lua"), err)
-        host.eventually(function() return fixed:log():match("queue W was resharded from 4 to 6 shards; this host's plan " ..
-          "is fixed, so this thread no longer serves it") end, 10, "the fixed host's line")
+        -- the fixed host stops as at TERM and exits 1, with one line saying why and what to do
+        assert.are.equal(1, fixed:wait(15), fixed:log())
+        local log = fixed:log()
+        local _, lines = log:gsub("queue W was resharded", "")
+        assert.are.equal(1, lines, log)
+        assert.truthy(log:find("queue W was resharded from 4 to 6 shards and this host's plan is fixed: stopping " ..
+          "(exit 1) to be started again with the new plan: set shards_count = 6 in " .. dir .. "/workers/W.lua first",
+          1, true), log)
+        assert.falsy(log:match("worker thread failed"), log)
         host.eventually(function() return elastic:log():match("queue W resharded from 4 to 6 shards") end, 10,
           "the elastic host follows")
-        -- the elastic host runs W's jobs on the 6 shards, the fixed one V's
+        -- the elastic host runs W's jobs on the 6 shards (V's too)
         host.enqueue(dir, "V", { { id = "v1", payload = 1 } }, env())
         local rc2, _, err2 = host.exec("enqueue " .. q(dir) .. " W", '{"id":"w1"}', env())
         assert.are.equal(2, rc2)
@@ -395,10 +402,22 @@ describe("luakiq reshard", function()
           local done = conn:call("LRANGE", "t:done", 0, -1)
           table.sort(done)
           return table.concat(done, ",") == "v1,w1,w2,w3"
-        end, 15, "W's jobs on the elastic host, V's anywhere", function()
-          return select(2, host.exec("stats " .. q(dir), nil, env())) .. "\nFIXED:\n" .. fixed:log() ..
-            "\nELASTIC:\n" .. elastic:log()
+        end, 15, "W's jobs on the elastic host, V's too", function()
+          return select(2, host.exec("stats " .. q(dir), nil, env())) .. "\nELASTIC:\n" .. elastic:log()
         end)
+        elastic:signal("TERM")
+        assert.are.equal(0, elastic:wait(10), elastic:log())
+        -- started again with the new file (its supervisor), the fixed host plans 6 shards of W and serves them
+        conn:call("DEL", "t:done")
+        fixed = host.spawn("run " .. q(dir) .. " --threads 2", env())
+        host.eventually(function() return fixed:log():match("W5") end, 10, "the fixed host's new plan", function()
+          return fixed:log()
+        end)
+        local ids = {}
+        for i = 1, 12 do ids[i] = { id = "x" .. i, payload = i } end
+        host.enqueue(dir, "W", ids, env())
+        host.eventually(function() return conn:call("LLEN", "t:done") == 12 end, 15, "W's jobs on the fixed host",
+          function() return fixed:log() end)
         -- a host started with the old count: refused, one line, exit 2
         local stale = host.scriptdir {
           ["config.lua"] = "return { poll_interval = 0.2 }",
@@ -409,10 +428,7 @@ describe("luakiq reshard", function()
         assert.are.equal("luakiq: " .. stale .. "/workers/W.lua: shards_count is 4 but queue 'W' already has 6 shards " ..
           "in Redis; changing it would strand jobs (see docs/configuration.md, 'Changing shards_count')\n", err3)
         fixed:signal("TERM")
-        elastic:signal("TERM")
         assert.are.equal(0, fixed:wait(10), fixed:log())
-        assert.are.equal(0, elastic:wait(10), elastic:log())
-        assert.falsy(fixed:log():match("worker thread failed"), fixed:log())
         host.sh("rm -rf " .. q(edir) .. " " .. q(stale))
         assert.is_true(conn:call("EXISTS", "luakiq:{W}:reshard") == 0)
       end)

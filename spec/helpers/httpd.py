@@ -26,7 +26,9 @@ Routes (any method):
                      "status N"; Retry-After: 2 on 429/503), "flaky" (500 the
                      first time a body is seen, then 200), "later" (429 with
                      Retry-After: 1 the first time, then 200, per body),
-                     "slow" (sleeps 5 s, then 200), "callback" (202, then,
+                     "slow" (sleeps 5 s, then 200), "after" (503 with
+                     Retry-After: the rest of the path, URL-decoded:
+                     /hook/after/1e23), "callback" (202, then,
                      /hook/callback/MS ms later, a POST to each job's
                      reply_url: {"status": "failed", "error": E,
                      "retryable": false} when a payload is {"fail": E},
@@ -43,6 +45,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -163,6 +166,8 @@ class Handler(BaseHTTPRequestHandler):
                     self.reply(429, "later", [("Retry-After", "1")])
                 else:
                     self.reply(200, "ok")
+            elif arg == "after":
+                self.reply(503, "after", [("Retry-After", urllib.parse.unquote("/".join(parts[2:])))])
             elif arg == "slow":
                 time.sleep(5)
                 self.reply(200, "ok")

@@ -1,4 +1,5 @@
 -- The command line: exit codes, one-line errors, plan, enqueue validation.
+local core = require "luakiq.core"
 local host = require "helpers.host"
 local json = require "luakiq.json"
 local q = host.quote
@@ -57,6 +58,15 @@ describe("bad script directories stop start-up with one line and exit 2", functi
       "shards_count must be an integer from 1 to 16384" },
     { "threads_per_node above 1024", { ["config.lua"] = "return { threads_per_node = 1e7 }", ["workers/A.lua"] = WORKER },
       "threads_per_node must be an integer from 1 to 1024" },
+    -- finished jobs and stale payloads (docs/configuration.md)
+    { "keep_done below 0", { ["workers/A.lua"] = "return { keep_done = -1, perform = function() end }" },
+      "keep_done must be a number >= 0" },
+    { "keep_done_max 0", { ["workers/A.lua"] = "return { keep_done = 60, keep_done_max = 0, perform = function() end }" },
+      "keep_done_max must be a positive integer" },
+    { "monotonic not a boolean", { ["workers/A.lua"] = "return { monotonic = 'yes', perform = function() end }" },
+      "monotonic must be true or false" },
+    { "monotonic_ttl 0", { ["workers/A.lua"] = "return { monotonic = true, monotonic_ttl = 0, perform = function() end }" },
+      "monotonic_ttl must be a number > 0" },
   }
   for _, c in ipairs(cases) do
     it(c[1], function()
@@ -111,6 +121,32 @@ describe("luakiq enqueue", function()
     assert.are.equal(0, rc)
     return json.decode(out).by_worker.A.length
   end
+
+  it("refuses a NUL byte in its input: exit 2, one line naming the line, nothing written", function()
+    local before = length()
+    for _, input in ipairs { '{"id":1}\n\0{"id":2}\n', '{"id":1}\n{"id":"a\0b"}\n', '[{"id":1},\0{"id":2}]' } do
+      local rc, out, err = host.exec("enqueue " .. q(dir) .. " A", input, env())
+      assert.are.equal(2, rc, out)
+      assert.is_true(one_line(err), err)
+      assert.truthy(err:find("NUL byte", 1, true), err)
+    end
+    local _, _, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":1}\n\0{"id":2}\n', env())
+    assert.truthy(err:find("line 2: ", 1, true), err)
+    assert.are.equal(before, length())
+  end)
+
+  it("warns (one line on stderr, as the host does) when Redis may evict keys, and enqueues", function()
+    srv.conn:call("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+    local rc, out, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":"lru"}\n', env())
+    srv.conn:call("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    assert.are.equal(0, rc, err)
+    assert.are.equal("enqueued 1 jobs\n", out)
+    assert.is_true(one_line(err) and err ~= "", err)
+    assert.truthy(err:find("maxmemory-policy is allkeys-lru", 1, true), err)
+    rc, out, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":"quiet"}\n', env())
+    assert.are.equal(0, rc, err)
+    assert.are.equal("", err)
+  end)
 
   it("takes JSON lines and a JSON array, and prints how many", function()
     local rc, out, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":1}\n\n{"id":"two","payload":{"b":1,"a":2}}\n', env())
@@ -276,6 +312,14 @@ describe("luakiq stats", function()
     assert.is_true(s.total.lag > 1e9)
     assert.are.same({ length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 }, s.by_worker.B)
     assert.are.equal(1, s.by_worker.A.length)
+  end)
+  it("counts a perform_in before 1970 as 1970: lag is at most the Unix time, never 1e+308", function()
+    local dir = host.scriptdir { ["workers/A.lua"] = WORKER }
+    local rc, _, err = host.exec("enqueue " .. q(dir) .. " A", '{"id":1,"perform_in":-1e308}', env())
+    assert.are.equal(0, rc, err)
+    local s = host.stats(dir, env())
+    assert.is_true(s.total.lag > 1e9 and s.total.lag <= core.now() + 1, tostring(s.total.lag))
+    assert.are.equal(s.total.lag, s.by_worker.A.lag)
   end)
 end)
 

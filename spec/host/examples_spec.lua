@@ -371,6 +371,8 @@ describe("examples/postgres", function()
     assert.are.equal(0, rc, out .. err)
     assert.truthy(out:find("200 orders, 200 at version 20", 1, true), out)
     assert.truthy(out:find("OK: every order holds its newest snapshot", 1, true), out)
+    -- the late snapshots (version 19 of 10 orders after 20): dropped, not written
+    assert.truthy(out:find("late snapshots (version 19) pushed for 10 orders: 10 dropped as stale", 1, true), out)
     local failures = tonumber(out:match("failures injected and retried: (%d+)"))
     assert.is_true(failures > 0, out)
   end)
@@ -381,12 +383,61 @@ describe("examples/webhook", function()
     local rc, out, err = host.sh_out("LUAKIQ_BIN=" .. host.quote(host.bin) .. " examples/webhook/run.sh")
     assert.are.equal(0, rc, out .. err)
     for i = 1, 5 do assert.truthy(out:find("processed order-" .. i .. " ", 1, true), out) end
-    assert.truthy(out:find("failed order-6 (attempt 2)", 1, true), out)
+    -- order-6's two failed attempts carried one delivery id (the receiver
+    -- skips a delivery it processed: a retry must not look new)
+    local d1 = out:match("failed order%-6 %(attempt 1, delivery (%x+)%)")
+    local d2 = out:match("failed order%-6 %(attempt 2, delivery (%x+)%)")
+    assert.truthy(d1, out)
+    assert.are.equal(d1, d2)
+    assert.truthy(out:find('processed order-6 [{"fail_times": 2, "total": 60}] (attempt 3)', 1, true), out)
     assert.truthy(out:find('processed order-6 [{"fail_times": 2, "total": 60}]', 1, true), out)
     assert.falsy(out:find("processed order-7", 1, true), out)
     assert.truthy(out:find("rejected: bad signature", 1, true), out)
     assert.truthy(out:find('"error":"webhook: HTTP 400: bad data in order-7","id":"order-7"', 1, true), out)
     assert.truthy(out:find('"error":"webhook: HTTP 401: bad signature","id":"forged-1"', 1, true), out)
+  end)
+
+  -- The receiver of docs/workers.md (its `signed`, taken from the page as it
+  -- is) and the example's receiver (a real server): a fresh signature passes,
+  -- a tampered body, a wrong secret, a 6-minute-old or a future t, and the old
+  -- "sha256=" form are refused (401 from the server).
+  it("the docs' and the example's receivers refuse tampered and old signatures", function()
+    local doc = host.read("docs/workers.md")
+    local snippet = assert(doc:match("```python\n(import hashlib, hmac, time\n.-)\nif not signed"), "no signed() in docs/workers.md")
+    local tmp = host.tmpdir()
+    local secret = "example-secret"
+    local recv = host.spawn_cmd("env WEBHOOK_SECRET=" .. secret .. " python3 examples/webhook/receiver.py " .. q(tmp .. "/port"))
+    local port = host.eventually(function() return host.read(tmp .. "/port") end, 10, "the receiver's port")
+    host.write(tmp .. "/check.py", snippet .. "\n" .. ([[
+import json, sys, urllib.error, urllib.request
+secret, url = b"%s", "http://127.0.0.1:%s/orders"
+body = b'{"jobs":[{"id":"x","payloads":[{"total":1}]}],"worker":"Orders"}'
+def sig(t, b, key=secret):
+    return "t=%%d,v1=%%s" %% (t, hmac.new(key, str(t).encode() + b"." + b, hashlib.sha256).hexdigest())
+now = int(time.time())
+cases = [("fresh", sig(now, body), body), ("tampered", sig(now, body), body.replace(b"1", b"2")),
+         ("wrong secret", sig(now, body, b"nope"), body), ("6 minutes old", sig(now - 360, body), body),
+         ("from the future", sig(now + 360, body), body), ("no t", sig(now, body).split(",")[1], body),
+         ("old form", "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest(), body)]
+out = {}
+for name, header, b in cases:
+    req = urllib.request.Request(url, data=b, method="POST", headers={"X-Luakiq-Signature": header,
+        "X-Luakiq-Delivery": name, "X-Luakiq-Attempt": "1"})
+    try:
+        status = urllib.request.urlopen(req, timeout=10).status
+    except urllib.error.HTTPError as e:
+        status = e.code
+    out[name] = [signed(header, b, secret), status]
+print(json.dumps(out))
+]]):format(secret, port))
+    local rc, got, err = host.sh_out("python3 " .. q(tmp .. "/check.py"))
+    recv:signal("TERM")
+    assert.are.equal(0, rc, got .. err)
+    local res = json.decode(got)
+    assert.are.same({ true, 200 }, res.fresh)
+    for _, name in ipairs { "tampered", "wrong secret", "6 minutes old", "from the future", "no t", "old form" } do
+      assert.are.same({ false, 401 }, res[name], name)
+    end
   end)
 end)
 

@@ -104,6 +104,20 @@ return require("luakiq.workers.command") {
     assert.is_true(proc:alive())
   end)
 
+  it("a call that succeeds leaves no grandchild running: the program's group gets KILL once it exits", function()
+    start([=[
+return require("luakiq.workers.command") {
+  argv = { "sh", "-c", 'sleep 300 & echo $! > "$1/child"; exit 0', "cmd", "OUT" },
+  shards_count = 1,
+}
+]=])
+    host.enqueue(dir, "Cmd", { { id = "ok" } }, env())
+    local child = host.eventually(function() return tonumber(host.read(out .. "/child")) end, 10, "the grandchild")
+    host.eventually(function() return length(dir).length == 0 end, 10, "the call done")
+    host.eventually(function() return not alive(child) end, 5, "the grandchild killed")
+    assert.are.equal(0, length(dir).morgue_length)
+  end)
+
   it("parks the call while the program runs: a thread runs other shards' programs meanwhile", function()
     start([=[
 return require("luakiq.workers.command") {
@@ -172,19 +186,29 @@ return require("luakiq.workers.webhook") {
   end)
   host.stop_after_each(function() return proc, dir end)
 
-  it("POSTs canonical JSON with Content-Type, a delivery id and an HMAC-SHA256 signature; 2xx is done", function()
+  -- The signature header's t and v1 checked with openssl (not with
+  -- luakiq's own code): v1 = HMAC-SHA256(SECRET, "t.body").
+  local function check_signature(h)
+    local t, v1 = h.headers["x-luakiq-signature"]:match("^t=(%d+),v1=(%x+)$")
+    assert.truthy(t, h.headers["x-luakiq-signature"])
+    local f = host.tmpdir() .. "/signed"
+    host.write(f, t .. "." .. h.body)
+    local want = host.capture("openssl dgst -sha256 -hmac " .. q(SECRET) .. " -r " .. q(f)):match("^(%x+)")
+    assert.are.equal(want, v1)
+    return tonumber(t)
+  end
+
+  it("POSTs canonical JSON with Content-Type, a delivery id, the attempt and a timestamped HMAC-SHA256 signature; 2xx is done", function()
     start("200")
     host.enqueue(dir, "Hook", { { id = "a", payload = { n = 1 } }, { id = "a", payload = { n = 2 } } }, env())
     local h = host.eventually(function() return hooks()[1] end, 10, "a delivery")
     assert.are.equal("POST", h.method)
     assert.are.equal("application/json", h.headers["content-type"])
     assert.are.equal('{"jobs":[{"id":"a","payloads":[{"n":1},{"n":2}]}],"worker":"Hook"}', h.body)
-    -- the signature, checked with openssl (not with luakiq's own code)
-    local f = host.tmpdir() .. "/body"
-    host.write(f, h.body)
-    local want = host.capture("openssl dgst -sha256 -hmac " .. q(SECRET) .. " -r " .. q(f)):match("^(%x+)")
-    assert.are.equal("sha256=" .. want, h.headers["x-luakiq-signature"])
+    local t = check_signature(h)
+    assert.is_true(math.abs(t - h.time) <= 2, ("t=%d, received at %.1f"):format(t, h.time))
     assert.truthy(h.headers["x-luakiq-delivery"]:find("^" .. ("%x"):rep(32) .. "$"), h.headers["x-luakiq-delivery"])
+    assert.are.equal("1", h.headers["x-luakiq-attempt"])
     host.eventually(function() local t = length(dir) return t.length == 0 and t.morgue_length == 0 end, 5, "done")
   end)
 
@@ -210,6 +234,8 @@ return require("luakiq.workers.webhook") {
     proc = host.spawn("run " .. q(dir), env())
     host.enqueue(dir, "Hook", { { id = "k", payload = { v = 1 } } }, env())
     host.eventually(function() return #hooks() >= 1 end, 10, "the first delivery")
+    -- (the start line counts in words: "1 thread", not "1 threads")
+    assert.truthy(proc:log():find(" starting: 1 thread, 1 worker, Redis ", 1, true), proc:log())
     proc:signal("KILL")
     proc:wait(5)
     proc = host.spawn("run " .. q(dir), env())
@@ -225,6 +251,21 @@ return require("luakiq.workers.webhook") {
     assert.are_not.equal(hs[1].headers["x-luakiq-delivery"], hooks()[3].headers["x-luakiq-delivery"])
   end)
 
+  it("a retry after a timeout keeps X-Luakiq-Delivery; X-Luakiq-Attempt goes 1, 2; each signature verifies", function()
+    -- the receiver takes 5 s, the call's timeout is 1 s: every attempt times out
+    start("slow", "timeout = 1,")
+    host.enqueue(dir, "Hook", { { id = "t", payload = { v = 1 } }, { id = "t", payload = { v = 2 } } }, env())
+    host.eventually(function() return #hooks() >= 2 end, 15, "the retry")
+    local hs = hooks()
+    assert.are.equal(hs[1].body, hs[2].body)
+    assert.are.equal(hs[1].headers["x-luakiq-delivery"], hs[2].headers["x-luakiq-delivery"])
+    assert.are.same({ "1", "2" }, { hs[1].headers["x-luakiq-attempt"], hs[2].headers["x-luakiq-attempt"] })
+    check_signature(hs[1])
+    check_signature(hs[2])
+    local j = jobs(dir, "Hook", "queue").t or jobs(dir, "Hook", "busy").t
+    assert.truthy(j and j.error and j.error:find("^timeout"), j and j.error)
+  end)
+
   it("a Retry-After (seconds) sets when the retry runs", function()
     start("later", "retry_in = function() return 60 end,")
     host.enqueue(dir, "Hook", { { id = "r", payload = 1 } }, env())
@@ -232,6 +273,37 @@ return require("luakiq.workers.webhook") {
     local hs = hooks()
     local gap = hs[2].time - hs[1].time
     assert.is_true(gap >= 0.9 and gap < 5, ("retried %.2f s later (Retry-After: 1)"):format(gap))
+  end)
+
+  it("caps a receiver's Retry-After at retry_after_max (default 3600 s): 10 years, 1e23 s, a date in year 9999", function()
+    local values = { "315360000", "1" .. ("0"):rep(23), "Fri, 31 Dec 9999 23:59:59 GMT" }
+    local files = { ["config.lua"] = "return { threads_per_node = 2, poll_interval = 0.2 }" }
+    for i, v in ipairs(values) do
+      local url = web.url .. "/hook/after/" .. v:gsub(" ", "%%20")
+      files["workers/Capped" .. i .. ".lua"] = ([[return require("luakiq.workers.webhook") {
+        url = %q, shards_count = 1, retry_after_max = 30, retry_in = function() return 600 end }]]):format(url)
+      files["workers/Default" .. i .. ".lua"] = ([[return require("luakiq.workers.webhook") {
+        url = %q, shards_count = 1, retry_in = function() return 600 end }]]):format(url)
+    end
+    dir = host.scriptdir(files)
+    proc = host.spawn("run " .. q(dir), env())
+    for i = 1, #values do
+      host.enqueue(dir, "Capped" .. i, { { id = "c" } }, env())
+      host.enqueue(dir, "Default" .. i, { { id = "d" } }, env())
+    end
+    for i, v in ipairs(values) do
+      for _, w in ipairs { { "Capped" .. i, "c", 30 }, { "Default" .. i, "d", 3600 } } do
+        local j = host.eventually(function()
+          local x = jobs(dir, w[1], "queue")[w[2]]
+          return x and x.retry_count == 0 and x
+        end, 10, w[1] .. " failed once")
+        assert.are.equal("webhook: HTTP 503: after", j.error)
+        local left = j.perform_in - core.now()
+        -- due within the cap, and the cap (not retry_in's 600 s) set it
+        assert.is_true(left <= w[3] and left > w[3] - 15,
+          ("%s (Retry-After: %s): due in %.0f s, the cap is %d s"):format(w[1], v, left, w[3]))
+      end
+    end
   end)
 
   it("a 4xx other than 408/425/429 is permanent: the morgue at once, naming the status and the body", function()
@@ -367,6 +439,8 @@ return require("luakiq.workers.webhook") {
       ['{ url = "ftp://x" }'] = "url must be http:// or https://",
       ['{ url = "http://x", secrett = "k" }'] = "unknown key 'secrett' (did you mean 'secret'?)",
       ['{ url = "http://x", perform = function() end }'] = "unknown key 'perform'",
+      ['{ url = "http://x", retry_after_max = 0 }'] = "retry_after_max",
+      ['{ url = "http://x", retry_after_max = "1h" }'] = "retry_after_max",
     } do
       dir = host.scriptdir { ["workers/Hook.lua"] = 'return require("luakiq.workers.webhook") ' .. src }
       local rc, line = load(dir)

@@ -125,8 +125,9 @@ describe("metrics", function()
   describe("of one shard (stats.lua, heads.lua)", function()
     it("an empty shard has no head and lag 0", function()
       local p = env:prefix("Multi", 3)
-      -- (then waiting and the five reply counters: spec/queue/await_spec.lua)
-      assert.are.same({ "0", "0", "0", "", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0" },
+      -- (then waiting and the five reply counters: spec/queue/await_spec.lua;
+      -- then snoozed, stale and cancelled)
+      assert.are.same({ "0", "0", "0", "", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0" },
         env.conn:script("stats", p))
       assert.are.same({ "", "0" }, env.conn:script("heads", p))
       assert.are.equal(0, env:stats("Multi").lag)

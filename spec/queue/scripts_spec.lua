@@ -359,7 +359,42 @@ describe("scripts", function()
       assert.truthy(err:find("luakiq fetch: token is empty", 1, true), err)
       err = script_error("fail", p, S.TOKEN, 30000, now(), "", 5, "", "1", "inf")
       assert.truthy(err:find("luakiq fail: perform_in of '1' must be a finite number", 1, true), err)
+      err = script_error("fail", p, S.TOKEN, 30000, now(), "", 5, "", "1", "fail:5:x:boom")
+      assert.truthy(err:find("luakiq fail: '1' must be fail:T:MAX_RETRY_COUNT:ERROR", 1, true), err)
+      err = script_error("fail", p, S.TOKEN, 30000, now(), "", 5, "", "1", "snooze:nan")
+      assert.truthy(err:find("luakiq fail: perform_in of '1' must be a finite number", 1, true), err)
+      err = script_error("fail", p, S.TOKEN, 30000, now(), "", 5, "", "1", "later:5")
+      assert.truthy(err:find("luakiq fail: unknown kind 'later' for '1'", 1, true), err)
       assert.are.same({}, env.conn:call("KEYS", "*"))
+    end)
+
+    -- One id's own outcome (call:fail, call:snooze): "snooze:T" goes back
+    -- as it was, counted snoozed; "fail:T:M:ERR" fails with its own error
+    -- and max_retry_count; the others of the batch keep the call's.
+    it("takes snooze:T and fail:T:M:ERR beside done and the call's failures", function()
+      local p = env:prefix("Test")
+      env:push("Test", { { id = "a" }, { id = "b" }, { id = "c" }, { id = "d" }, { id = "e" } })
+      local got = env:fetch("Test", 0)
+      assert.are.equal(5, #got.jobs)
+      local T, dump = now() + 600, env.cfg.dump_error
+      local r = env:fail("Test", 0, { batch = got.batch, error = "the call's" }, {
+        "a", "done", "b", ("snooze:%.17g"):format(T), "c", ("fail:%.17g:0:"):format(T) .. dump("bad: a:b"),
+        "d", ("fail:%.17g:5:"):format(T) .. dump("own"), "e", T })
+      assert.are.equal("OK", r[1])
+      assert.are.equal("3", r[2]) -- c, d, e failed
+      assert.are.equal("1", r[3]) -- c to the morgue (its own max_retry_count 0)
+      local b = env:queued("Test", "b")
+      assert.are.same({ -1, T }, { b.retry_count, b.perform_in })
+      assert.is_nil(b.error)
+      assert.are.equal("bad: a:b", env:dead("Test", "c").error)
+      local d, e = env:queued("Test", "d"), env:queued("Test", "e")
+      assert.are.same({ 0, "own" }, { d.retry_count, d.error })
+      assert.are.same({ 0, "the call's" }, { e.retry_count, e.error })
+      assert.is_nil(env:queued("Test", "a"))
+      local c = env.conn:call("HGETALL", p .. "counters")
+      local counters = {}
+      for i = 1, #c, 2 do counters[c[i]] = c[i + 1] end
+      assert.are.same({ processed = "1", failed = "3", snoozed = "1" }, counters)
     end)
 
     -- fetch.lua's reply (docs/redis.md): each job a member of P jobs or a

@@ -103,13 +103,14 @@ local function load_job(cfg, job)
 end
 
 -- fetch.lua called directly (queue.fetch_cmd, queue.parse_fetch). o: token,
--- lease_ms, now, limit, ack, fetch (false = only ack).
+-- lease_ms, now, limit, ack, fetch (false = only ack), fin (queue.fetch_cmd's:
+-- keep_done / monotonic).
 -- Returns {batch ("" when none), head, restored, acked, jobs} or {lease = true, pttl}.
 function E:fetch(worker, shard, o)
   o = o or {}
   local p = self:prefix(worker, shard)
   local cmd = queue.fetch_cmd(p, o.token or S.TOKEN, o.lease_ms or 30000, o.fetch == false and 0 or o.limit or 10,
-    o.ack, false, o.now)
+    o.ack, false, o.now, o.fin)
   local res = queue.parse_fetch(self.conn:pipeline({ cmd })[1], { prefix = p, worker = worker, shard = shard or 0 })
   if res.leased then return { lease = true, pttl = res.pttl } end
   for _, job in ipairs(res.jobs) do load_job(self.cfg, job) end

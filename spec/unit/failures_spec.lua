@@ -31,6 +31,17 @@ describe("error_group", function()
     assert.are.equal("a:b c:d", group("a:b c:d")) -- one colon: not an address
   end)
 
+  it("masks the job's own id (the hash field the error is stored under): one group whatever the id", function()
+    assert.are.equal("boom <n> for id <id>", group("boom 1 for id X1", "X1"))
+    assert.are.equal(group("boom 1 for id X1", "X1"), group("boom 1 for id X2", "X2"))
+    assert.are.equal("order <id>: refused (<id>.)", group("order ord-7a: refused (ord-7a.)", "ord-7a"))
+    -- only as a word of its own; an id of digits is a number; no id: as before
+    assert.are.equal("<id> X1", group("X1b X1", "X1b"))
+    assert.are.equal("job <n> failed", group("job 42 failed", "42"))
+    assert.are.equal("for id X1", group("for id X1"))
+    assert.are.equal("for id X1", group("for id X1", ""))
+  end)
+
   it("keeps the first line, collapses white space, caps the length", function()
     assert.are.equal("bad thing <n>", group("  bad \t thing   42  \nstack traceback:\n\t[C]: in ?"))
     assert.are.equal("x", group("x\r\nmore"))

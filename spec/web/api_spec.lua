@@ -228,6 +228,24 @@ describe("job listings", function()
     -- a cursor of another order is refused (400, one line)
     local st, body = get("/api/web/workers/Parked/jobs?what=queue&order=perform_in&cursor=" .. p1.next)
     assert.are.equal(400, st, body)
+    -- the cursor alone continues its listing: order, dir and range come with it
+    local d1 = jobs("what=queue&order=id&dir=desc&max=j120&limit=10")
+    assert.are.same({ "j120", "j111" }, { d1.jobs[1].id, d1.jobs[10].id })
+    local d2 = jobs("what=queue&cursor=" .. d1.next .. "&limit=10")
+    assert.are.same(jobs("what=queue&order=id&dir=desc&max=j120&limit=10&offset=10").jobs, d2.jobs)
+    assert.are.same({ "j110", "j101" }, { d2.jobs[1].id, d2.jobs[10].id })
+    local rc3, out3, err3 = host.exec("jobs " .. q(dir) .. " Parked queue --order id --desc --max '[j120' --limit 10",
+      nil, env())
+    assert.are.equal(0, rc3, err3)
+    local cur = assert(err3:match("%-%-cursor (%S+)"), err3)
+    local _, out4, err4 = host.exec("jobs " .. q(dir) .. " Parked queue --limit 10 --cursor " .. cur, nil, env())
+    assert.are.equal("", err4:gsub("luakiq: more: [^\n]*\n", ""))
+    assert.are.same(ids(d2.jobs), ids(web.lines(out4)))
+    assert.are_not.equal(out3, out4)
+    -- another range than the cursor's is refused (exit 2, one line)
+    local rc5, _, err5 = host.exec("jobs " .. q(dir) .. " Parked queue --max '[j130' --cursor " .. cur, nil, env())
+    assert.are.equal(2, rc5)
+    assert.are.equal("luakiq: the cursor is for the range - to [j120, not - to [j130\n", err5)
   end)
 
   it("gives the same records as `luakiq jobs` and `luakiq morgue list`", function()
@@ -520,6 +538,17 @@ describe("security", function()
   it("refuses other Host names and cross-site mutations without a token", function()
     assert.are.equal(403, (req("GET", "/api/v1/stats", { headers = { "Host: evil.example" } })))
     assert.are.equal(200, (req("GET", "/api/v1/stats", { headers = { "Host: localhost:1" } })))
+    -- two Host headers: a 400, whichever comes first (RFC 9112; sent raw:
+    -- curl sends one)
+    local port = base:match(":(%d+)$")
+    for _, two in ipairs { "Host: localhost:1\r\nHost: evil.example", "Host: evil.example\r\nHost: localhost:1",
+                           "Host: localhost:1\r\nhost: localhost:1" } do
+      local raw = "GET /api/v1/stats HTTP/1.1\r\n" .. two .. "\r\nConnection: close\r\n\r\n"
+      local _, out = host.sh_out("bash -c " .. q("exec 3<>/dev/tcp/127.0.0.1/" .. port ..
+        "; printf '%s' \"$1\" >&3; timeout 5 cat <&3") .. " sh " .. q(raw))
+      assert.truthy(out:find("^HTTP/1%.1 400"), out)
+      assert.truthy(out:find("more than one Host header", 1, true), out)
+    end
     local st = req("POST", "/api/web/workers/Parked/queue/perform_now",
       { body = "", headers = { "Origin: http://evil.example" } })
     assert.are.equal(403, st)

@@ -61,4 +61,12 @@ function run(name, body) {
     (e) => { console.error(name + ": " + (e && e.stack || e)); process.exit(1); });
 }
 
-module.exports = { launch, argv, check, run, EXECUTABLE };
+// The index of the column headed `header` in the table `selector` (so a test
+// does not count columns: a new one does not shift it).
+async function column(page, selector, header) {
+  const heads = await page.$$eval(selector + " thead th", (ths) => ths.map((th) => th.textContent));
+  check(heads.includes(header), `${selector} has a ${header} column (${heads.join(", ")})`);
+  return heads.indexOf(header);
+}
+
+module.exports = { launch, argv, check, run, column, EXECUTABLE };

@@ -7,7 +7,7 @@
 // nothing and an accepted one requeues dead_id (it leaves the morgue and is
 // listed on the enqueued page and by the API). Exit 0 when all hold.
 "use strict";
-const { argv, check, run } = require("./browser");
+const { argv, check, run, column } = require("./browser");
 
 const [base, expectJson] = argv("dashboard", ["BASE_URL", "EXPECT_JSON"]);
 const expect = JSON.parse(expectJson);
@@ -28,10 +28,14 @@ run("dashboard", async (page, problems) => {
   check(JSON.stringify(names) === JSON.stringify(expect.workers), "worker names shown: " + names.join(", "));
   const row = page.locator(`#workers tr[data-worker="${expect.worker}"]`);
   const cells = await row.locator("td").allTextContents();
-  // Worker, Processed, Failed, Lag, Busy, Waiting, Enqueued, Fresh, Retries, Dead
-  check(cells[6] === String(expect.enqueued), `${expect.worker} enqueued shows ${expect.enqueued} (got ${cells[6]})`);
-  check(cells[9] === String(expect.dead), `${expect.worker} dead shows ${expect.dead} (got ${cells[9]})`);
+  const enq = await column(page, "#workers", "Enqueued"), dead = await column(page, "#workers", "Dead");
+  check(cells[enq] === String(expect.enqueued), `${expect.worker} enqueued shows ${expect.enqueued} (got ${cells[enq]})`);
+  check(cells[dead] === String(expect.dead), `${expect.worker} dead shows ${expect.dead} (got ${cells[dead]})`);
+  const stale = await column(page, "#workers", "Stale");
+  check(cells[stale] === "0", `${expect.worker} stale shows 0 (got ${cells[stale]})`);
   check(await page.locator("#total-dead .v").textContent() !== "", "totals shown");
+  const snoozed = await row.locator("td").nth(await column(page, "#workers", "Snoozed")).textContent();
+  check(snoozed === "0" && await page.locator("#total-snoozed .v").textContent() === "0", "Snoozed column and card");
   check(await page.locator("#redis .v").first().textContent() !== "-", "Redis version shown");
   const before = await page.locator("#status").textContent();
   await page.waitForFunction((b) => document.querySelector("#status").textContent !== b, before, { timeout: 5000 });
@@ -39,7 +43,7 @@ run("dashboard", async (page, problems) => {
   check(await page.locator("canvas#chart").count() === 1, "the chart is drawn");
 
   // The dead page, through the Dead link of the worker's row.
-  await row.locator("td").nth(9).locator("a").click();
+  await row.locator("td").nth(dead).locator("a").click();
   const button = page.locator(`#jobs[data-page="morgue"] button[data-action="requeue"][data-id="${expect.dead_id}"]`);
   await button.waitFor();
   check(true, "dead page lists " + expect.dead_id);

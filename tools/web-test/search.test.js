@@ -1,13 +1,15 @@
 // The dashboard's search box in headless Chromium (run by
-// spec/web/dashboard_spec.lua):  node search.test.js BASE_URL ID TAG
+// spec/web/dashboard_spec.lua):  node search.test.js BASE_URL ID TAG DONE
 // The spec seeds ID queued in Parked and dead in Flaky, both tagged TAG, and
-// one more Parked job tagged TAG (s2). Checks: by id, the id is found in both
-// workers; by tag, all three jobs with their states; a result's id links to
-// its worker's listing, which shows it.
+// one more Parked job tagged TAG (s2), and DONE a finished job Parked keeps
+// (keep_done's record, result {"rows":3}). Checks: by id, the id is found in
+// both workers; by tag, all three jobs with their states; a result's id links
+// to its worker's listing, which shows it; DONE shows "done at ..." and its
+// result.
 "use strict";
 const { argv, check, run } = require("./browser");
 
-const [base, id, tag] = argv("search", ["BASE_URL", "ID", "TAG"]);
+const [base, id, tag, done] = argv("search", ["BASE_URL", "ID", "TAG", "DONE"]);
 
 async function search(page, text, by) {
   await page.fill("#search-q", text);
@@ -35,6 +37,10 @@ run("search", async (page) => {
   await page.waitForFunction(() => /#\/w\/Parked\/queue/.test(location.hash) &&
     Array.from(document.querySelectorAll("#jobs td.id")).some((td) => td.textContent === "s2"), null, { timeout: 15000 });
   check(true, "the id links to Parked's queue, which lists s2");
+  const fin = await search(page, done, "id");
+  check(JSON.stringify(fin) === JSON.stringify([`Parked/${done}/done`]), "a finished job is found: " + fin.join(" "));
+  const state = await page.textContent(`#search-results tr[data-id="${done}"] td[data-field=state]`);
+  check(/^done at .+, result \{"rows":3\}$/.test(state), "it shows when it finished and its result: " + state);
   const none = await search(page, "no-such-tag", "tag");
   check(none.length === 0, "an unknown tag finds nothing");
 });

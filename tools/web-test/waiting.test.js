@@ -7,7 +7,7 @@
 // links to the worker's Waiting view, which lists every waiting id with its
 // state and key; the late replies are listed below; no console errors.
 "use strict";
-const { argv, check, run } = require("./browser");
+const { argv, check, run, column } = require("./browser");
 
 const [base, worker, expectJSON] = argv("waiting", ["BASE_URL", "WORKER", "EXPECT_JSON"]);
 const expect = JSON.parse(expectJSON);
@@ -17,8 +17,7 @@ run("waiting", async (page, problems) => {
   await page.goto(base + "/", { waitUntil: "load" });
   const row = page.locator(`#workers tr[data-worker="${worker}"]`);
   await row.waitFor({ timeout: 10000 });
-  // Worker, Processed, Failed, Lag, Busy, Waiting, ...
-  const cell = row.locator("td").nth(5);
+  const cell = row.locator("td").nth(await column(page, "#workers", "Waiting"));
   check(await cell.textContent() === String(expect.waiting), `${worker}'s Waiting cell shows ${expect.waiting}`);
   check(await page.locator("#total-waiting .v").textContent() === String(expect.waiting),
     `the Waiting card shows ${expect.waiting}`);

@@ -8,7 +8,10 @@ const Redis = require('ioredis');
 const c = require('./contract');
 
 const SCRIPTS = path.join(__dirname, '..', 'scripts');
-const USED = ['push', 'register', 'layout', 'stats', 'job'];
+const USED = ['push', 'register', 'layout', 'stats', 'job', 'reply', 'waitkey'];
+// reply.lua's and waitkey.lua's answers that are outcomes (the others throw)
+const OUTCOMES = { CONFLICT: 'conflict', STALE: 'stale', UNKNOWN: 'unknown' };
+const RESHARD_TRIES = 10, RESHARD_PAUSE = 100; // a frozen shard is asked again every 0.1 s, 1 s in all
 
 // The namespace in Redis has a layout this client does not know.
 class LayoutError extends Error {
@@ -66,6 +69,12 @@ function parseUrl(url) {
 
 const errorText = (e) => String(e && e.message !== undefined ? e.message : e)
   .replace(/ script: \w+, on @user_script:\d+\.$/, '');
+
+// An error reply's code word and its message without 'luakiq NAME: '.
+function errorCode(e) {
+  const m = /^(?:ERR )?([A-Z]+) (?:[^:]*?luakiq \w+: )?([\s\S]*)$/.exec(errorText(e));
+  return m ? [m[1], m[2]] : [null, errorText(e)];
+}
 
 class Client {
   // new Client(url, {namespace}): url is a luakiq Redis URL (default
@@ -272,6 +281,70 @@ class Client {
 
   // Where job `id` of the queue `worker` is: an object as `luakiq job` prints
   // it (state "queued", "in_flight" or "dead"), or null.
+  // Replies to a job of the queue `worker` that waits for one (luakiq.await),
+  // by its reply token or by the correlation key its await named, as
+  // `luakiq reply` does (docs/redis.md, 'Jobs that wait for a reply'). body:
+  // JSON text (a string or Buffer, sent as given but for white space around
+  // it) or a value (sent as its canonical JSON). Resolves to 'accepted',
+  // 'duplicate' (the same bytes again), 'conflict' (another reply was
+  // accepted), 'stale' (the wait is over) or 'unknown' (no such token, key
+  // or queue). Bad input rejects with InputError, the CLI's message.
+  async reply(worker, { token, key, body } = {}) {
+    if ((token === undefined || token === null) === (key === undefined || key === null)) {
+      throw new c.InputError('reply: give a token or a key (one of them)');
+    }
+    const data = c.replyBody(body);
+    const kb = key !== undefined && key !== null ? c.replyKey(key) : null;
+    await this.connect();
+    if (!kb) {
+      const t = c.splitToken(token);
+      if (!t || t.queue !== worker) return 'unknown';
+      return this._reply(worker, t.id, ['token', token], data);
+    }
+    const qkey = this.namespace + ':{' + worker + '}:';
+    let found;
+    try {
+      found = await this._script('waitkey', qkey, 'lookup', kb);
+    } catch (e) {
+      if (errorCode(e)[0] === 'UNKNOWN') return 'unknown';
+      throw e;
+    }
+    const [id, attempt] = found;
+    const outcome = await this._reply(worker, id, ['key', kb, id, attempt], data);
+    if (outcome === 'stale') await this._script('waitkey', qkey, 'drop', kb, attempt, id); // (cleanup)
+    return outcome;
+  }
+
+  // reply.lua on the id's shard (routed as a push): a shard resharded since
+  // the registry was read is asked again with the new count, a frozen one
+  // again after a pause.
+  async _reply(queue, id, refs, data) {
+    let fresh = false, frozen = 0;
+    for (;;) {
+      const count = (!fresh && this._counts.get(queue)) || await this._registry(queue);
+      if (count === null) return 'unknown';
+      this._counts.set(queue, count);
+      const args = c.replyArgs(Date.now() / 1000, this._channel, count, refs, data);
+      try {
+        return String(await this._script('reply', c.prefix(this.namespace, queue, c.shard(id, count)), ...args));
+      } catch (e) {
+        const [code, msg] = errorCode(e);
+        if (code === 'RESHARDED' && !fresh) {
+          fresh = true;
+        } else if (code === 'RESHARD' && frozen < RESHARD_TRIES) {
+          frozen += 1;
+          await new Promise((resolve) => setTimeout(resolve, RESHARD_PAUSE));
+        } else if (OUTCOMES[code]) {
+          return OUTCOMES[code];
+        } else if (code === 'BADREPLY' || code === 'BADJSON' || code === 'TOOBIG') {
+          throw new c.InputError(code + ': ' + msg);
+        } else {
+          throw e;
+        }
+      }
+    }
+  }
+
   async job(worker, id) {
     const jid = c.idString(id, 'id');
     await this.connect();

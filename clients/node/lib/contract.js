@@ -22,6 +22,8 @@ const CHUNK = 1000; // jobs per push.lua call
 const ALLOWED = ['id', 'payload', 'score', 'perform_in', 'retry_count', 'expires_at', 'priority', 'windows',
   'timezone', 'tags'];
 const ALLOWED_TEXT = ALLOWED.join(', ');
+const ALLOWED_SET = new Set(ALLOWED);
+const EMPTY_PAYLOAD = Buffer.from('""');
 const TWO_53 = 2 ** 53;
 
 // A job (or the jobs) luakiq refuses, with the message `luakiq enqueue` gives
@@ -233,6 +235,8 @@ function got(v) {
 
 // The id's string form (an integer: its digits), or InputError.
 function idString(v, at = 'id', given = true) {
+  // (the common case first: a safe integer but -0, what follows gives the same)
+  if (Number.isSafeInteger(v) && (v !== 0 || 1 / v > 0)) return String(v);
   if (isText(v)) {
     const b = utf8(v);
     if (b.length === 0) throw new InputError(label(at) + ': id must not be empty');
@@ -245,7 +249,8 @@ function idString(v, at = 'id', given = true) {
 
 // crc32 of the id's bytes modulo shardsCount (docs/redis.md)
 function shard(id, shardsCount) {
-  return zlib.crc32(utf8(id)) % shardsCount;
+  // (a checked id is well-formed: crc32 encodes a string as UTF-8 itself)
+  return zlib.crc32(typeof id === 'string' && id.isWellFormed() ? id : utf8(id)) % shardsCount;
 }
 
 const prefix = (namespace, queue, n) => namespace + ':{' + queue + ':' + n + '}:';
@@ -377,40 +382,40 @@ function checkJob(job, at, now, memo, maxPayloadBytes = MAX_PAYLOAD_BYTES) {
   if (!isObject(job)) throw new InputError(where + ': must be an object');
   if (job instanceof Map) job = Object.fromEntries(job);
   for (const k of Object.keys(job)) {
-    if (job[k] !== undefined && !ALLOWED.includes(k)) {
+    if (job[k] !== undefined && !ALLOWED_SET.has(k)) {
       throw new InputError(where + ": unknown field '" + esc(k) + "' (allowed: " + ALLOWED_TEXT + ')');
     }
   }
   const id = idString(job.id, at, has(job, 'id'));
-  const e = where + ' (id ' + esc(id) + '): ';
+  const e = () => where + ' (id ' + esc(id) + '): '; // (made only for a message)
   let wtext = null, due = now;
   if (has(job, 'windows') || has(job, 'timezone')) [wtext, due] = jobWindows(job, where, id, now, memo);
   const performIn = num(job, 'perform_in', due, where, id);
   const score = num(job, 'score', now, where, id);
   const retryCount = num(job, 'retry_count', -1, where, id);
-  if (!integral(retryCount) || retryCount < -1) throw new InputError(e + 'retry_count must be an integer >= -1');
+  if (!integral(retryCount) || retryCount < -1) throw new InputError(e() + 'retry_count must be an integer >= -1');
   const payload = has(job, 'payload') ? job.payload : '';
   let data;
-  if (isText(payload) && textLength(payload) === 0) {
-    data = Buffer.from('""');
+  if (payload === '' || (isText(payload) && textLength(payload) === 0)) {
+    data = EMPTY_PAYLOAD;
   } else {
     showable(payload, where, id, 0);
     try {
       data = canonical(payload);
     } catch (err) {
       if (!(err instanceof JSONError)) throw err;
-      throw new InputError(e + 'cannot dump payload: ' + esc(err.message));
+      throw new InputError(e() + 'cannot dump payload: ' + esc(err.message));
     }
   }
   if (data.length > maxPayloadBytes) {
-    throw new InputError(e + 'payload is ' + data.length + ' bytes, over max_payload_bytes (' + maxPayloadBytes + ')');
+    throw new InputError(e() + 'payload is ' + data.length + ' bytes, over max_payload_bytes (' + maxPayloadBytes + ')');
   }
   const expiresAt = num(job, 'expires_at', null, where, id);
   let priority = null;
   if (has(job, 'priority')) {
     const p = job.priority;
     if (!finite(p) || !integral(toFloat(p)) || Math.abs(toFloat(p)) > 1e9) {
-      throw new InputError(e + 'priority must be an integer from -1000000000 to 1000000000');
+      throw new InputError(e() + 'priority must be an integer from -1000000000 to 1000000000');
     }
     priority = toFloat(p) === 100 ? null : digits(Math.abs(toFloat(p)) === 0 ? 0 : toFloat(p));
   }
@@ -432,6 +437,13 @@ function checkJobs(jobs, now, maxPayloadBytes) {
 
 const SECTIONS = [['expiresAt', 'expires_at'], ['priority', 'priority'], ['windows', 'windows'], ['tags', 'tags']];
 const arg = (x) => (typeof x === 'string' || Buffer.isBuffer(x) ? x : redisArg(x));
+
+// jobs sorted by their ids' UTF-8 bytes (each id's made once; sort is stable)
+function byId(jobs) {
+  const keyed = jobs.map((j) => [utf8(j.id), j]);
+  keyed.sort((a, b) => Buffer.compare(a[0], b[0]));
+  return keyed.map((k) => k[1]);
+}
 
 // The push.lua calls of checked jobs, as luakiq.client sends them: jobs
 // grouped by shard (shards in the order their first job came), at most CHUNK a
@@ -459,7 +471,7 @@ function pushCalls(namespace, queue, shardsCount, jobs, now, channel) {
       const onePayload = same && chunk.every((j) => j.payload.equals(f.payload));
       if (same) {
         args.push('', onePayload ? 'ids' : 'pairs', t(f.performIn), f.retryCount === -1 ? '-1' : arg(f.retryCount), t(f.score));
-        const rows = anyExtras ? chunk : chunk.slice().sort((a, b) => Buffer.compare(utf8(a.id), utf8(b.id)));
+        const rows = anyExtras ? chunk : byId(chunk);
         if (onePayload) {
           args.push(f.payload);
           for (const j of rows) args.push(j.id);
@@ -492,7 +504,72 @@ function pushCalls(namespace, queue, shardsCount, jobs, now, channel) {
   return calls;
 }
 
+// replies ----------------------------------------------------------------------
+
+const MAX_REPLY_BYTES = 262144; // reply.lua's limit (TOOBIG)
+const MAX_KEY_BYTES = 1024; // waitkey.lua's
+const TOKEN = /^1\.([A-Za-z0-9_-]*)\.([A-Za-z0-9_-]+)\.[0-9]+\.[0-9A-Fa-f]+$/;
+
+function b64url(t) {
+  return t.length % 4 === 1 ? null : Buffer.from(t, 'base64url');
+}
+
+// A reply token's queue (string) and id (Buffer), or null when it is not
+// of the form "1." b64url(queue) "." b64url(id) "." attempt "." mac (luakiq's
+// lib/replies.lua; whether it is genuine only reply.lua can tell).
+function splitToken(token) {
+  if (typeof token !== 'string') return null;
+  const m = TOKEN.exec(token);
+  const queue = m && b64url(m[1]), id = m && b64url(m[2]);
+  if (!queue || !id || queue.length === 0 || id.length === 0) return null;
+  return { queue: queue.toString('utf8'), id };
+}
+
+// The bytes a reply sends: JSON text (a string or Buffer) as `luakiq reply`
+// reads it (ASCII white space around it dropped, then checked), or any other
+// value as its canonical JSON. InputError with the CLI's message.
+function replyBody(body) {
+  const none = "give the reply's JSON as an argument or on stdin";
+  let b;
+  if (body === undefined || body === null) throw new InputError(none);
+  if (typeof body === 'string' || Buffer.isBuffer(body)) {
+    const text = utf8(body).toString('latin1').replace(/^[ \t\n\v\f\r]+|[ \t\n\v\f\r]+$/g, '');
+    if (text === '') throw new InputError(none);
+    b = Buffer.from(text, 'latin1');
+    try {
+      JSON.parse(b.toString('utf8'));
+    } catch (e) {
+      throw new InputError('invalid JSON: ' + e.message);
+    }
+  } else {
+    try {
+      b = canonical(body);
+    } catch (e) {
+      throw new InputError('invalid JSON: ' + e.message);
+    }
+  }
+  if (b.length > MAX_REPLY_BYTES) {
+    throw new InputError('TOOBIG: the reply is ' + b.length + ' bytes, at most ' + MAX_REPLY_BYTES);
+  }
+  return b;
+}
+
+// A correlation key's bytes, or InputError (`luakiq reply --key`'s message).
+function replyKey(key) {
+  const b = typeof key === 'string' || Buffer.isBuffer(key) ? utf8(key) : Buffer.alloc(0);
+  if (b.length === 0 || b.length > MAX_KEY_BYTES) {
+    throw new InputError('BADREPLY: key must be a string of 1 to ' + MAX_KEY_BYTES + ' bytes');
+  }
+  return b;
+}
+
+// reply.lua's ARGV for a reply: refs are the "how" words ('token', T | 'key',
+// KEY, ID, ATTEMPT), body the JSON bytes (docs/redis.md, 'reply.lua').
+function replyArgs(now, channel, shardsCount, refs, body) {
+  return ['reply', redisArg(now), channel, String(shardsCount), ...refs, body];
+}
+
 module.exports = {
   InputError, JSONError, canonical, idString, shard, prefix, checkJobs, pushCalls, tagCheck, esc, g, redisArg,
-  CHUNK, MAX_PAYLOAD_BYTES,
+  CHUNK, MAX_PAYLOAD_BYTES, splitToken, replyBody, replyKey, replyArgs,
 };

@@ -134,6 +134,29 @@ for (const [what, url] of suites) {
       }
     });
 
+    await t.test('a reply without a wait is unknown; bad input throws', async () => {
+      // (replies to real waits: spec/clients/replies_spec.lua, with a host)
+      const cl = await client();
+      await cl.enqueue('R', [{ id: 'a' }], { shardsCount: 3 });
+      const token = '1.Ug.YQ.3.' + '0'.repeat(32); // queue R, id a: a forged mac
+      assert.strictEqual(await cl.reply('R', { token, body: { answer: 1 } }), 'unknown');
+      assert.strictEqual(await cl.reply('Other', { token, body: '{}' }), 'unknown');
+      assert.strictEqual(await cl.reply('R', { token: 'nonsense', body: '{}' }), 'unknown');
+      assert.strictEqual(await cl.reply('R', { key: 'corr-1', body: '{}' }), 'unknown');
+      assert.strictEqual(await cl.reply('Unregistered', { key: 'corr-1', body: '{}' }), 'unknown');
+      const counters = c.prefix('luakiq', 'R', c.shard('a', 3)) + 'counters';
+      assert.strictEqual(await cl.redis.hget(counters, 'replies_unknown'), '1');
+      const none = "give the reply's JSON as an argument or on stdin";
+      const key = 'BADREPLY: key must be a string of 1 to 1024 bytes';
+      const one = 'reply: give a token or a key (one of them)';
+      for (const [opts, msg] of [[{ token }, none], [{ token, body: ' \n' }, none], [{ token, body: '{' }, 'invalid JSON: '],
+        [{ token, body: '"' + 'x'.repeat(262143) + '"' }, 'TOOBIG: the reply is 262145 bytes, at most 262144'],
+        [{ key: '', body: '{}' }, key], [{ key: 'k'.repeat(1025), body: '{}' }, key],
+        [{ token, key: 'k', body: '{}' }, one], [{ body: '{}' }, one]]) {
+        await assert.rejects(cl.reply('R', opts), (e) => e instanceof InputError && e.message.startsWith(msg), msg);
+      }
+    });
+
     await t.test('a namespace of its own', async () => {
       const cl = await client({ namespace: 'myapp' });
       await cl.enqueue('A', [{ id: 'a', payload: 'p' }], { shardsCount: 1 });

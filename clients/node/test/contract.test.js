@@ -76,3 +76,42 @@ test('what JSON text cannot carry: JavaScript values', () => {
   assert.throws(() => c.checkJobs([{ id: 1, payload: 'x'.repeat(1048575) }], 1),
     { message: 'job 1 (id 1): payload is 1048577 bytes, over max_payload_bytes (1048576)' });
 });
+
+test('reply.json', () => {
+  const vs = vectors('reply.json');
+  assert.ok(vs.length > 20);
+  for (const v of vs) {
+    if (v.name === undefined) { // a body as JSON text
+      if (v.error !== undefined) {
+        assert.throws(() => c.replyBody(v.body), (e) => e instanceof c.InputError && e.message.startsWith(v.error), v.body);
+      } else {
+        assert.strictEqual(c.replyBody(v.body).toString('utf8'), v.sent, v.body);
+      }
+      continue;
+    }
+    const body = c.replyBody(v.body);
+    const got = [];
+    let id, refs;
+    if (v.token !== undefined) {
+      const t = c.splitToken(v.token);
+      if (!t || t.queue !== v.worker) assert.strictEqual(v.outcome, 'UNKNOWN', v.name);
+      else [id, refs] = [t.id, ['token', v.token]];
+    } else {
+      let kb;
+      try {
+        kb = c.replyKey(v.key);
+      } catch (e) {
+        assert.strictEqual(e.message, v.outcome + ': ' + v.message, v.name);
+      }
+      if (kb) {
+        got.push({ args: ['lookup', kb.toString('utf8')], key: 'luakiq:{' + v.worker + '}:', script: 'waitkey' });
+        [id, refs] = ['a', ['key', kb, 'a', '3']];
+      }
+    }
+    if (v.calls.length > 0 && v.calls[v.calls.length - 1].script === 'reply') {
+      got.push({ args: c.replyArgs(v.now, 'luakiq:wake', v.shards_count, refs, body).map((a) => a.toString()),
+        key: c.prefix('luakiq', v.worker, c.shard(id, v.shards_count)), script: 'reply' });
+    }
+    assert.deepStrictEqual(got, v.calls, v.name);
+  }
+});

@@ -13,7 +13,10 @@ from redis.cluster import ClusterNode, RedisCluster
 from . import contract
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
-USED = ("push", "register", "layout", "stats", "job")
+USED = ("push", "register", "layout", "stats", "job", "reply", "waitkey")
+# reply.lua's and waitkey.lua's answers that are outcomes (the others raise)
+OUTCOMES = {"CONFLICT": "conflict", "STALE": "stale", "UNKNOWN": "unknown"}
+RESHARD_TRIES, RESHARD_PAUSE = 10, 0.1  # a frozen shard is asked again every 0.1 s, 1 s in all
 
 
 class LayoutError(redis.RedisError):
@@ -72,6 +75,12 @@ def _error_text(e):
     return re.sub(r" script: \w+, on @user_script:\d+\.$", "", str(e))
 
 
+def _error_code(e):
+    """An error reply's code word and its message without 'luakiq NAME: '."""
+    m = re.match(r"^(?:ERR )?([A-Z]+) (?:[^:]*?luakiq \w+: )?(.*)$", _error_text(e), re.S)
+    return (m.group(1), m.group(2)) if m else (None, str(e))
+
+
 class Client:
     """A producer and reader of one luakiq namespace.
 
@@ -127,16 +136,48 @@ class Client:
         pipe = self.redis.pipeline(transaction=False) if not self.cluster else self.redis.pipeline()
         for name, key, args in calls:
             self._evalsha(pipe, name, key, args)
-        replies = pipe.execute(raise_on_error=False)
+        return self._noscript_again(calls, pipe.execute(raise_on_error=False))
+
+    def _noscript_again(self, calls, replies):
+        """replies, those of the calls Redis did not know the script of
+        (NOSCRIPT) replaced by the replies of the calls sent again."""
         missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         for name in {calls[i][0] for i in missing}:
             self._load(name)
         for i in missing:
             try:
-                replies[i] = self._evalsha(self.redis, calls[i][0], calls[i][1], calls[i][2])
+                replies[i] = self._evalsha(self.redis, *calls[i])
             except redis.RedisError as e:
                 replies[i] = e
         return replies
+
+    def _stream(self, calls):
+        """Replies (or exceptions) of calls, an iterable of (script, key,
+        args) on a single Redis: each call is written as soon as it is made,
+        so Redis runs the first while the next are made, then every reply is
+        read (a pipeline of redis-py's writes nothing before the last is
+        made). A call Redis did not know the script of (NOSCRIPT) is sent
+        again."""
+        pool = self.redis.connection_pool
+        conn = pool.get_connection("EVALSHA")
+        sent, replies = [], []
+        try:
+            for name, key, args in calls:
+                keys = self._keys(key)
+                conn.send_packed_command(conn.pack_command("EVALSHA", self._scripts[name][0], len(keys), *keys, *args),
+                                         check_health=not sent)
+                sent.append((name, key, args))
+            for _ in sent:
+                try:
+                    replies.append(self.redis.parse_response(conn, "EVALSHA"))
+                except redis.ResponseError as e:
+                    replies.append(e)
+        except BaseException:
+            conn.disconnect()  # (replies may be left unread on it)
+            raise
+        finally:
+            pool.release(conn)
+        return self._noscript_again(sent, replies)
 
     def _check_layout(self):
         """Refuses a namespace whose layout this client does not know, once
@@ -228,8 +269,19 @@ class Client:
         return len(checked)
 
     def _push(self, queue, count, checked, now):
-        calls, parts = contract.push_calls(self.namespace, queue, count, checked, now, self._wake_channel())
-        replies = self._pipeline([("push", key, args) for _, key, args in calls])
+        made = contract.each_push_call(self.namespace, queue, count, checked, now, self._wake_channel())
+        if self.cluster:
+            made = list(made)
+            parts = [chunk for _, _, _, chunk in made]
+            replies = self._pipeline([("push", key, args) for _, key, args, _ in made])
+        else:
+            parts = []
+
+            def calls():
+                for _, key, args, chunk in made:
+                    parts.append(chunk)
+                    yield "push", key, args
+            replies = self._stream(calls())
         stored, failed, refused, have = 0, None, [], None
         for part, r in zip(parts, replies):
             if isinstance(r, Exception):
@@ -287,6 +339,68 @@ class Client:
                 total[k] += s[k]
             total["lag"] = max(total["lag"], s["lag"])
         return {"total": total, "by_worker": by}
+
+
+    def reply(self, worker, token=None, key=None, body=None):
+        """Replies to a job of the queue `worker` that waits for one
+        (luakiq.await), by its reply token or by the correlation key its
+        await named, as `luakiq reply` does (docs/redis.md, 'Jobs that wait
+        for a reply'). body: JSON text (str or bytes, sent as given but for
+        white space around it) or a value (sent as its canonical JSON).
+        Returns "accepted", "duplicate" (the same bytes again), "conflict"
+        (another reply was accepted), "stale" (the wait is over) or
+        "unknown" (no such token, key or queue). Bad input raises
+        InputError with the CLI's message (nothing sent)."""
+        if (token is None) == (key is None):
+            raise contract.InputError("reply: give a token or a key (one of them)")
+        data = contract.reply_body(body)
+        kb = contract.reply_key(key) if key is not None else None
+        self._check_layout()
+        if kb is None:
+            parts = contract.split_token(token)
+            if parts is None or parts[0] != worker:
+                return "unknown"
+            return self._reply(worker, parts[1], [b"token", contract.utf8(token)], data)
+        qkey = "%s:{%s}:" % (self.namespace, worker)
+        try:
+            jid, attempt = self._script("waitkey", qkey, "lookup", kb)
+        except redis.ResponseError as e:
+            if _error_code(e)[0] == "UNKNOWN":
+                return "unknown"
+            raise
+        outcome = self._reply(worker, jid, [b"key", kb, jid, attempt], data)
+        if outcome == "stale":  # (cleanup: the entry names a wait that is over)
+            self._script("waitkey", qkey, "drop", kb, attempt, jid)
+        return outcome
+
+    def _reply(self, queue, jid, refs, data):
+        """reply.lua on the id's shard (routed as a push): a shard resharded
+        since the registry was read is asked again with the new count, a
+        frozen one again after a pause."""
+        fresh, frozen = False, 0
+        while True:
+            count = self._counts.get(queue) if not fresh else None
+            count = count or self._registry(queue)
+            if count is None:
+                return "unknown"
+            self._counts[queue] = count
+            args = contract.reply_args(time.time(), self._wake_channel(), count, refs, data)
+            try:
+                r = self._script("reply", contract.prefix(self.namespace, queue, contract.shard(jid, count)), *args)
+                return r.decode() if isinstance(r, bytes) else r
+            except redis.ResponseError as e:
+                code, msg = _error_code(e)
+                if code == "RESHARDED" and not fresh:
+                    fresh = True
+                elif code == "RESHARD" and frozen < RESHARD_TRIES:
+                    frozen += 1
+                    time.sleep(RESHARD_PAUSE)
+                elif code in OUTCOMES:
+                    return OUTCOMES[code]
+                elif code in ("BADREPLY", "BADJSON", "TOOBIG"):
+                    raise contract.InputError("%s: %s" % (code, msg)) from None
+                else:
+                    raise
 
 
 def _payload(raw):

@@ -8,6 +8,8 @@ Values are Python's: dict (object), list or tuple (array; an empty one is
 written {}, as the host writes an empty table), str or bytes (UTF-8 text),
 int, float, bool, None (null). A key absent from a job is "not given"; a key
 given as None is JSON's null (the host refuses it where a number is due)."""
+import base64
+import json
 import math
 import re
 import zlib
@@ -22,6 +24,7 @@ CHUNK = 1000  # jobs per push.lua call
 ALLOWED = ("id", "payload", "score", "perform_in", "retry_count", "expires_at", "priority", "windows",
            "timezone", "tags")
 ALLOWED_TEXT = ", ".join(ALLOWED)
+_ALLOWED_SET = frozenset(ALLOWED)
 _2_53 = 2.0 ** 53
 
 
@@ -235,6 +238,11 @@ def _got(v):
 
 def id_string(v, at="id", given=True):
     """The id's string form (an integer: its digits), or InputError."""
+    t = type(v)
+    if t is int and -_2_53 < v < _2_53:  # (the common cases first: what follows gives the same)
+        return str(v)
+    if t is str and v and v.isascii():
+        return v
     if isinstance(v, (str, bytes)):
         b = utf8(v)
         if not b:
@@ -388,9 +396,9 @@ class Job:
     """A checked job: what push.lua takes of it."""
     __slots__ = ("id", "perform_in", "retry_count", "score", "payload", "expires_at", "priority", "windows", "tags")
 
-    def __init__(self, *values):
-        for name, v in zip(self.__slots__, values):
-            setattr(self, name, v)
+    def __init__(self, id, perform_in, retry_count, score, payload, expires_at, priority, windows, tags):
+        self.id, self.perform_in, self.retry_count, self.score, self.payload = id, perform_in, retry_count, score, payload
+        self.expires_at, self.priority, self.windows, self.tags = expires_at, priority, windows, tags
 
     def extras(self):
         return (self.expires_at is not None or self.priority is not None or self.windows is not None
@@ -401,15 +409,17 @@ def check_job(job, at, now, memo, max_payload_bytes=MAX_PAYLOAD_BYTES):
     """Checks one job (number at, 1-based) as luakiq.client does, in its
     order; returns a Job or raises InputError."""
     where = _label(at)
-    if isinstance(job, (list, tuple)) and job:
-        raise InputError(where + ": unknown field '1' (allowed: " + ALLOWED_TEXT + ")")
-    if isinstance(job, (list, tuple)):
-        job = {}
-    if not isinstance(job, dict):
-        raise InputError(where + ": must be an object")
-    for k in job:
-        if k not in ALLOWED:
-            raise InputError(where + ": unknown field '" + esc(k) + "' (allowed: " + ALLOWED_TEXT + ")")
+    if type(job) is not dict:
+        if isinstance(job, (list, tuple)) and job:
+            raise InputError(where + ": unknown field '1' (allowed: " + ALLOWED_TEXT + ")")
+        if isinstance(job, (list, tuple)):
+            job = {}
+        if not isinstance(job, dict):
+            raise InputError(where + ": must be an object")
+    if not _ALLOWED_SET.issuperset(job):
+        for k in job:
+            if k not in _ALLOWED_SET:
+                raise InputError(where + ": unknown field '" + esc(k) + "' (allowed: " + ALLOWED_TEXT + ")")
     jid = id_string(job.get("id"), at, "id" in job)
     wtext, due = None, now
     if "windows" in job or "timezone" in job:
@@ -420,7 +430,7 @@ def check_job(job, at, now, memo, max_payload_bytes=MAX_PAYLOAD_BYTES):
     if retry_count != math.floor(retry_count) or retry_count < -1:
         raise InputError("%s (id %s): retry_count must be an integer >= -1" % (where, esc(jid)))
     payload = job.get("payload", "") if "payload" in job else ""
-    if isinstance(payload, (str, bytes)) and not payload:
+    if payload == "" or (isinstance(payload, bytes) and not payload):
         data = b'""'
     else:
         _showable(payload, where, jid, 0)
@@ -470,6 +480,15 @@ def push_calls(namespace, queue, shards_count, jobs, now, channel):
     and payload) and "pairs" (payloads differ), else groups of 5; the
     sections; "shards". Returns [(shard, key, [arg bytes])], and each call's
     jobs in parts ([[Job]], one list per call)."""
+    calls, parts = [], []
+    for s, key, args, chunk in each_push_call(namespace, queue, shards_count, jobs, now, channel):
+        calls.append((s, key, args))
+        parts.append(chunk)
+    return calls, parts
+
+
+def each_push_call(namespace, queue, shards_count, jobs, now, channel):
+    """push_calls' calls one by one, as each is made: (shard, key, args, jobs)."""
     by_shard, order = {}, []
     for j in jobs:
         s = shard(j.id, shards_count)
@@ -479,7 +498,6 @@ def push_calls(namespace, queue, shards_count, jobs, now, channel):
         by_shard[s].append(j)
     extras = any(j.extras() for j in jobs)
     now_s = g(now, 17).encode()
-    calls, parts = [], []
     for s in order:
         lst, key = by_shard[s], prefix(namespace, queue, s)
         for start in range(0, len(lst), CHUNK):
@@ -518,6 +536,72 @@ def push_calls(namespace, queue, shards_count, jobs, now, channel):
                             opened = True
                         args += [str(n).encode(), g(v, 17).encode() if field == "expires_at" else _b(v)]
             args += [b"", b"shards", str(shards_count).encode()]
-            calls.append((s, key, args))
-            parts.append(chunk)
-    return calls, parts
+            yield s, key, args, chunk
+
+
+# replies ----------------------------------------------------------------------
+
+MAX_REPLY_BYTES = 262144  # reply.lua's limit (TOOBIG)
+MAX_KEY_BYTES = 1024      # waitkey.lua's
+_TOKEN = re.compile(rb"1\.([A-Za-z0-9_-]*)\.([A-Za-z0-9_-]+)\.[0-9]+\.[0-9A-Fa-f]+")
+
+
+def _b64url(t):
+    if len(t) % 4 == 1:
+        return None
+    return base64.urlsafe_b64decode(t + b"=" * (-len(t) % 4))
+
+
+def split_token(token):
+    """A reply token's queue (str) and id (bytes), or None when it is not of
+    the form "1." b64url(queue) "." b64url(id) "." attempt "." mac (luakiq's
+    lib/replies.lua; whether it is genuine only reply.lua can tell)."""
+    if not isinstance(token, (str, bytes)):
+        return None
+    m = _TOKEN.fullmatch(utf8(token))
+    queue, jid = m and _b64url(m.group(1)), m and _b64url(m.group(2))
+    if not queue or not jid:
+        return None
+    return queue.decode("utf-8", "surrogateescape"), jid
+
+
+def _no_constant(name):
+    raise ValueError("%s is not JSON" % name)
+
+
+def reply_body(body):
+    """The bytes a reply sends: JSON text (str or bytes) as `luakiq reply`
+    reads it (ASCII white space around it dropped, then checked), or any
+    other value as its canonical JSON. InputError with the CLI's message."""
+    if body is None:
+        raise InputError("give the reply's JSON as an argument or on stdin")
+    if isinstance(body, (str, bytes)):
+        b = utf8(body).strip(b" \t\n\v\f\r")
+        if not b:
+            raise InputError("give the reply's JSON as an argument or on stdin")
+        try:
+            json.loads(b, parse_constant=_no_constant)
+        except ValueError as e:
+            raise InputError("invalid JSON: %s" % e) from None
+    else:
+        try:
+            b = canonical(body)
+        except JSONError as e:
+            raise InputError("invalid JSON: %s" % e) from None
+    if len(b) > MAX_REPLY_BYTES:
+        raise InputError("TOOBIG: the reply is %d bytes, at most %d" % (len(b), MAX_REPLY_BYTES))
+    return b
+
+
+def reply_key(key):
+    """A correlation key's bytes, or InputError (`luakiq reply --key`'s message)."""
+    b = utf8(key) if isinstance(key, (str, bytes)) else b""
+    if not b or len(b) > MAX_KEY_BYTES:
+        raise InputError("BADREPLY: key must be a string of 1 to %d bytes" % MAX_KEY_BYTES)
+    return b
+
+
+def reply_args(now, channel, shards_count, refs, body):
+    """reply.lua's ARGV for a reply: refs are the "how" words (b"token", T |
+    b"key", KEY, ID, ATTEMPT), body the JSON bytes (docs/redis.md, 'reply.lua')."""
+    return [b"reply", redis_arg(now).encode(), _b(channel), str(shards_count).encode()] + [_b(r) for r in refs] + [body]

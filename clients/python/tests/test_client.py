@@ -128,6 +128,30 @@ class Enqueue(unittest.TestCase):
             key = contract.prefix("luakiq", "R", contract.shard(str(i), 3)) + "jobs"
             self.assertTrue(self.c.redis.zrangebylex(key, b"[" + str(i).encode() + b"\0\0", b"+", 0, 1), i)
 
+    def test_reply_without_a_wait_is_unknown_and_bad_input_raises(self):
+        # (replies to real waits: spec/clients/replies_spec.lua, with a host)
+        self.c.enqueue("R", [{"id": "a"}], shards_count=3)
+        token = "1.Ug.YQ.3." + "0" * 32  # queue R, id a: a forged mac
+        self.assertEqual("unknown", self.c.reply("R", token=token, body={"answer": 1}))
+        self.assertEqual("unknown", self.c.reply("Other", token=token, body="{}"))
+        self.assertEqual("unknown", self.c.reply("R", token="nonsense", body="{}"))
+        self.assertEqual("unknown", self.c.reply("R", key="corr-1", body="{}"))
+        self.assertEqual("unknown", self.c.reply("Unregistered", key="corr-1", body="{}"))
+        s = contract.shard("a", 3)
+        self.assertEqual(b"1", self.c.redis.hget(contract.prefix("luakiq", "R", s) + "counters", "replies_unknown"))
+        for kw, msg in ((dict(token=token), "give the reply's JSON as an argument or on stdin"),
+                        (dict(token=token, body=" \n"), "give the reply's JSON as an argument or on stdin"),
+                        (dict(token=token, body="{"), "invalid JSON: "),
+                        (dict(token=token, body="\"" + "x" * 262143 + "\""), "TOOBIG: the reply is 262145 bytes, at most 262144"),
+                        (dict(key="", body="{}"), "BADREPLY: key must be a string of 1 to 1024 bytes"),
+                        (dict(key="k" * 1025, body="{}"), "BADREPLY: key must be a string of 1 to 1024 bytes"),
+                        (dict(token=token, key="k", body="{}"), "reply: give a token or a key (one of them)"),
+                        (dict(body="{}"), "reply: give a token or a key (one of them)")):
+            with self.subTest(msg=msg):
+                with self.assertRaises(luakiq.InputError) as e:
+                    self.c.reply("R", **kw)
+                self.assertTrue(str(e.exception).startswith(msg), str(e.exception))
+
     def test_namespace(self):
         c = flushed(self.url, namespace="myapp")
         self.addCleanup(c.close)

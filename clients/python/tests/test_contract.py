@@ -101,3 +101,40 @@ class Values(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+    def test_reply(self):
+        vs = vectors("reply.json")
+        self.assertGreater(len(vs), 20)
+        for v in vs:
+            with self.subTest(v=v.get("name") or v["body"]):
+                if "name" not in v:  # a body as JSON text
+                    if "error" in v:
+                        with self.assertRaises(contract.InputError) as e:
+                            contract.reply_body(v["body"])
+                        self.assertTrue(str(e.exception).startswith(v["error"]), str(e.exception))
+                    else:
+                        self.assertEqual(v["sent"].encode("utf-8"), contract.reply_body(v["body"]))
+                    continue
+                body = contract.reply_body(v["body"])
+                channel = "luakiq:wake"
+                got = []
+                if "token" in v:
+                    parts = contract.split_token(v["token"])
+                    if parts is None or parts[0] != v["worker"]:
+                        self.assertEqual("UNKNOWN", v["outcome"])
+                    else:
+                        jid, refs = parts[1], [b"token", v["token"]]
+                else:
+                    try:
+                        kb = contract.reply_key(v["key"])
+                    except contract.InputError as e:
+                        self.assertEqual(v["outcome"] + ": " + v["message"], str(e))
+                    else:
+                        got.append({"script": "waitkey", "key": "luakiq:{%s}:" % v["worker"],
+                                    "args": ["lookup", kb.decode("utf-8")]})
+                        jid, refs = b"a", [b"key", kb, b"a", b"3"]
+                if v["calls"] and v["calls"][-1]["script"] == "reply":
+                    key = contract.prefix("luakiq", v["worker"], contract.shard(jid, v["shards_count"]))
+                    args = contract.reply_args(v["now"], channel, v["shards_count"], refs, body)
+                    got.append({"script": "reply", "key": key, "args": [a.decode("utf-8") for a in args]})
+                self.assertEqual(v["calls"], got)

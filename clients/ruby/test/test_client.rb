@@ -118,6 +118,28 @@ module ClientTests
     end
   end
 
+  def test_a_reply_without_a_wait_is_unknown_and_bad_input_raises
+    # (replies to real waits: spec/clients/replies_spec.lua, with a host)
+    @c.enqueue('R', [{ id: 'a' }], shards_count: 3)
+    token = "1.Ug.YQ.3.#{'0' * 32}" # queue R, id a: a forged mac
+    assert_equal :unknown, @c.reply('R', token: token, body: { answer: 1 })
+    assert_equal :unknown, @c.reply('Other', token: token, body: '{}')
+    assert_equal :unknown, @c.reply('R', token: 'nonsense', body: '{}')
+    assert_equal :unknown, @c.reply('R', key: 'corr-1', body: '{}')
+    assert_equal :unknown, @c.reply('Unregistered', key: 'corr-1', body: '{}')
+    assert_equal '1', @c.redis.hget("#{C.prefix('luakiq', 'R', C.shard('a', 3))}counters", 'replies_unknown')
+    none = "give the reply's JSON as an argument or on stdin"
+    key = 'BADREPLY: key must be a string of 1 to 1024 bytes'
+    one = 'reply: give a token or a key (one of them)'
+    [[{ token: token }, none], [{ token: token, body: " \n" }, none], [{ token: token, body: '{' }, 'invalid JSON: '],
+     [{ token: token, body: "\"#{'x' * 262_143}\"" }, 'TOOBIG: the reply is 262145 bytes, at most 262144'],
+     [{ key: '', body: '{}' }, key], [{ key: 'k' * 1025, body: '{}' }, key],
+     [{ token: token, key: 'k', body: '{}' }, one], [{ body: '{}' }, one]].each do |opts, msg|
+      e = assert_raises(Luakiq::InputError, msg) { @c.reply('R', **opts) }
+      assert e.message.start_with?(msg), e.message
+    end
+  end
+
   def test_namespace
     c = flushed(url, namespace: 'myapp')
     c.enqueue('A', [{ id: 'a', payload: 'p' }], shards_count: 1)

@@ -79,4 +79,44 @@ class TestContract < Minitest::Test
     e = assert_raises(Luakiq::InputError) { C.check_jobs([{ id: 1, payload: 'x' * 1_048_575 }], 1.0) }
     assert_equal 'job 1 (id 1): payload is 1048577 bytes, over max_payload_bytes (1048576)', e.message
   end
+
+  def test_reply
+    vs = vectors('reply.json')
+    assert vs.size > 20
+    vs.each do |v|
+      unless v['name'] # a body as JSON text
+        if v['error']
+          e = assert_raises(Luakiq::InputError, v['body']) { C.reply_body(v['body']) }
+          assert e.message.start_with?(v['error']), e.message
+        else
+          assert_equal v['sent'].b, C.reply_body(v['body']), v['body']
+        end
+        next
+      end
+      body = C.reply_body(v['body'])
+      got = []
+      id = refs = nil
+      if v['token']
+        queue, tid = C.split_token(v['token'])
+        if queue.nil? || queue != v['worker'].b
+          assert_equal 'UNKNOWN', v['outcome'], v['name']
+        else
+          id, refs = tid, ['token', v['token']]
+        end
+      else
+        begin
+          kb = C.reply_key(v['key'])
+          got << { 'args' => ['lookup', C.utf8(kb)], 'key' => "luakiq:{#{v['worker']}}:", 'script' => 'waitkey' }
+          id, refs = 'a', ['key', kb, 'a', '3']
+        rescue Luakiq::InputError => e
+          assert_equal "#{v['outcome']}: #{v['message']}", e.message, v['name']
+        end
+      end
+      if !v['calls'].empty? && v['calls'][-1]['script'] == 'reply'
+        args = C.reply_args(v['now'], 'luakiq:wake', v['shards_count'], refs, body).map { |a| C.utf8(a.to_s) }
+        got << { 'args' => args, 'key' => C.prefix('luakiq', v['worker'], C.shard(id, v['shards_count'])), 'script' => 'reply' }
+      end
+      assert_equal v['calls'], got, v['name']
+    end
+  end
 end

@@ -1,8 +1,9 @@
 -- Lowkiq's own story: each job is a snapshot of an order (payload
 -- {version =, status =}, score = version). A snapshot replaces the order's
 -- row in PostgreSQL, without comparing versions: luakiq runs the snapshots
--- of one order in order and never two at once, so the row always moves
--- forward. Snapshots pushed while an order waits merge into one job, and only
+-- of one order in order and never two at once, and with monotonic = true it
+-- drops a snapshot that arrives after a newer one was written (a late
+-- re-send), so the row always moves forward. Snapshots pushed while an order waits merge into one job, and only
 -- the newest one (the last payload: payloads come in score order) is written.
 --
 -- One connection per worker thread: each thread loads this file in its own
@@ -33,6 +34,9 @@ end
 
 return {
   shards_count = 20,
+  -- a snapshot whose version (score) is not above the newest one written
+  -- for its order is dropped at fetch (a late re-send), not performed
+  monotonic = true,
   batch_size = 10,
   max_retry_count = 20,
   retry_in = function(count) return 0.1 * count end,

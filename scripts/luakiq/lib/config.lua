@@ -20,6 +20,7 @@
 -- refused: that is a broken file, not a missing secret.
 local splitters = require "luakiq.splitters"
 local schedulers = require "luakiq.schedulers"
+local hooks = require "luakiq.lib.hooks"
 local json = require "luakiq.json"
 local retry = require "luakiq.lib.retry"
 
@@ -125,7 +126,7 @@ local SETTINGS = {
   web_max_connections = "pos_int", web_header_timeout = "pos_num", web_idle_timeout = "pos_num",
   lease_ttl = "pos_num", lease_renew = "pos_num", max_payload_bytes = "pos_int",
   redis_timeout = "pos_num", redis_retry = "nonneg_num", dump_path = "str", timeout = "pos_num",
-  public_url = "base_url",
+  hook_timeout = "pos_num", public_url = "base_url", fast_recovery = "bool",
 }
 
 -- Keys of a worker file: key -> check.
@@ -136,9 +137,14 @@ local WORKER = {
   concurrency = "pos_int", cost = "cost", windows = "strs", timezone = "str",
   throttle = "func", label = "func",
   on_reply = "func", reply_timeout = "pos_num", await_releases_units = "bool",
+  keep_done = "nonneg_num", keep_done_max = "pos_int", monotonic = "bool", monotonic_ttl = "pos_num",
 }
 
 local function identity(x) return x end
+local function format_error(err) return tostring(err) end
+-- (luakiq's own defaults need no hook_timeout: luakiq.lib.hooks calls them plainly)
+hooks.trust(identity)
+hooks.trust(format_error)
 
 -- LUAKIQ_PUBLIC_URL, public_url's default; nil when unset or empty (a bad
 -- value is refused by M.load as config.lua's would be).
@@ -164,7 +170,7 @@ function M.defaults()
     last_words = nil,
     dump_payload = json.encode,
     load_payload = json.decode,
-    format_error = function(err) return tostring(err) end,
+    format_error = format_error,
     dump_error = identity,
     load_error = identity,
     web = nil,
@@ -175,16 +181,19 @@ function M.defaults()
     web_idle_timeout = 60,       -- seconds a kept-alive connection may wait between requests
     lease_ttl = 30,              -- seconds a shard lease lives without renewal
     lease_renew = nil,           -- renew a busy thread's lease this often (default lease_ttl / 3)
+    fast_recovery = true,        -- take at once the lease of a dead process of this hostname
     max_payload_bytes = 1048576,
     redis_timeout = 10,          -- seconds for connect and for each reply
     redis_retry = 30,            -- seconds `run` keeps trying to connect at start
     dump_path = nil,             -- TTIN dump file (default: $TMPDIR/luakiq-UID/ttin_PID.txt)
     timeout = 600,               -- seconds one perform call may run (a worker's own `timeout` wins)
+    hook_timeout = 5,            -- seconds each hook outside perform may run (luakiq.lib.hooks)
     public_url = public_url(),   -- base of the reply URLs luakiq.await returns (nil: no url)
   }
 end
 
-local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25, reply_timeout = 86400 }
+local WORKER_DEFAULTS = { shards_count = 5, batch_size = 1, max_retry_count = 25, reply_timeout = 86400,
+                          keep_done_max = 10000, monotonic_ttl = 604800 }
 -- fetch_size: see docs/configuration.md. Given, it is fixed. Else, for most
 -- workers, each shard's fetch adapts (fetch_auto): it starts at
 -- max(batch_size, FETCH_AHEAD) and then takes what the shard's jobs have
@@ -325,7 +334,8 @@ local function load_worker(file, stem, settings_only)
   end
   validate(file, t, WORKER, "a worker file may set: name, queue_name, shards_count, batch_size, fetch_size, " ..
     "max_retry_count, retry_in, perform, retries_exhausted, timeout, concurrent_shards, delivery, concurrency, cost, " ..
-    "throttle, label, windows, timezone, on_reply, reply_timeout, await_releases_units")
+    "throttle, label, windows, timezone, on_reply, reply_timeout, await_releases_units, keep_done, keep_done_max, " ..
+    "monotonic, monotonic_ttl")
   if t.perform == nil then fail(file .. ": perform is required (a function(payloads_by_id))") end
   if t.label ~= nil and t.throttle == nil then fail(file .. ": label goes with throttle (it names jobs for it)") end
   local name = t.name or stem
@@ -379,6 +389,11 @@ local function load_worker(file, stem, settings_only)
     on_reply = t.on_reply,       -- nil: rickover's rule ({"status": "succeeded" | "failed"})
     reply_timeout = t.reply_timeout or WORKER_DEFAULTS.reply_timeout, -- await's default timeout, seconds
     await_releases_units = t.await_releases_units or false, -- true: a waiting job holds no concurrency units
+    -- finished jobs and stale payloads (docs/redis.md, "Finished jobs" and "Stale payloads")
+    keep_done = t.keep_done or 0, -- seconds a done or cancelled job's record is kept (0: none)
+    keep_done_max = t.keep_done_max or WORKER_DEFAULTS.keep_done_max, -- records kept per shard at most
+    monotonic = t.monotonic or false, -- true: a payload not above its id's highest score performed is dropped
+    monotonic_ttl = t.monotonic_ttl or WORKER_DEFAULTS.monotonic_ttl, -- seconds that score is remembered
     file = file,
     unloaded = ran_err,          -- settings_only: the error its file raised (a stand-in)
   }

@@ -81,7 +81,11 @@ function M.reshard(ns, queue)
   local k = ns .. ":{" .. queue .. "}:reshard"
   return k, k .. ":lock"
 end
--- HASH queue -> "1" for paused queues (a key of its own slot: pause.lua).
+-- HASH queue -> "1" for paused queues, and the field "" -> the pause
+-- generation, bumped by every pause and resume (a key of its own slot:
+-- pause.lua). Its acknowledgements: HASH host token -> the generation
+-- that host applied last (luakiq.ops.hosts.sync_pause).
 function M.paused(ns) return ns .. ":paused" end
+function M.paused_acks(ns) return ns .. ":paused:acks" end
 
 return M

@@ -25,6 +25,12 @@ local function fields_json(fields)
   return table.concat(parts, ",")
 end
 
+-- "1 thread", "2 threads": n and noun, with an "s" unless n is 1 (for
+-- messages; noun is singular and takes a plain "s").
+function M.count(n, noun)
+  return n .. " " .. noun .. (n == 1 and "" or "s")
+end
+
 for _, level in ipairs { "debug", "info", "warn", "error" } do
   M[level] = function(msg, fields)
     core.log(level, tostring(msg), fields_json(fields))

@@ -57,7 +57,8 @@ function M.check(arg)
   return json.encode { error = tostring(msg):match("^[^\n]*") }
 end
 
--- Why new cannot replace old (summaries), in one line; nil when it can.
+-- Why new cannot replace old (summaries), in one line, and what applies the
+-- change when a restart alone may not (nil: a restart does); nil when it can.
 function M.compare(old, new)
   local by_name = {}
   for _, w in ipairs(new.workers) do by_name[w.name] = w end
@@ -68,8 +69,9 @@ function M.compare(old, new)
       return string.format("%s: queue_name changed from %s to %s", n.file or n.name, w.queue_name, n.queue_name)
     end
     if n.shards_count ~= w.shards_count then
-      return string.format("%s: shards_count changed from %d to %d (see docs/configuration.md, " ..
-        "'Changing shards_count')", n.file or n.name, w.shards_count, n.shards_count)
+      return string.format("%s: shards_count changed from %d to %d", n.file or n.name, w.shards_count,
+        n.shards_count), string.format("a restart applies it only after luakiq reshard DIR %s %d, see " ..
+        "docs/configuration.md, 'Changing shards_count'", n.name, n.shards_count)
     end
     by_name[w.name] = nil
   end
@@ -83,7 +85,7 @@ function M.compare(old, new)
     return new.elastic and "the splitter is now elastic" or "the splitter is no longer elastic"
   end
   if #old.groups ~= #new.groups then
-    return string.format("the splitter now gives %d threads instead of %d", #new.groups, #old.groups)
+    return string.format("the splitter now gives %s instead of %d", log.count(#new.groups, "thread"), #old.groups)
   end
   for i, g in ipairs(old.groups) do
     if new.groups[i] ~= g and not new.elastic then return "the splitter gives thread t" .. (i - 1) .. " other shards" end
@@ -100,9 +102,9 @@ function M.run(arg, running)
     log.error("HUP: reload failed: " .. res.error .. "; the old code keeps running")
     return false
   end
-  local why = M.compare(running, res.summary)
+  local why, remedy = M.compare(running, res.summary)
   if why then
-    log.error("HUP: reload refused: " .. why .. "; the old code keeps running (a restart applies it)")
+    log.error("HUP: reload refused: " .. why .. "; the old code keeps running (" .. (remedy or "a restart applies it") .. ")")
     return false
   end
   log.info("HUP: the script directory loaded; each worker thread switches to it between two calls")

@@ -65,7 +65,8 @@ end
 
 -- Connects to cfg.redis. With retry_for > 0, keeps trying (backoff up to 2 s)
 -- for that many seconds before giving up, also while a Redis that accepts
--- the connection does not serve yet (not_ready). Returns conn or nil, err.
+-- the connection does not serve yet (not_ready); never for a bad URL.
+-- Returns conn or nil, err.
 function M.connect(cfg, retry_for)
   local deadline = core.now() + (retry_for or 0)
   local delay, warned = 0.05, false
@@ -81,7 +82,8 @@ function M.connect(cfg, retry_for)
       M.ctx.conn = conn
       return conn
     end
-    if core.stopping() then return nil, err end
+    -- (a bad URL stays bad: a cluster URL with a db other than 0, say)
+    if core.stopping() or tostring(err):match("^bad Redis URL") then return nil, err end
     if core.now() >= deadline then
       if (retry_for or 0) > 0 then
         err = string.format("%s (gave up after %g s of retrying, redis_retry)", err, retry_for)

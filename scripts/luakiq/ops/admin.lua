@@ -7,10 +7,17 @@ local keys = require "luakiq.lib.keys"
 local runtime = require "luakiq.lib.runtime"
 local errors = require "luakiq.lib.errors"
 local client = require "luakiq.client"
+local hosts = require "luakiq.ops.hosts"
+local json = require "luakiq.json"
 
 local M = {}
 
 local PAGE = 1000
+-- The deepest offset a listing walks to. The walk is linear in the offset
+-- and the web thread answers one request at a time: five listings at offset
+-- 900,000 of 1M jobs held /metrics for 38.5 s. Deeper pages go by cursor,
+-- whose cost is the same at any depth.
+M.OFFSET_MAX = 5000
 
 local function worker_of(cfg, name)
   local w = cfg.by_name[name]
@@ -66,7 +73,10 @@ function M.worker_stats(conn, cfg)
     s.fresh = s.fresh + tonumber(r[1])
     s.retries = s.retries + tonumber(r[2])
     s.morgue_length = s.morgue_length + tonumber(r[3])
+    -- (a perform_in before the epoch, -1e308 say, counts as the epoch: lag
+    -- stays the seconds since 1970 at most, never 1e+308)
     local head = tonumber(r[4])
+    if head then head = math.max(head, 0) end
     if head and now - head > s.lag then s.lag = now - head end
     s.processed = s.processed + (tonumber(r[5]) or 0)
     s.failed = s.failed + (tonumber(r[6]) or 0)
@@ -83,14 +93,20 @@ function M.worker_stats(conn, cfg)
 end
 
 -- Lowkiq's /api/v1/stats shape, plus expired (payloads that expired before
--- they ran, since the queue began) and waiting (jobs that wait for a reply:
--- luakiq.await; not in length).
+-- they ran, since the queue began), waiting (jobs that wait for a reply:
+-- luakiq.await; not in length); snoozed (jobs put back by a snooze, since
+-- the queue began) only when some were, and stale (payloads dropped at
+-- fetch) only for a monotonic worker, so the shape of a worker that uses
+-- neither stays Lowkiq's.
 function M.stats(conn, cfg)
   local by = M.worker_stats(conn, cfg)
   local out = { total = { length = 0, morgue_length = 0, lag = 0, expired = 0, waiting = 0 }, by_worker = {} }
   for name, s in pairs(by) do
     out.by_worker[name] = { length = s.length, morgue_length = s.morgue_length, lag = s.lag, expired = s.expired,
-                            waiting = s.waiting, paused = s.paused or nil } -- only when paused: "paused": true
+                            waiting = s.waiting, paused = s.paused or nil, -- only when paused: "paused": true
+                            snoozed = s.snoozed > 0 and s.snoozed or nil }
+    if s.snoozed > 0 then out.total.snoozed = (out.total.snoozed or 0) + s.snoozed end
+    if cfg.by_name[name] and cfg.by_name[name].monotonic then out.by_worker[name].stale = s.stale end
     out.total.length = out.total.length + s.length
     out.total.morgue_length = out.total.morgue_length + s.morgue_length
     out.total.expired = out.total.expired + s.expired
@@ -149,22 +165,37 @@ local sort_field = { id = "id", perform_in = "perform_in", retry_count = "retry_
 
 -- A listing's cursor: where each shard's part of it stands (how many of the
 -- shard's jobs in the range came before), plus the position in the whole
--- listing and what it lists, so a cursor of another listing is refused.
--- Text: "what:order:dir:pos:o1,o2,..." (one count per shard).
-local function cursor_text(what, order, dir, pos, offs)
-  return ("%s:%s:%s:%d:%s"):format(what, order, dir, pos, table.concat(offs, ","))
+-- listing and the listing itself (what, order, dir and the range's bounds),
+-- so the next page needs only the cursor and a cursor of another listing is
+-- refused. Text: "what:order:dir:pos:o1,o2,...:MIN:MAX" (one count per
+-- shard; the bounds in hex: they may hold any byte).
+local function hex(s) return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) end
+local function cursor_text(what, order, dir, pos, offs, min, max)
+  return ("%s:%s:%s:%d:%s:%s:%s"):format(what, order, dir, pos, table.concat(offs, ","), hex(min), hex(max))
 end
 
-local function cursor_parse(text, what, order, dir, shards)
-  local w, o, d, pos, list = tostring(text):match("^(%a+):([%a_]+):(%a+):(%d+):([%d,]*)$")
-  if not w then errors.input("bad cursor '" .. tostring(text) .. "'") end
-  if w ~= what or o ~= order or d ~= dir then
-    errors.input("the cursor is for " .. w .. " by " .. o .. " " .. d .. ", not " .. what .. " by " .. order .. " " .. dir)
-  end
+-- The listing a cursor continues: {what, order, dir, min, max, pos, offs};
+-- callers take what the user did not give from it. Raises on junk.
+function M.cursor_listing(text)
+  local w, o, d, pos, list, mn, mx = tostring(text):match("^(%a+):([%a_]+):(%a+):(%d+):([%d,]*):(%x+):(%x+)$")
+  if not w or #mn % 2 == 1 or #mx % 2 == 1 then errors.input("bad cursor '" .. tostring(text) .. "'") end
   local offs = {}
   for n in list:gmatch("%d+") do offs[#offs + 1] = tonumber(n) end
-  if #offs ~= shards then errors.input("the cursor is for " .. #offs .. " shards, the worker has " .. shards) end
-  return tonumber(pos), offs
+  local function unhex(h) return (h:gsub("%x%x", function(x) return string.char(tonumber(x, 16)) end)) end
+  return { what = w, order = o, dir = d, min = unhex(mn), max = unhex(mx), pos = tonumber(pos), offs = offs }
+end
+
+local function cursor_parse(text, what, order, dir, min, max, shards)
+  local c = M.cursor_listing(text)
+  if c.what ~= what or c.order ~= order or c.dir ~= dir then
+    errors.input("the cursor is for " .. c.what .. " by " .. c.order .. " " .. c.dir .. ", not " .. what .. " by " ..
+      order .. " " .. dir)
+  end
+  if c.min ~= min or c.max ~= max then
+    errors.input(("the cursor is for the range %s to %s, not %s to %s"):format(c.min, c.max, min, max))
+  end
+  if #c.offs ~= shards then errors.input("the cursor is for " .. #c.offs .. " shards, the worker has " .. shards) end
+  return c.pos, c.offs
 end
 
 -- The listing's order on records: (sort field, id), ascending or descending.
@@ -267,13 +298,18 @@ end
 -- Returns the page and next(n): the cursor that continues after its first n
 -- records (the HTTP API asks for one more than it shows).
 function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offset, cursor)
+  min, max = tostring(min), tostring(max) -- (as Redis gets them; a cursor names them so)
   local w = worker_of(cfg, worker_name)
   limit = math.min(limit or 100, PAGE + 1) -- + 1: callers ask one more to see if there are more
   if not sort_field[order] then errors.input("unknown order '" .. tostring(order) .. "'") end
   local prefs = prefixes(cfg, w)
   local pos, offs = 0, {}
+  if not cursor and (offset or 0) > M.OFFSET_MAX then
+    errors.input(("offset must be at most %d (a listing walks to it record by record): page deeper with the " ..
+      "cursor of the page before (next, --cursor)"):format(M.OFFSET_MAX))
+  end
   if cursor then
-    pos, offs = cursor_parse(cursor, what, order, dir, #prefs)
+    pos, offs = cursor_parse(cursor, what, order, dir, min, max, #prefs)
   else
     for s = 1, #prefs do offs[s] = 0 end
     pos = walk(conn, cfg, prefs, what, order, dir, min, max, offs, offset or 0)
@@ -284,7 +320,7 @@ function M.list(conn, cfg, worker_name, what, order, dir, min, max, limit, offse
   local function next_cursor(n)
     local o = { unpack(offs) }
     for i = 1, math.min(n or #page, #page) do o[all[i][2]] = o[all[i][2]] + 1 end
-    return cursor_text(what, order, dir, pos + math.min(n or #page, #page), o)
+    return cursor_text(what, order, dir, pos + math.min(n or #page, #page), o, min, max)
   end
   return page, next_cursor, pos
 end
@@ -329,12 +365,16 @@ end
 -- deadline, heartbeat_deadline and key when set, replied = true once its
 -- reply came (its call has not run yet), queued_payloads for payloads
 -- pushed meanwhile (they run after the reply was handled); dead:
--- updated_at instead of perform_in and retry_count. An id that is nowhere raises "job ID of WORKER not found"
+-- updated_at instead of perform_in and retry_count; done and cancelled (a
+-- worker with keep_done: its record, docs/redis.md "Finished jobs"):
+-- finished_at, attempts and, for done, result when call:result gave one.
+-- An id that is nowhere raises "job ID of WORKER not found"
 -- (errors.missing: exit 1, HTTP 404).
 -- The commands that read id's record (job.lua and its tags), for job_record.
 local function job_cmds(cfg, w, id, cmds)
   local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(id, w.shards_count))
-  cmds[#cmds + 1] = { script = "job", P, id }
+  -- (a worker with keep_done: no record older than keep_done is answered)
+  cmds[#cmds + 1] = { script = "job", P, id, (w.keep_done or 0) > 0 and core.now() - w.keep_done or nil }
   cmds[#cmds + 1] = { "HGET", P .. "tags", id }
 end
 
@@ -361,6 +401,12 @@ local function job_record(cfg, id, r, tags, now)
   end
   local rec = { id = id, state = state, tags = tags_list(tags) }
   local i
+  if state == "finished" then
+    local ok, f = pcall(json.decode, r[2])
+    if not ok or type(f) ~= "table" then return nil end -- (junk: as if gone)
+    rec.state, rec.finished_at, rec.attempts, rec.result = f.state, f.finished_at, f.attempts, f.result
+    return rec
+  end
   if state == "dead" then
     rec.updated_at, rec.error = tonumber(r[2]), err_of(r[3])
     rec.payloads = payloads(4)
@@ -528,15 +574,30 @@ function M.schedules(conn, cfg, now)
   return out
 end
 
+-- How long a pause waits for the live hosts' acknowledgements (seconds).
+M.PAUSE_WAIT = 2
+
 -- Pauses (pause = true) or resumes one worker's queue on every host
--- (pause.lua). Returns {worker =, paused =, changed =}.
+-- (pause.lua; docs/operations.md, "Pause"). A pause returns once every live
+-- host (luakiq.ops.hosts's list) acknowledged it (luakiq.ops.hosts.sync_pause:
+-- from then on no call of the queue starts there), or after PAUSE_WAIT
+-- seconds with those that did not in `missing` (their tokens). A resume
+-- does not wait. Returns {worker =, paused =, changed =, hosts = how many
+-- acknowledged (pause only), missing = {token...} or nil}.
 function M.pause(conn, cfg, worker_name, pause)
   local w = worker_of(cfg, worker_name)
   local cmd = { script = "pause", keys.paused(cfg.namespace), w.queue_name, pause and "1" or "0",
                 keys.wake_channel(cfg.namespace) }
   if not pause then for _, p in ipairs(prefixes(cfg, w)) do cmd[#cmd + 1] = p end end
-  local changed = check(conn:pipeline({ cmd })[1], "pause")
-  return { worker = w.name, paused = pause, changed = changed == 1 }
+  local r = check(conn:pipeline({ cmd })[1], "pause")
+  local out = { worker = w.name, paused = pause, changed = r[1] == 1 }
+  if not pause then return out end
+  local live = {}
+  for _, v in ipairs(hosts.list(conn, cfg.namespace)) do live[#live + 1] = v.token end
+  local missing = hosts.await_pause(conn, cfg.namespace, r[2], live, M.PAUSE_WAIT)
+  out.hosts = #live - #missing
+  if #missing > 0 then out.missing = missing end
+  return out
 end
 
 -- Runs a paged per-shard action until it reports nothing left, or once per

@@ -14,15 +14,16 @@ usage: luakiq COMMAND ...
 
   run DIR [--redis URL] [--threads N] [--web ADDR:PORT] [--replies ADDR:PORT] [--log-format text|json] [--log-level L]
                                        process jobs with the workers of DIR
-  enqueue DIR WORKER [FILE]            enqueue JSON lines or a JSON array of
-                                       {id, payload?, score?, perform_in?} (stdin without FILE)
+  enqueue DIR WORKER [FILE]            enqueue JSON lines or a JSON array of {id, payload?, score?,
+                                       perform_in?, retry_count?, expires_at?, priority?, windows?,
+                                       timezone?, tags?} (stdin without FILE)
   stats DIR                            queue numbers as JSON (same as GET /api/v1/stats)
   plan DIR [--threads N]               which thread processes which shards
   morgue DIR WORKER list|requeue|delete [ID...] [--all]
                                        the dead jobs of a worker
   jobs DIR WORKER queue|morgue|busy [--order F] [--desc] [--min X] [--max X] [--limit N] [--offset N] [--cursor C]
   jobs DIR --tag T [--limit N]         list jobs as JSON lines (--tag: every worker's jobs tagged T)
-  job DIR WORKER ID                    where one job is: queued, in_flight or dead (JSON)
+  job DIR WORKER ID                    where one job is: queued, in_flight, dead, done... (JSON)
   reply DIR WORKER TOKEN|--key K [JSON]
                                        reply to a job that waits for one (JSON from stdin without JSON)
   waiting DIR WORKER [--late]          the jobs that wait for a reply (JSON lines); --late: the late replies
@@ -55,10 +56,11 @@ LUAKIQ_WEB_TOKEN. --replies serves only the reply routes (POST
 /api/v1/replies/TOKEN and its /heartbeat), on a listener of its own fit to
 face the internet (docs/operations.md, "Replies").]],
   enqueue = [[usage: luakiq enqueue DIR WORKER [FILE] [--redis URL]
-Reads JSON lines, or one JSON array, of jobs {"id":..., "payload":..., "score":..., "perform_in":...}
-from FILE or stdin. Everything is checked first: on any bad job nothing is
-enqueued and the exit code is 2 ("line 12 (id 42): ..."). JSON lines are
-streamed (checked whole, then sent 2,000 lines at a time; memory stays a few
+Reads JSON lines, or one JSON array, of jobs {"id":..., "payload":..., "score":..., "perform_in":...,
+"retry_count":..., "expires_at":..., "priority":..., "windows":[...], "timezone":..., "tags":[...]}
+(only id is required; docs/cli.md, "enqueue") from FILE or stdin. Everything is
+checked first: on any bad job nothing is enqueued and the exit code is 2
+("line 12 (id 42): ..."). JSON lines are streamed (checked whole, then sent 2,000 lines at a time; memory stays a few
 MB; a progress line on a terminal). Prints how many jobs were enqueued.]],
   stats = [[usage: luakiq stats DIR [--redis URL]
 Prints {"total":{"length","morgue_length","lag"},"by_worker":{NAME:{...}}} (JSON).]],
@@ -73,8 +75,9 @@ requeue and delete act on the given ids, or on every dead job with --all.]],
                    [--min X] [--max X] [--limit N] [--offset N] [--cursor C] [--redis URL]
        luakiq jobs DIR --tag T [--limit N] [--redis URL]
 Lists jobs as JSON lines (--limit 1 to 1000, default 100). Ranges use Redis syntax: ids "-", "+", "[x", "(x";
-numbers "-inf", "+inf", "(n". When there are more, stderr says which --cursor gives the next page: a page
-from a cursor costs the same at any depth, a large --offset is walked to.
+numbers "-inf", "+inf", "(n". When there are more, stderr says which --cursor gives the next page (it
+carries the order, direction and range: give it alone); a page from a cursor costs the same at any depth,
+an --offset (0 to 5000) is walked to.
 --tag T: the jobs tagged T in every worker, queued, in flight or dead, by worker and id:
 {"worker","id","state","tags",...} as `luakiq job` shows them.]],
   schedules = [[usage: luakiq schedules DIR [--redis URL]
@@ -82,9 +85,13 @@ Prints one JSON line per schedule of config.lua:
 {"every"|"cron","id","last","name","next","timezone","worker"}; last: the last
 tick a host claimed (absent before any host ran it), next: the next tick (Unix times).]],
   pause = [[usage: luakiq pause DIR WORKER [--redis URL]
-Every host starts no new call of WORKER within 1 s; running calls finish;
-enqueue goes on. Kept in Redis: a host started later stays paused. Prints
-{"changed":true|false,"paused":true,"worker":NAME}. Undo with luakiq resume.]],
+Every host stops starting calls of WORKER; running calls finish; enqueue goes
+on. Returns once every live host acknowledged it: from then on no call of
+WORKER starts. Kept in Redis: a host started later stays paused. Prints
+{"changed":true|false,"hosts":N,"paused":true,"worker":NAME} (N: the hosts that
+acknowledged), exit 0; a live host that did not acknowledge within 2 s: the
+same with "missing":[TOKEN...], one line on stderr, exit 1 (the pause stays:
+it holds on that host once it answers). Undo with luakiq resume.]],
   resume = [[usage: luakiq resume DIR WORKER [--redis URL]
 Lets every host run WORKER again (its backlog drains). Prints
 {"changed":true|false,"paused":false,"worker":NAME}.]],
@@ -100,8 +107,11 @@ file: a host started with the old count is refused (docs/operations.md,
   job = [[usage: luakiq job DIR WORKER ID [--redis URL]
 Prints one JSON object: {"id","state":"queued"|"in_flight"|"dead","perform_in","retry_count","error",
 "payloads":[[payload,score],...]}; in_flight adds "host" (HOST:PID), "fetched_at", "running"
-(seconds); dead has "updated_at" instead of perform_in and retry_count. An id that is
-nowhere: exit 1.]],
+(seconds); dead has "updated_at" instead of perform_in and retry_count. A worker with
+keep_done answers {"id","state":"done"|"cancelled","finished_at","attempts","result"}
+for a finished job it keeps. An id that is nowhere: exit 1.
+The job's own fields when it has them: "priority", "tags", "windows", "timezone"; "state":"waiting"
+(it awaits a reply) adds "attempt", "since", "deadline" (docs/cli.md, "job").]],
   admin = [[usage: luakiq admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...|kill ID... [--redis URL]
 perform-now: every queued job becomes due now; kill-failed: queued jobs that
 failed at least once go to the morgue; delete-failed: they are deleted;
@@ -294,19 +304,27 @@ function commands.enqueue(argv)
   if not cfg.by_name[pos[2]] then errors.notfound("unknown worker '" .. pos[2] .. "'") end
   local feed = require "luakiq.ops.feed"
   local f, tmp = feed.open(pos[3])
+  -- the connection, with the host's warning (one line) when Redis may evict
+  local function conn()
+    local c = connect(cfg, 0)
+    local evicts = runtime.eviction_warning(runtime.maxmemory_policy(c))
+    if evicts then io.stderr:write("luakiq: warning: ", evicts, "\n") end
+    return c
+  end
   local ok, n = pcall(function()
+    feed.refuse_nul(f)
     if feed.is_array(f) then
       local ok, v = pcall(json.decode, f:read("*a"))
       if not ok then usage("invalid JSON array: " .. tostring(v)) end
-      return require("luakiq.client").push(connect(cfg, 0), cfg, pos[2], v)
+      return require("luakiq.client").push(conn(), cfg, pos[2], v)
     end
     -- (connects after the whole file passed the check)
-    return feed.lines(function() return connect(cfg, 0) end, cfg, pos[2], f, core.isatty(2))
+    return feed.lines(conn, cfg, pos[2], f, core.isatty(2))
   end)
   if f ~= io.stdin then f:close() end
   if tmp then os.remove(tmp) end
   if not ok then error(n, 0) end
-  io.stdout:write("enqueued ", n, " jobs\n")
+  io.stdout:write("enqueued ", require("luakiq.lib.log").count(n, "job"), "\n")
   return 0
 end
 
@@ -351,6 +369,13 @@ local function limit_of(opt)
   return limit
 end
 
+-- --offset: an integer >= 0 (admin.list caps it), 0 by default.
+local function offset_of(opt)
+  local offset = tonumber(opt.offset or 0)
+  if not offset or offset ~= math.floor(offset) or offset < 0 then usage("--offset must be an integer >= 0") end
+  return offset
+end
+
 -- `luakiq jobs DIR --tag T [--limit N]`: the jobs tagged T in every worker
 -- (queued, in flight, dead), by worker and id.
 local function tagged_jobs(pos, opt)
@@ -380,13 +405,15 @@ function commands.jobs(argv)
   if what == "busy" then
     list = admin.busy(conn, cfg, worker, core.now())
   else
-    local order = opt.order or (what == "queue" and "perform_in" or "updated_at")
+    -- a cursor names its listing: what it does not say comes from there
+    local c = opt.cursor and admin.cursor_listing(opt.cursor) or {}
+    local order = opt.order or c.order or (what == "queue" and "perform_in" or "updated_at")
     local lex = order == "id"
     local limit = limit_of(opt)
     local after
-    list, after = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or "asc",
-      opt.min or (lex and "-" or "-inf"), opt.max or (lex and "+" or "+inf"),
-      limit + 1, tonumber(opt.offset) or 0, opt.cursor)
+    list, after = admin.list(conn, cfg, worker, what, order, opt.desc and "desc" or c.dir or "asc",
+      opt.min or c.min or (lex and "-" or "-inf"), opt.max or c.max or (lex and "+" or "+inf"),
+      limit + 1, offset_of(opt), opt.cursor)
     if #list > limit then
       list[#list] = nil
       io.stderr:write("luakiq: more: the next page is --cursor " .. after(limit) .. "\n")
@@ -427,8 +454,13 @@ local function pause_command(argv, pause)
   local dir, worker = pos[1], pos[2]
   if not worker or pos[3] then usage("usage: luakiq " .. argv[1] .. " DIR WORKER") end
   local cfg, conn = open(dir, opt, true)
-  print_json(require("luakiq.ops.admin").pause(conn, cfg, worker, pause))
-  return 0
+  local admin = require "luakiq.ops.admin"
+  local r = admin.pause(conn, cfg, worker, pause)
+  print_json(r)
+  if not r.missing then return 0 end
+  io.stderr:write(string.format("luakiq: pause of %s not acknowledged within %g s by %d live host(s): %s\n",
+    r.worker, admin.PAUSE_WAIT, #r.missing, table.concat(r.missing, ", ")))
+  return 1
 end
 function commands.pause(argv) return pause_command(argv, true) end
 function commands.resume(argv) return pause_command(argv, false) end
@@ -663,8 +695,8 @@ function commands.run(argv)
                                log_json = fmt == "json", log_level = opt["log-level"] }
     end
   end
-  log.info(string.format("luakiq %s starting: %d threads, %d workers, Redis %s, pid %d",
-    require("luakiq").version, #groups, #cfg.workers, runtime.redact(cfg.redis), core.getpid()))
+  log.info(string.format("luakiq %s starting: %s, %s, Redis %s, pid %d", require("luakiq").version,
+    log.count(#groups, "thread"), log.count(#cfg.workers, "worker"), runtime.redact(cfg.redis), core.getpid()))
   -- The heartbeat (luakiq.ops.hosts): from the main loop's timer, on a
   -- connection of its own with a 1 s timeout (the loop waits while it does).
   local started, beat_conn = core.now(), runtime.lazy_conn(cfg.redis, 1)
@@ -690,11 +722,43 @@ function commands.run(argv)
       end
     end
   end
+  -- A fixed plan cannot follow a reshard of a queue it serves (it spans
+  -- every thread, and they share one lease token): the host stops as at TERM
+  -- and exits 1 with one line, so its supervisor starts it again and it
+  -- plans with the new count (its threads drop the queue's shards
+  -- meanwhile: luakiq.runner).
+  local resharded, planned = nil, {}
+  for _, g in ipairs(groups) do
+    for _, h in ipairs(g) do planned[h.worker] = true end
+  end
+  local function stop_if_resharded()
+    if cfg.elastic or resharded then return end
+    local flat = beat_conn():call("HGETALL", keys.registry(cfg.namespace))
+    local counts = {}
+    for i = 1, #flat, 2 do counts[flat[i]] = tonumber(flat[i + 1]) end
+    for _, w in ipairs(cfg.workers) do
+      local n = counts[w.queue_name]
+      if n and n ~= w.shards_count and planned[w.name] then
+        resharded = w
+        log.error(string.format("queue %s was resharded from %d to %d shards and this host's plan is fixed: " ..
+          "stopping (exit 1) to be started again with the new plan: set shards_count = %d in %s first, or use " ..
+          "splitter = \"elastic\" (docs/operations.md, 'Resharding')", w.queue_name, w.shards_count, n, n,
+          w.file or w.name))
+        core.request_stop()
+        return
+      end
+    end
+  end
   local function beat(leave)
     if leave then return hosts.leave(beat_conn(), cfg.namespace, token) end
     hosts.beat(beat_conn(), cfg.namespace, token, hosts.info(groups, started, cfg.web, cfg.elastic))
+    hosts.sync_pause(beat_conn(), cfg.namespace, token) -- (a pause message missed)
     follow_reshards()
+    stop_if_resharded()
   end
+  -- the paused queues, for the worker threads before they start (then on
+  -- each pause message and at every beat: luakiq.ops.hosts.sync_pause)
+  hosts.sync_pause(conn, cfg.namespace, token)
   -- the TTIN dump's default place: this user's private directory in TMPDIR
   local dump_path = cfg.dump_path
   if not dump_path then
@@ -729,6 +793,10 @@ function commands.run(argv)
       local ok, e = pcall(beat)
       if not ok then error("hosts heartbeat: " .. tostring(e), 0) end -- logged at most once a minute
     end },
+    -- `luakiq pause` publishes NS:paused's name on the wake-up channel: the
+    -- threads get the paused queues at once, then the pause is acknowledged
+    -- (an error is logged at most once a minute; the next beat tries again)
+    pause = { msg = keys.paused(cfg.namespace), fn = function() hosts.sync_pause(beat_conn(), cfg.namespace, token) end },
     -- SIGHUP: the threads switch to DIR's new code when it loads and keeps
     -- what this process cannot change in place (luakiq.lib.reload)
     reload = function() return reload.run(reload_arg, running) end,
@@ -751,7 +819,7 @@ function commands.run(argv)
     return code ~= 0 and code or 1
   end
   log.info("stopped")
-  return code
+  return resharded and 1 or code
 end
 
 -- luakiq scripts DIR [NAME...] (or --out DIR): the embedded Redis scripts

@@ -65,6 +65,30 @@ function M.open(path)
   return assert(io.open(tmp, "rb")), tmp
 end
 
+-- Refuses (exit 2, naming its line) an input with a NUL byte: a line read
+-- ends at one, so the rest would be lost or the line taken as blank.
+-- Leaves the file at its start.
+function M.refuse_nul(f)
+  local before, at = 0, nil
+  while true do
+    local b = f:read(65536) -- (small: the blocks read are garbage at once)
+    if not b then break end
+    at = b:find("\0", 1, true)
+    if at then at = before + at break end
+    before = before + #b
+  end
+  f:seek("set", 0)
+  if not at then return end
+  local line, seen = 1, 0 -- (its line: the newlines before it)
+  while seen < at do
+    local b = f:read(math.min(BLOCK, at - seen))
+    line = line + select(2, b:gsub("\n", ""))
+    seen = seen + #b
+  end
+  f:seek("set", 0)
+  errors.input("line " .. line .. ": a NUL byte (JSON text has none: write \\u0000 inside a string)")
+end
+
 -- Whether the input is one JSON array (first non-space byte "["); leaves
 -- the file at its start.
 function M.is_array(f)

@@ -58,7 +58,54 @@ end
 
 function M.leave(conn, ns, token)
   local k1, k2 = keys.hosts(ns)
+  conn:call("HDEL", keys.paused_acks(ns), token)
   return script2(conn, "hosts_beat", k1, k2, token, "", M.TIMEOUT * 1000)
+end
+
+-- Pause (docs/operations.md, "Pause"), on the main thread of `luakiq run`:
+-- reads the paused queues (NS:paused), hands them to this host's worker
+-- threads (core.set_paused: each checks them before every call), and only
+-- then acknowledges the generation it read (NS:paused:acks, token ->
+-- generation), so that `luakiq pause` knows the pause holds here. Called
+-- before the threads start, on each pause message (core.host_run's pause)
+-- and at every beat. Returns the generation.
+function M.sync_pause(conn, ns, token)
+  local flat = conn:call("HGETALL", keys.paused(ns))
+  local names, gen = {}, 0
+  for i = 1, #flat, 2 do
+    if flat[i] == "" then gen = tonumber(flat[i + 1]) or 0 else names[#names + 1] = flat[i] end
+  end
+  table.sort(names)
+  core.set_paused(table.concat(names, "\n"))
+  conn:call("HSET", keys.paused_acks(ns), token, tostring(gen))
+  return gen
+end
+
+-- Waits up to `timeout` seconds until every host in `live` (tokens) has
+-- acknowledged pause generation gen (sync_pause). Returns the tokens that
+-- did not, sorted (empty: all did). Drops the acknowledgements of hosts no
+-- longer listed.
+function M.await_pause(conn, ns, gen, live, timeout)
+  local deadline, key = core.mono() + timeout, keys.paused_acks(ns)
+  local missing
+  repeat
+    local flat, acks = conn:call("HGETALL", key), {}
+    for i = 1, #flat, 2 do acks[flat[i]] = tonumber(flat[i + 1]) end
+    missing = {}
+    for _, token in ipairs(live) do
+      if (acks[token] or -1) < gen then missing[#missing + 1] = token end
+      acks[token] = nil
+    end
+    if next(acks) then -- (hosts gone: killed, or dropped from the list)
+      local gone = { "HDEL", key }
+      for token in pairs(acks) do gone[#gone + 1] = token end
+      conn:call(unpack(gone))
+    end
+    if #missing == 0 then return missing end
+    core.sleep(0.01)
+  until core.mono() >= deadline
+  table.sort(missing)
+  return missing
 end
 
 -- The hosts that beat within TIMEOUT: their JSON plus token and seen (seconds

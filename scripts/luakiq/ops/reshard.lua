@@ -30,6 +30,7 @@ local core = require "luakiq.core"
 local config = require "luakiq.lib.config"
 local errors = require "luakiq.lib.errors"
 local keys = require "luakiq.lib.keys"
+local log = require "luakiq.lib.log"
 local queue = require "luakiq.runner.queue"
 
 local M = {}
@@ -171,7 +172,8 @@ function M.run(conn, cfg, worker_name, n_text, opts)
     local left = 0
     for s = 0, S - 1 do if not held[s] then left = left + 1 end end
     if left == 0 then break end
-    progress(string.format("%s: waiting for %d shards' calls to end (%.0f s)", title, left, core.mono() - waited))
+    progress(string.format("%s: waiting for the calls of %s to end (%.0f s)", title, log.count(left, "shard"),
+      core.mono() - waited))
     tick()
     core.sleep(0.02)
   end
@@ -211,7 +213,7 @@ function M.run(conn, cfg, worker_name, n_text, opts)
     return #ids
   end
   local function show()
-    progress(string.format("%s: %d jobs moved (%.1f s)", title, stats.moved, core.mono() - t0))
+    progress(string.format("%s: %s moved (%.1f s)", title, log.count(stats.moved, "job"), core.mono() - t0))
   end
   -- Stages the ids mis of shard s (prefix P) with reshard_out.lua, batch
   -- ids a call, and moves what it staged; returns how many moved.
@@ -297,7 +299,7 @@ function M.run(conn, cfg, worker_name, n_text, opts)
   lock("end", token)
   stats.seconds = core.mono() - t0
   show()
-  progress(string.format("%s: done, %d jobs moved in %.2f s", title, stats.moved, stats.seconds), true)
+  progress(string.format("%s: done, %s moved in %.2f s", title, log.count(stats.moved, "job"), stats.seconds), true)
   return stats
 end
 

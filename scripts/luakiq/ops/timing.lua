@@ -108,8 +108,8 @@ function M.observe(acc, queue, kind, x, now)
   acc.any = true
 end
 
--- History: n jobs of the worker whose queue is queue processed (kind "p")
--- or failed ("f") by one call that ended at wall time now, counted in its
+-- History: n jobs of the worker whose queue is queue processed (kind "p"),
+-- failed ("f") or snoozed ("s") by one call that ended at wall time now, counted in its
 -- UTC minute.
 function M.count(acc, queue, kind, n, now)
   if n <= 0 then return end
@@ -119,7 +119,7 @@ function M.count(acc, queue, kind, n, now)
   -- (the field names of the current minute, made once a minute)
   local names = acc.minute_names
   if not names or names.minute ~= minute then
-    names = { minute = minute, p = "p:" .. minute, f = "f:" .. minute }
+    names = { minute = minute, p = "p:" .. minute, f = "f:" .. minute, s = "s:" .. minute }
     acc.minute_names = names
   end
   local f = names[kind] or kind .. ":" .. minute
@@ -250,10 +250,12 @@ function M.read_all(conn, cfg, names, day)
   return out
 end
 
--- Jobs processed and failed per minute, per worker and in total, over the
+local HISTORY_FIELDS = { p = "processed", f = "failed", s = "snoozed" }
+
+-- Jobs processed, failed and snoozed per minute, per worker and in total, over the
 -- last `minutes` minutes (the current one, partial, last), summed `step`
 -- minutes per point: {from = unix time of the first minute, step = seconds
--- per point, by_worker = {NAME = {processed = {...}, failed = {...}}},
+-- per point, by_worker = {NAME = {processed = {...}, failed = {...}, snoozed = {...}}},
 -- total = {...}}. minutes and step may be strings (a query's); raises an
 -- input error for minutes outside 1..7 days or a step outside 1..1440.
 function M.history(conn, cfg, minutes, step, now)
@@ -281,17 +283,17 @@ function M.history(conn, cfg, minutes, step, now)
   end
   local replies = #cmds > 0 and conn:pipeline(cmds) or {}
   local function zeros() local z = json.array() for i = 1, npoints do z[i] = 0 end return z end
-  local by, total = {}, { processed = zeros(), failed = zeros() }
-  for _, w in ipairs(cfg.workers) do by[w.name] = { processed = zeros(), failed = zeros() } end
+  local by, total = {}, { processed = zeros(), failed = zeros(), snoozed = zeros() }
+  for _, w in ipairs(cfg.workers) do by[w.name] = { processed = zeros(), failed = zeros(), snoozed = zeros() } end
   for i, r in ipairs(replies) do
     if type(r) == "table" and r.err then error("history: " .. r.err, 0) end
     local name, d = index[i][1], index[i][2]
     for j = 1, #r, 2 do
-      local kind, m = r[j]:match("^([pf]):(%d+)$")
+      local kind, m = r[j]:match("^([pfs]):(%d+)$")
       local minute = m and d * 1440 + tonumber(m)
       if minute and minute >= first and minute <= last then
         local point = math.floor((minute - first) / step) + 1
-        local field = kind == "p" and "processed" or "failed"
+        local field = HISTORY_FIELDS[kind]
         local n = tonumber(r[j + 1]) or 0
         by[name][field][point] = by[name][field][point] + n
         total[field][point] = total[field][point] + n

@@ -3,8 +3,9 @@
 -- load), the jobs whose windows are closed held back (h.later), flow
 -- control asked (luakiq.runner.flow), the call run in a coroutine of its
 -- own under the worker's timeout (core.call_begin/call_end) with the
--- delivery id perform can read, and a failed call recorded (retry_in per
--- job, fail.lua, retries_exhausted). The calls of jobs that waited for a
+-- delivery id perform can read and its call:fail/call:snooze marks, and a
+-- failed, snoozed or marked call recorded (retry_in per job, fail.lua,
+-- retries_exhausted). The calls of jobs that waited for a
 -- reply (wait_call: on_reply, rickover's rule, lapsed deadlines). Also the
 -- call record C keeps for a call that cannot be stopped, and the main VM's
 -- side of such a call (fail_stuck).
@@ -21,6 +22,7 @@ local flow = require "luakiq.runner.flow"
 local awaits = require "luakiq.runner.await"
 local json = require "luakiq.json"
 local retry = require "luakiq.lib.retry"
+local hooks = require "luakiq.lib.hooks"
 local windows = require "luakiq.lib.windows"
 local luakiq = require "luakiq"
 local new_table = require "table.new" -- (LuaJIT's: a table sized at once)
@@ -37,61 +39,117 @@ local function traceback(e)
 end
 
 -- Calls the worker's retries_exhausted with dead ({id=, payloads=, error=}
--- per morgued payload). Its errors are logged, luakiq.FATAL goes through.
+-- per morgued payload), bounded by hook_timeout (luakiq.lib.hooks: the
+-- failure is recorded already, so its record holds no jobs). Its errors are
+-- logged, luakiq.FATAL goes through.
 local function exhausted(w, dead)
-  local okx, e = xpcall(w.retries_exhausted, traceback, dead)
+  local okx, e = hooks.call("retries_exhausted", { worker = w.name }, w.retries_exhausted, dead)
   if not okx then
     if e == luakiq.FATAL then error(e, 0) end
     log.error("retries_exhausted failed: " .. tostring(e), { worker = w.name })
   end
 end
 
+-- The error stored for err (traceback tb or nil): format_error's text
+-- (at most 8 KiB) and dump_error's bytes of it. Each hook is bounded by
+-- hook_timeout (luakiq.lib.hooks; rec: the record of the failure not
+-- recorded yet); the fallbacks: tostring(err), the message as it is.
+local function stored_error(cfg, rec, err, tb)
+  local ok, msg = hooks.call("format_error", rec, cfg.format_error, err, tb)
+  if not ok or type(msg) ~= "string" then msg = tostring(err) end
+  msg = require("luakiq.lib.errors").cap(msg) -- (what is stored: at most 8 KiB)
+  local dumped = msg
+  ok, dumped = hooks.call("dump_error", rec, cfg.dump_error, msg)
+  if not ok or (dumped ~= nil and type(dumped) ~= "string") then dumped = msg end
+  return msg, dumped or ""
+end
+
+-- When job, failed with f (failure.of its error, or nil), is tried again:
+-- now + f's retry_after, else + retry_in(retry_count + 1).
+-- retry_in is bounded by hook_timeout (rec: as stored_error's); its
+-- fallback: the default retry formula.
+local function retry_at(w, rec, job, f, now)
+  local count = job.retry_count + 1
+  local okr, delay, timed_out = true, f and f.retry_in, false
+  if not delay then okr, delay, timed_out = hooks.call("retry_in", rec, w.retry_in, count) end
+  if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
+    if not timed_out then
+      log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
+    end
+    delay = retry.default(count)
+  end
+  return now + delay
+end
+
+-- perform returned normally but marked some of its jobs (call:fail,
+-- call:snooze): fail_batch's err then, the others are done.
+local MARKED = setmetatable({}, { __tostring = function() return "marked" end })
+
 -- Fails jobs of the batch b (queue.in_flight) of worker w: retry_in per
 -- job, then fail.lua (morgue at max_retry_count), then retries_exhausted
 -- for what went to the morgue. done, later: as queue.fail's. h: the
 -- handler whose batch b is (nil: fail_stuck's), which forgets it once
--- fail.lua has recorded the failure.
+-- fail.lua has recorded the failure. A snooze (luakiq.snooze) puts the jobs
+-- back instead (not a failure). The ids the call marked (h.marks: call:fail,
+-- call:snooze) take their own path whatever err is; err MARKED: the
+-- call returned, its unmarked jobs are done.
 local function fail_batch(cfg, b, w, jobs, err, tb, done, later, h)
-  local ok, msg = pcall(cfg.format_error, err, tb)
-  if not ok or type(msg) ~= "string" then msg = tostring(err) end
-  msg = require("luakiq.lib.errors").cap(msg) -- (what is stored: at most 8 KiB)
-  local dumped = msg
-  ok, dumped = pcall(cfg.dump_error, msg)
-  if not ok or (dumped ~= nil and type(dumped) ~= "string") then dumped = msg end
+  local marks = h and h.marks
+  if h then h.marks = nil end
+  local rec = { worker = w.name, shard = b.shard, batch = b.batch, token = b.token, key = b.prefix, done = done,
+                jobs = jobs }
+  local msg, dumped = "", ""
+  if err ~= MARKED then msg, dumped = stored_error(cfg, rec, err, tb) end
   local now = core.now()
-  local retry_at = {}
+  local failing, at, own, msgs = {}, {}, {}, {}
   -- luakiq.permanent: as if the retries were exhausted (max_retry_count 0
   -- in fail.lua: the morgue rule at once); luakiq.retry_after: its delay
   -- delivery = "at_most_once": every payload of the call to the morgue
   -- (fail.lua with max_retry_count -1)
-  local f = failure.of(err)
-  local max_rc = w.max_retry_count
-  if w.delivery == "at_most_once" then max_rc = -1 elseif f and f.permanent then max_rc = 0 end
-  for i, job in ipairs(jobs) do
-    local count = job.retry_count + 1
-    local okr, delay = true, f and f.retry_in
-    if not delay then okr, delay = pcall(w.retry_in, count) end
-    if not okr or type(delay) ~= "number" or delay ~= delay or delay == math.huge or delay == -math.huge then
-      log.error("retry_in failed; using the default formula", { worker = w.name, error = tostring(delay) })
-      delay = retry.default(count)
-    end
-    retry_at[i] = now + delay
+  local function max_rc(f)
+    if w.delivery == "at_most_once" then return -1 end
+    return f and f.permanent and 0 or w.max_retry_count
   end
-  local morgued = queue.fail(b, now, max_rc, dumped or "", jobs, retry_at, done, later)
+  local f = failure.of(err)
+  local nsnoozed = 0
+  for _, job in ipairs(jobs) do
+    local m = marks and marks[job.id]
+    local snooze = m and m.snooze or not m and f and f.snooze
+    if snooze then
+      own[#own + 1] = { job.id, queue.snoozed(now + snooze) }
+      nsnoozed = nsnoozed + 1
+    elseif m then
+      local mf = failure.of(m.err)
+      local mmsg, mdumped = stored_error(cfg, rec, m.err, nil)
+      own[#own + 1] = { job.id, queue.failed_own(retry_at(w, rec, job, mf, now), max_rc(mf), mdumped) }
+      msgs[job.id] = mmsg
+      log.warn("job failed: " .. mmsg:match("^[^\n]*"), { worker = w.name, shard = b.shard, id = job.id })
+    elseif err == MARKED then
+      own[#own + 1] = { job.id, "done" }
+    else
+      failing[#failing + 1] = job
+      at[#failing] = retry_at(w, rec, job, f, now)
+      msgs[job.id] = msg
+    end
+  end
+  local morgued = queue.fail(b, now, max_rc(f), dumped, failing, at, done, later, own)
   if h then h.batch, h.later, h.held = nil, nil, nil end
   if tb then log.debug(tb) end
-  log.warn("batch failed: " .. msg:match("^[^\n]*"), {
-    worker = w.name, shard = b.shard, ids = queue.ids(jobs), morgued = #morgued })
+  if #failing > 0 then
+    log.warn("batch failed: " .. msg:match("^[^\n]*"), {
+      worker = w.name, shard = b.shard, ids = queue.ids(failing), morgued = #morgued })
+  end
+  if nsnoozed > 0 then log.debug("snoozed " .. nsnoozed .. " jobs", { worker = w.name, shard = b.shard }) end
   if #morgued > 0 and w.retries_exhausted then
     -- one entry per id (at most once morgues every payload of an id)
     local by_id, list = {}, {}
     for _, m in ipairs(morgued) do
       local e = by_id[m.id]
       if not e then
-        e = { id = m.id, error = msg, payloads = {} }
+        e = { id = m.id, error = msgs[m.id] or msg, payloads = {} }
         by_id[m.id], list[#list + 1] = e, e
       end
-      local okp, v = pcall(cfg.load_payload, m.payload)
+      local okp, v = hooks.call("load_payload", nil, cfg.load_payload, m.payload)
       e.payloads[#e.payloads + 1] = { okp and v or m.payload, m.score }
     end
     exhausted(w, list)
@@ -100,7 +158,9 @@ end
 
 -- h's batch in flight (queue.in_flight) for the scripts that end it.
 local function in_flight(t, h)
-  return queue.in_flight(t.conn, h.prefix, t.token, t.lease_ms, h.batch, h.worker, h.shard)
+  local b = queue.in_flight(t.conn, h.prefix, t.token, t.lease_ms, h.batch, h.worker, h.shard)
+  b.fin = h.fin -- (keep_done, monotonic: the ids done before a failure are recorded too)
+  return b
 end
 
 -- Fails a perform call of h's fetch (fail_batch): its jobs, the ids done
@@ -115,8 +175,12 @@ end
 -- payloads for max_retry_count retries), and the rest of the batch runs
 -- without it. Returns the jobs left and their payloads by id (jobs with no
 -- payload left are dropped), or nil when the lease was lost meanwhile.
-local function load_batch(t, h, jobs)
+-- load_payload is bounded by hook_timeout (luakiq.lib.hooks; rec: the job,
+-- done: the ids done before it in its fetch): past it, the payload is one
+-- that does not load.
+local function load_batch(t, h, jobs, done)
   local cfg, w = t.cfg, h.def
+  local rec = flow.hook_rec(t, h, done)
   -- (the usual fetch loads every payload: then no table but the batch and
   -- each job's list is made, and the jobs come back as they are)
   -- (sized at once: a table that grows allocates again as it grows)
@@ -125,9 +189,10 @@ local function load_batch(t, h, jobs)
     local job = jobs[i]
     local pls = job.payloads
     local list, good = new_table(#pls, 0), nil
+    rec.id, rec.retry_count = job.id, job.retry_count
     for k = 1, #pls do
       local p = pls[k]
-      local ok, v = pcall(cfg.load_payload, p[1])
+      local ok, v = hooks.call("load_payload", rec, cfg.load_payload, p[1])
       if ok then
         list[#list + 1] = v
         if good then good[#good + 1] = p end
@@ -224,6 +289,22 @@ local function call_body(fn, w, batch, call)
   end
 end
 
+-- The history's counts (luakiq.ops.timing) of a call that ended (ok, or
+-- raised err): its jobs processed, failed or snoozed (luakiq.snooze, and
+-- call:fail, call:snooze's marks).
+local function count_outcomes(h, w, ok, err, call, jobs, now)
+  local marks, f = rawget(call, "marks_"), not ok and failure.of(err)
+  if not marks and not (f and f.snooze) then
+    timing.count(h.timing, w.queue_name, ok and "p" or "f", #jobs, now)
+    return
+  end
+  for _, job in ipairs(jobs) do
+    local m = marks and marks[job.id]
+    local kind = (m and (m.snooze and "s" or "f")) or (ok and "p") or (f and f.snooze and "s") or "f"
+    timing.count(h.timing, w.queue_name, kind, 1, now)
+  end
+end
+
 -- Runs one call, fn (h.perform or h.reply: the worker's function with the
 -- server middlewares), in a coroutine of its
 -- own (a spare one, above), bounded by the worker's timeout
@@ -277,7 +358,7 @@ local function run_call(h, w, fn, batch, njobs, call, jobs, done, token)
   if h.timing then
     local now = core.now()
     timing.observe(h.timing, w.queue_name, "r", core.mono() - m0, now)
-    if ok or not fenced then timing.count(h.timing, w.queue_name, ok and "p" or "f", njobs, now) end
+    if ok or not fenced then count_outcomes(h, w, ok, a, call, jobs, now) end
   end
   if ok then return true end
   local err = a
@@ -292,30 +373,96 @@ local function run_call(h, w, fn, batch, njobs, call, jobs, done, token)
   return false, err, tb
 end
 
--- perform's second argument, {worker =, shard =, delivery =}. delivery is
--- an id of the call's jobs as they are: queue, then per job (in id order)
--- its id, perform_in and payloads (hex of SHA-256, 32 digits). The same
--- jobs delivered again after a kill -9 (restored with their own perform_in)
--- give the same id, so receivers can de-duplicate on it; the same payloads
--- enqueued again later (a new perform_in) give another. Computed only when
--- read (a blank job should not pay for a hash).
+-- perform's second argument, {worker =, shard =, delivery =, retries =}.
+-- delivery is an id of the call's jobs and payloads: queue, then per job
+-- (in id order) its id and its payloads' bytes and scores (hex of SHA-256,
+-- 32 digits). Every attempt to deliver the same jobs with the same payloads
+-- gives the same id (a retry after a failure or a timeout, a delivery again
+-- after a kill -9), so receivers can de-duplicate on it; the same payload
+-- enqueued again later (a new score) or a payload merged in gives another.
+-- retries: how many times these jobs failed before (the highest
+-- retry_count + 1 of the call's jobs; 0 on a first attempt). Both are
+-- computed only when read (a blank job should not pay for a hash).
 local function delivery_id(queue_name, jobs)
   local list = {}
   for i, job in ipairs(jobs) do list[i] = job end
   table.sort(list, function(a, b) return a.id < b.id end)
   local parts = { queue_name }
   for _, job in ipairs(list) do
-    parts[#parts + 1] = #job.id .. ":" .. job.id .. string.format("%.17g", job.perform_in) .. "#" .. #job.payloads
-    for _, p in ipairs(job.payloads) do parts[#parts + 1] = #p[1] .. ":" .. p[1] end
+    parts[#parts + 1] = #job.id .. ":" .. job.id .. "#" .. #job.payloads
+    for _, p in ipairs(job.payloads) do
+      parts[#parts + 1] = string.format("%.17g", tonumber(queue.score(job, p)) or 0) .. " " .. #p[1] .. ":" .. p[1]
+    end
   end
   return core.sha256(table.concat(parts, "\n")):sub(1, 32)
 end
+-- call:fail(id, err) and call:snooze(id, seconds): one job's own outcome,
+-- taken when the call ends (fail_batch; marks_[id] = {err =} or {snooze =}).
+local METHODS = {}
+local function mark(call, id, m)
+  if type(id) == "number" and id == math.floor(id) then id = string.format("%.0f", id) end
+  local jobs = rawget(call, "jobs_")
+  for _, job in ipairs(jobs) do
+    if job.id == id then
+      local marks = rawget(call, "marks_") or {}
+      rawset(call, "marks_", marks)
+      marks[id] = m
+      return
+    end
+  end
+  error(("%s is not a job of this call (its ids: %s)"):format(
+    type(id) == "string" and ("'" .. id .. "'") or tostring(id), table.concat(queue.ids(jobs), ", ")), 0)
+end
+function METHODS.fail(call, id, err)
+  if err == nil or err == luakiq.FATAL then
+    error("call:fail: the error must be a message or an error value (luakiq.permanent, ...), got " .. tostring(err), 2)
+  end
+  local f = failure.of(err)
+  local ok, e = pcall(mark, call, id, f and f.snooze and { snooze = f.snooze } or { err = err })
+  if not ok then error("call:fail: " .. e, 2) end
+end
+function METHODS.snooze(call, id, seconds)
+  local ok, e = pcall(mark, call, id, { snooze = failure.seconds("call:snooze", seconds) })
+  if not ok then error("call:snooze: " .. e, 2) end
+end
+-- call:result(id, value): what the job id of the call gave, kept with its
+-- record when the worker has keep_done (docs/redis.md, "Finished jobs");
+-- value JSON-encodable, at most RESULT_MAX bytes encoded. The last one of
+-- an id counts; a call that fails keeps none.
+local RESULT_MAX = 65536
+local function call_result(call, id, value)
+  local jobs = type(call) == "table" and rawget(call, "jobs_")
+  if not jobs then error("call:result(id, value): call it with a colon", 2) end
+  local known = false
+  for _, job in ipairs(jobs) do if job.id == id then known = true break end end
+  if not known then error("call:result: " .. tostring(id) .. " is not a job of this call", 2) end
+  local ok, text = pcall(json.encode, value)
+  if not ok then error("call:result: the value of " .. id .. " is not JSON-encodable: " .. tostring(text), 2) end
+  if #text > RESULT_MAX then
+    error(("call:result: the value of %s is %d bytes as JSON, more than %d"):format(id, #text, RESULT_MAX), 2)
+  end
+  local res = rawget(call, "results_") or {}
+  rawset(call, "results_", res)
+  res[id] = text
+end
+METHODS.result = call_result
+local function retries(jobs)
+  local n = 0
+  for _, job in ipairs(jobs) do n = math.max(n, job.retry_count + 1) end
+  return n
+end
 local CALL_MT = {
   __index = function(t, k)
-    if k ~= "delivery" then return nil end
-    local d = delivery_id(rawget(t, "queue_"), rawget(t, "jobs_"))
-    rawset(t, "delivery", d)
-    return d
+    local v
+    if k == "delivery" then
+      v = delivery_id(rawget(t, "queue_"), rawget(t, "jobs_"))
+    elseif k == "retries" then
+      v = retries(rawget(t, "jobs_"))
+    else
+      return METHODS[k]
+    end
+    rawset(t, k, v)
+    return v
   end,
 }
 
@@ -366,7 +513,7 @@ local run_jobs -- (below)
 -- call (the rest of the fetch waits too). Raises luakiq.FATAL.
 local function perform(t, h, jobs, done)
   local w = h.def
-  local loaded, batch = load_batch(t, h, jobs)
+  local loaded, batch = load_batch(t, h, jobs, done)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then return true, loaded end -- every payload was unloadable
   if h.job_windows then
@@ -375,7 +522,7 @@ local function perform(t, h, jobs, done)
   end
   if w.concurrency or w.throttle then
     -- flow control: the jobs that may run now (h.later, h.held: the others)
-    local run, ferr, refused = flow.admit(t, h, loaded, batch)
+    local run, ferr, refused = flow.admit(t, h, loaded, batch, done)
     if not run then return false, loaded, ferr, nil end -- the throttle raised: the call fails
     if #run == 0 then return refused and "units" or "held" end
     loaded, batch = only(run, loaded, batch)
@@ -399,6 +546,7 @@ function run_jobs(t, h, fn, loaded, batch, call, done)
   local started = core.now()
   h.call_jobs, h.call_batch, h.awaited, h.await_error = loaded, batch, nil, nil
   local ok, err, tb, fenced = run_call(h, w, fn, batch, njobs, call, loaded, done, t.el and t.token or nil)
+  h.marks = rawget(call, "marks_") -- (call:fail, call:snooze: fail_batch takes them)
   flow.done(t, h)
   if ok and h.await_error then ok, err, tb = false, h.await_error, nil end
   if fenced then
@@ -408,12 +556,28 @@ function run_jobs(t, h, fn, loaded, batch, call, done)
     log.warn("call stopped: " .. tostring(err):match("^[^\n]*"),
       { worker = w.name, shard = h.shard, ids = queue.ids(loaded) })
     core.set_state(STATE.fetching, w.name, h.shard)
+    h.marks = nil
     return nil
   end
   core.set_state(STATE.fetching, w.name, h.shard)
   -- A luakiq.redis wait the deadline cut short leaves the thread's connection
   -- broken: make it again now, so the failure is recorded at once.
   if t.conn:broken() then t.conn:reconnect() end
+  if ok then
+    local res, fin = rawget(call, "results_"), h.fin
+    if res and fin and fin.keep then -- (sent with the batch's ack: luakiq.runner.fetch, or fail.lua's)
+      local list = fin.results or {}
+      fin.results = list
+      for id, text in pairs(res) do list[#list + 1], list[#list + 2] = id, text end
+    end
+  end
+  if ok and h.marks then
+    -- the marked ids take their own path, the others are done (fail_batch)
+    for id in pairs(h.marks) do
+      if h.awaited and h.awaited[id] then awaits.release(t, w, id) end
+    end
+    return false, loaded, MARKED
+  end
   if ok then
     if t.debug then
       log.debug("batch done",
@@ -459,7 +623,7 @@ function M.wait_call(t, h, job, done)
     if reply.retryable == false then return "later", luakiq.permanent(msg) end
     return "later", msg
   end
-  local loaded, batch = load_batch(t, h, { job })
+  local loaded, batch = load_batch(t, h, { job }, done)
   if not loaded then return nil end -- lease lost while burying
   if #loaded == 0 then -- its payloads went to the morgue (bury.lua ended its wait)
     awaits.release(t, w, job.id)
@@ -486,7 +650,11 @@ end
 -- done = {id...}, parked}: run_call's core.call_begin). s.parked: the call
 -- was waiting in luakiq's I/O on the stuck thread (its own deadline had not
 -- come): its jobs go back unchanged instead.
+-- s.hook: a hook (luakiq.lib.hooks) that could not be stopped: its jobs, if
+-- any, fail with the default hooks (the main VM has no watch: it runs no
+-- hook of the worker's) and the default retry formula.
 function M.fail_stuck(cfg, conn, token, s)
+  if s.hook and #s.jobs == 0 then return end -- (nothing of a fetch was left to record)
   local w = cfg.by_name[s.worker]
   if not w then error("fail_stuck: unknown worker " .. tostring(s.worker), 0) end
   token = s.token or token -- an elastic thread's own
@@ -497,6 +665,12 @@ function M.fail_stuck(cfg, conn, token, s)
     fail_batch(cfg, b, w, s.jobs, "interrupted", nil, s.done)
   elseif s.parked then
     queue.settle(b, s.done)
+  elseif s.hook then
+    local msg = string.format("timeout: %s ran past hook_timeout (%g s) and could not be stopped " ..
+      "(JIT-compiled code or a foreign call); the process was replaced", s.hook, cfg.hook_timeout)
+    local plain = setmetatable({ format_error = tostring, dump_error = function(m) return m end }, { __index = cfg })
+    fail_batch(plain, b, setmetatable({ retry_in = retry.default, retries_exhausted = false }, { __index = w }),
+      s.jobs, msg, nil, s.done)
   else
     local msg = string.format("timeout: the call ran past its timeout of %g s and could not be stopped " ..
       "(JIT-compiled code or a foreign call); the process was replaced", w.timeout)

@@ -10,6 +10,7 @@
 -- (docs/guarantees.md) fence every shard. The size of an adapting worker's
 -- fetch (fetch_auto) is worked out here too.
 -- (luakiq.runner: init -> tasks -> fetch -> call.)
+local ffi = require "ffi"
 local core = require "luakiq.core"
 local log = require "luakiq.lib.log"
 local queue = require "luakiq.runner.queue"
@@ -48,7 +49,8 @@ local function pending_acks(t, except, force, timing_due)
   for h, due in pairs(t.pending) do
     if h ~= except and (force or due <= now) then
       hs[#hs + 1] = h
-      cmds[#cmds + 1] = queue.fetch_cmd(h.prefix, t.token, t.lease_ms, 0, h.batch, h.def.delivery == "at_most_once")
+      cmds[#cmds + 1] = queue.fetch_cmd(h.prefix, t.token, t.lease_ms, 0, h.batch, h.def.delivery == "at_most_once",
+                                        nil, h.fin)
     end
   end
   for q, members in pairs(t.releases) do cmds[#cmds + 1] = flow.release_cmd(t, q, members) end
@@ -61,24 +63,54 @@ local function pending_acks(t, except, force, timing_due)
   return cmds, hs, tfrom
 end
 
+-- Fast recovery (docs/operations.md, "Recovery"): when holder, the token
+-- of a refused lease (HOST:PID:..., cli.lua), names this machine's
+-- hostname exactly and a pid that is gone here (core.pid_gone: no such
+-- process in this pid namespace), its lease is given back now (release.lua:
+-- only while it still holds that very token), so the next fetch of h
+-- acquires the shard and restores the dead holder's in-flight jobs
+-- (fetch.lua's new acquisition) instead of waiting out lease_ttl. Off with
+-- fast_recovery = false (hosts of one hostname in separate pid namespaces).
+-- Returns true when the lease was given back.
+local function take_dead(t, h, holder)
+  if not holder or not t.cfg.fast_recovery then return false end
+  local name, pid = holder:match("^([^:]*):(%d+):")
+  t.hostname = t.hostname or core.hostname()
+  if name ~= t.hostname or not core.pid_gone(tonumber(pid)) then return false end
+  if t.conn:script("release", h.prefix, holder) ~= 1 then return false end
+  log.warn("took over the shard lease of a process of this machine that is gone", { worker = h.worker,
+    shard = h.shard, holder = holder })
+  return true
+end
+
 -- Takes in h's fetch.lua reply: h.batch (the id of its batch in flight) and
--- t.refused (shards another holder leases, to log the change once). Returns
--- queue.parse_fetch's result, or nil when the lease is held elsewhere.
+-- t.refused (shards another holder leases -> its token, to log each
+-- holder once). Returns queue.parse_fetch's result, or nil when the lease
+-- is held elsewhere (and true when that holder was a dead process of this
+-- machine whose lease take_dead gave back: fetch again).
 local function took(t, h, r)
   local res = queue.parse_fetch(r, h)
   if res.leased then
     h.batch = nil
     if t.el then t.el.held[h] = nil end
-    if not t.refused[h.prefix] then
+    if take_dead(t, h, res.holder) then return nil, true end
+    local seen = res.holder or true
+    if t.refused[h.prefix] ~= seen then
+      -- whose lease, and until when (it may be renewed: then it is logged
+      -- again only when the holder changes)
+      local f = { worker = h.worker, shard = h.shard, holder = res.holder }
+      if res.holder and res.pttl and res.pttl >= 0 then
+        f["until"] = os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(core.now() + res.pttl / 1000 + 0.5))
+      end
       if res.reshard then
-        log.info("shard frozen by a reshard of its queue; waiting for it", { worker = h.worker, shard = h.shard })
+        log.info("shard frozen by a reshard of its queue; waiting for it", f)
       elseif t.el then
         -- a hand-over in progress: the previous holder finishes its call first
-        log.info("shard is still held by its previous holder; waiting for it", { worker = h.worker, shard = h.shard })
+        log.info("shard is still held by its previous holder; waiting for it", f)
       else
-        log.warn("shard is leased by another host; skipping it", { worker = h.worker, shard = h.shard })
+        log.warn("shard is leased by another host; skipping it", f)
       end
-      t.refused[h.prefix] = true
+      t.refused[h.prefix] = seen
     end
     return nil
   end
@@ -112,6 +144,25 @@ local function flush(t, sleeping)
   end
   if failed then error(failed, 0) end
   timing.check(cmds, r, tfrom)
+end
+
+-- The queues paused on this host (docs/operations.md, "Pause"): a set
+-- queue -> true, as the main thread last handed them over (host/pause.c,
+-- luakiq.ops.hosts.sync_pause); read again only when their generation
+-- changed (else one atomic load, through the FFI: the check stays in the
+-- JIT's trace). Checked after each fetch, before each call: once the host
+-- acknowledged a pause, no call of the queue starts here.
+ffi.cdef "unsigned luakiq_pause_generation(void);"
+local pause_generation = ffi.C.luakiq_pause_generation
+local function paused(t)
+  if pause_generation() == t.paused_gen then return t.paused end
+  local gen, text = core.paused(t.paused_gen)
+  if text then
+    local set = {}
+    for q in text:gmatch("[^\n]+") do set[q] = true end
+    t.paused, t.paused_gen = set, gen
+  end
+  return t.paused
 end
 
 -- How many jobs h's next fetch takes: the worker's fetch_size, or, when it
@@ -171,7 +222,8 @@ end
 local function wait_calls(t, h, wjobs, ran, done, fetched)
   local later_failed
   for k, job in ipairs(wjobs) do
-    if k > 1 and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval) then
+    if (k > 1 and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval))
+        or paused(t)[h.def.queue_name] then
       queue.settle(in_flight(t, h), done, h.later)
       h.batch, h.done, h.later, h.held = nil, nil, nil, nil
       return true, true, fetched -- (a reply put back is due at once)
@@ -229,7 +281,7 @@ local function process(t, h)
   local ack_same = t.pending[h] ~= nil
   local cmds, acked, tfrom = pending_acks(t, h)
   cmds[#cmds + 1] = queue.fetch_cmd(h.prefix, t.token, t.lease_ms, fetch_limit(h), ack_same and h.batch,
-                                    h.def.delivery == "at_most_once")
+                                    h.def.delivery == "at_most_once", nil, h.fin)
   local nfetch = #cmds
   -- a throttled worker's snapshot of the running calls, in the same round trip
   if h.def.throttle then cmds[#cmds + 1] = flow.read_cmd(t, h) end
@@ -245,12 +297,20 @@ local function process(t, h)
   local failed
   for i, p in ipairs(acked) do
     local ok, err = pcall(took, t, p, replies[i])
-    if ok then t.pending[p] = nil else failed = failed or err end
+    if ok then
+      t.pending[p] = nil
+      if p.fin then p.fin.results = nil end -- (sent with the ack)
+    else
+      failed = failed or err
+    end
   end
   h.later, h.held = nil, nil
   if failed then error(failed, 0) end
-  local res = took(t, h, replies[nfetch])
+  local res, retake = took(t, h, replies[nfetch])
   t.pending[h] = nil
+  if retake then return process(t, h) end -- a dead holder's lease, given back: taken now
+  -- (the results of the batch acked, or of one a fail.lua call settled)
+  if h.fin then h.fin.results = nil end
   if not res then return false, nil end -- lease held elsewhere
   h.best_due = res.best
   h.snapshot = replies[nfetch + 1]
@@ -284,7 +344,9 @@ local function process(t, h)
     later_failed = a
   end
   for first = 1, #jobs, size do
-    if (first > 1 or wjobs) and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval) then
+    -- (and a pause that came after the fetch: its jobs go back unchanged)
+    if ((first > 1 or wjobs) and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval))
+        or paused(t)[h.def.queue_name] then
       fetch_adapt(h, first - 1, core.mono() - started)
       queue.settle(in_flight(t, h), done, h.later)
       h.batch, h.done, h.later, h.held = nil, nil, nil, nil
@@ -360,5 +422,5 @@ local function process(t, h)
   return true, res.head
 end
 
-M.process, M.flush = process, flush
+M.process, M.flush, M.take_dead, M.paused = process, flush, take_dead, paused
 return M

@@ -22,6 +22,7 @@ local core = require "luakiq.core"
 local json = require "luakiq.json"
 local keys = require "luakiq.lib.keys"
 local log = require "luakiq.lib.log"
+local hooks = require "luakiq.lib.hooks"
 
 local M = {}
 
@@ -61,14 +62,23 @@ local function back_off(t, h)
   if not t.wake_at or at < t.wake_at then t.wake_at = at end
 end
 
--- One job's cost: cost(id, payloads) or the number (default 1). (Also a
--- waiting job's units hold: luakiq.runner.await.)
-local function cost_of(w, id, payloads)
+-- The record of a hook of h's fetch (luakiq.lib.hooks: what the main VM
+-- needs should the thread get stuck in it); done: the ids the fetch has done.
+function M.hook_rec(t, h, done)
+  return { worker = h.def.name, shard = h.shard, batch = h.batch, token = t.el and t.token or nil, key = h.prefix,
+           done = done }
+end
+
+-- One job's cost: cost(id, payloads) or the number (default 1), bounded by
+-- hook_timeout (rec: M.hook_rec's; nil inside a call). (Also a waiting
+-- job's units hold: luakiq.runner.await.)
+local function cost_of(w, id, payloads, rec)
   local c = w.cost
   if type(c) == "function" then
-    local ok, v = pcall(c, id, payloads)
+    if rec then rec.id = id end
+    local ok, v, timed_out = hooks.call("cost", rec, c, id, payloads)
     if not ok or type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
-      log.error("cost failed; using 1", { worker = w.name, id = id, error = tostring(v) })
+      if not timed_out then log.error("cost failed; using 1", { worker = w.name, id = id, error = tostring(v) }) end
       return 1
     end
     return v
@@ -78,13 +88,14 @@ end
 
 M.cost_of = cost_of
 
--- A job's label for the throttle (label(id, payloads)), or nil; an
--- error is logged and counts as none (the caller's call is not failed by it).
+-- A waiting job's label for the throttle (label(id, payloads), a hook
+-- luakiq.await calls inside the call: luakiq.lib.hooks), or nil; an error is
+-- logged and counts as none (the call is not failed by it).
 function M.label_of(w, id, payloads)
   if not w.label then return nil end
-  local ok, v = pcall(w.label, id, payloads)
+  local ok, v, timed_out = hooks.call("label", nil, w.label, id, payloads)
   if not ok then
-    log.error("label failed", { worker = w.name, id = id, error = tostring(v) })
+    if not timed_out then log.error("label failed", { worker = w.name, id = id, error = tostring(v) }) end
     return nil
   end
   if v ~= nil then return tostring(v) end
@@ -122,24 +133,26 @@ end
 -- Asks the throttle about each job, in order, on the snapshot: the jobs it
 -- lets run are added to ctx.running before the next job is asked. Returns
 -- run (jobs), held (count), later ({id, at}...), the registration's jobs,
--- or nil, err when the throttle or label raised.
-local function decide(t, h, jobs, batch, calls, costs)
+-- or nil, err when the throttle or label raised. Both are bounded by
+-- hook_timeout (rec: M.hook_rec's): past it, no label; the job runs.
+local function decide(t, h, jobs, batch, calls, costs, rec)
   local w = h.def
   local running = running_list(calls, h.prefix)
   local now = core.now()
   local run, later, reg, held = {}, {}, {}, 0
   for _, job in ipairs(jobs) do
     local label
+    rec.id, rec.retry_count = job.id, job.retry_count
     if w.label then
-      local ok, v = pcall(w.label, job.id, batch[job.id])
-      if not ok then return nil, "label failed: " .. tostring(v) end
-      if v ~= nil then label = tostring(v) end
+      local ok, v, timed_out = hooks.call("label", rec, w.label, job.id, batch[job.id])
+      if not ok and not timed_out then return nil, "label failed: " .. tostring(v) end
+      if ok and v ~= nil then label = tostring(v) end
     end
     local ctx = { worker = w.name, id = job.id, payloads = batch[job.id], now = now, running = running,
                   label = label, cost = costs[job.id] }
-    local ok, v = pcall(w.throttle, ctx)
-    if not ok then return nil, "throttle failed: " .. tostring(v) end
-    if v == true or v == nil then
+    local ok, v, timed_out = hooks.call("throttle", rec, w.throttle, ctx)
+    if not ok and not timed_out then return nil, "throttle failed: " .. tostring(v) end
+    if timed_out or v == true or v == nil then
       run[#run + 1] = job
       reg[#reg + 1] = { job.id, costs[job.id], label or json.null }
       running[#running + 1] = { id = job.id, cost = costs[job.id], label = label, host = t.host, since = now }
@@ -159,12 +172,15 @@ end
 -- nothing runs now, and then the third result, refused, is true when the
 -- units (or a running set that kept changing) refused the call: the rest
 -- of the fetch cannot run either. Returns nil, err when the throttle raised
--- (the call fails). Raises on a Redis error.
-function M.admit(t, h, loaded, batch)
+-- (the call fails). Raises on a Redis error. done: the ids the fetch has
+-- done (the hooks' record).
+function M.admit(t, h, loaded, batch, done)
   local w = h.def
+  local rec = M.hook_rec(t, h, done)
   local costs, total = {}, 0
   for _, job in ipairs(loaded) do
-    local c = cost_of(w, job.id, batch[job.id])
+    rec.retry_count = job.retry_count
+    local c = cost_of(w, job.id, batch[job.id], rec)
     costs[job.id] = c
     total = total + c
   end
@@ -179,7 +195,7 @@ function M.admit(t, h, loaded, batch)
   for try = 1, TRIES do
     local run, held, later, reg = loaded, 0, {}, nil
     if w.throttle then
-      run, held, later, reg = decide(t, h, loaded, batch, calls, costs)
+      run, held, later, reg = decide(t, h, loaded, batch, calls, costs, rec)
       if not run then return nil, held end -- (held is decide's error then)
       total = 0
       for _, j in ipairs(reg) do total = total + j[2] end

@@ -41,6 +41,8 @@ local elastic = require "luakiq.runner.elastic"
 local call = require "luakiq.runner.call"
 local fetch = require "luakiq.runner.fetch"
 local tasks = require "luakiq.runner.tasks"
+local hooks = require "luakiq.lib.hooks"
+local schedulers = require "luakiq.schedulers"
 
 -- The worker thread's states, named once (host/runner.c) and exported as numbers.
 local STATE = core.states
@@ -67,6 +69,7 @@ function M.new_handler(t, w, shard)
     reply = middleware.chain(t.cfg.middlewares, call.on_reply),
     -- its fetch (luakiq.runner.fetch)
     batch = nil,       -- the id of its batch in flight (fetch.lua's; nil: none)
+    fin = queue.finishing(w), -- keep_done / monotonic: fetch.lua's options and the batch's results (or nil)
     done = nil,        -- {batch =, ids = {id -> true}}: the ids of that batch performed (a fetch of several calls)
     later = nil,       -- {{id, at}...}: ids of the fetch that go back at a time (the throttle's, closed job windows)
     held = nil,        -- true: the throttle or flow control's units held jobs of the fetch back
@@ -96,6 +99,7 @@ end
 -- Builds the per-thread state and the scheduler context.
 local function setup(boot)
   local cfg = runtime.load(boot.dir, boot.overrides)
+  hooks.setup(cfg.hook_timeout)
   local conn, err = runtime.connect(cfg, cfg.redis_retry or 30)
   if not conn then error(err, 0) end
   local t = {
@@ -110,7 +114,7 @@ local function setup(boot)
     ntasks = 0,      -- tasks in flight (parked)
     in_call = {},    -- worker name -> its shards in a call now (concurrent_shards)
     refused = {},    -- prefix -> true while another holder has the lease
-    paused = {}, paused_at = -math.huge, -- queue -> true while paused (NS:paused)
+    paused = {}, paused_gen = 0, -- queue -> true while paused (luakiq.runner.fetch's paused)
     releases = {},   -- queue -> shard prefixes whose calls' units go back with the next Redis call
     wake_at = nil,   -- mono: the earliest end of a handler's wait (units, a window's opening)
     win = {},        -- worker name -> {closed =, recheck = wall time} (windows)
@@ -263,8 +267,8 @@ local function elastic_tick(t)
       end
       set_active(t, mine)
       el.changed = true
-      log.info(string.format("elastic: %d live hosts; this thread serves %d shards (%d new, %d to hand over)",
-        math.max(#tokens, 1), #mine, #new, #gone), { new = #new > 0 and names_of(new) or nil,
+      log.info(string.format("elastic: %s live; this thread serves %s (%d new, %d to hand over)",
+        log.count(math.max(#tokens, 1), "host"), log.count(#mine, "shard"), #new, #gone), { new = #new > 0 and names_of(new) or nil,
         leaving = #gone > 0 and names_of(gone) or nil })
     end
   end
@@ -282,8 +286,11 @@ local function elastic_tick(t)
       local res = queue.parse_fetch(r[i], h)
       if res.leased then
         el.held[h] = nil
-        -- try again as its lease ends (a killed holder's: taken then, not up to a beat later)
-        if res.pttl and res.pttl >= 0 then el.next = math.min(el.next, core.mono() + res.pttl / 1000 + 0.005) end
+        -- try again as its lease ends (a killed holder's: taken then, not up
+        -- to a beat later), or at once when that holder was a process of
+        -- this machine that is gone (its lease given back: fetch.take_dead)
+        if fetch.take_dead(t, h, res.holder) then el.next = core.mono()
+        elseif res.pttl and res.pttl >= 0 then el.next = math.min(el.next, core.mono() + res.pttl / 1000 + 0.005) end
       elseif not el.held[h] then
         el.held[h] = true
         -- a scheduler anew: the old one may have struck the shard off while
@@ -313,8 +320,9 @@ end
 --   Threads of a fixed plan (the default splitter, by_node, a custom one)
 --   cannot re-plan alone: the plan spans every thread of the host and all
 --   of them share one lease token, so two threads taking one shard would not
---   be fenced. They stop serving the queue, with one line each, and go on
---   with their other queues; a restart with shards_count = N serves it again.
+--   be fenced. They stop serving the queue, and the host's main loop stops
+--   the host with one line (exit 1: luakiq.ops.cli's run) so that its
+--   supervisor starts it again with shards_count = N.
 local REGISTRY_CHECK = 1
 local function resharded(t, w, n)
   local old = w.shards_count
@@ -352,9 +360,9 @@ local function resharded(t, w, n)
   if gone == 0 then return end
   set_active(t, keep)
   t.replan = true
-  log.error(string.format("queue %s was resharded from %d to %d shards; this host's plan is fixed, so this thread " ..
-    "no longer serves it (its other queues go on): restart the host with shards_count = %d, or use splitter = " ..
-    "\"elastic\" (docs/operations.md, 'Resharding')", w.queue_name, old, n, n), { worker = w.name })
+  -- (the main loop stops the host with one line: luakiq.ops.cli's run)
+  log.debug(string.format("queue %s was resharded from %d to %d shards; this thread drops its shards (a fixed plan)",
+    w.queue_name, old, n), { worker = w.name })
 end
 
 local function registry_tick(t)
@@ -410,7 +418,8 @@ local function schedules_tick(t)
     end
     if tick and tick ~= st.claimed then
       local w = cfg.by_name[s.worker]
-      local ok, payload = pcall(cfg.dump_payload, s.payload == nil and "" or s.payload)
+      local ok, payload = hooks.call("dump_payload", { worker = s.worker }, cfg.dump_payload,
+        s.payload == nil and "" or s.payload)
       if not ok or type(payload) ~= "string" then
         log.error("schedule " .. s.name .. ": cannot dump its payload: " .. tostring(payload))
         payload = ""
@@ -465,6 +474,36 @@ end
 -- and for the main VM (luakiq.ops.cli): fail_stuck.
 M.setup, M.process, M.flush, M.fail_stuck = setup, fetch.process, flush, call.fail_stuck
 
+-- The thread's scheduler over ctx (luakiq.schedulers): lag and seq as they
+-- are; a config's own is bounded by hook_timeout (luakiq.lib.hooks): its
+-- factory (past it or failing: lag) and each step, whose ctx functions
+-- run outside the bound (hooks.outside: a fetch, a perform call with its
+-- own timeout). A step past hook_timeout is skipped: the loop goes on
+-- (the schedules' tick, TERM); one that raises is logged with a back-off.
+local function scheduler(t, ctx)
+  local f = t.cfg.scheduler
+  if f == schedulers.lag or f == schedulers.seq then return f(ctx) end
+  local out = {}
+  local proxy = setmetatable({}, {
+    __index = function(_, k)
+      local v = ctx[k]
+      if type(v) ~= "function" or k == "on_done" then return v end
+      out[v] = out[v] or hooks.outside(v)
+      return out[v]
+    end,
+    __newindex = ctx,
+  })
+  local ok, step = hooks.call("scheduler", nil, f, proxy)
+  if not ok or type(step) ~= "function" then
+    log.error("the config's scheduler did not make its step (" .. tostring(step):match("^[^\n]*") .. "); using lag")
+    return schedulers.lag(ctx)
+  end
+  return function()
+    local oks, err, timed_out = hooks.call("scheduler", nil, step)
+    if not oks and not timed_out then error(err, 0) end
+  end
+end
+
 -- The thread's runner between open() and the end of run(): {t =, ctx =,
 -- step =, ticker =}. Kept across a run() that returned "reload", so that the
 -- thread runs on in this VM when the new code's VM cannot be opened.
@@ -486,7 +525,7 @@ function M.open(boot_json, reloading)
   local ok, t = pcall(setup, boot)
   if not ok then error(select(2, errors.describe(t)), 0) end
   local ctx = tasks.scheduler_ctx(t)
-  local step = t.cfg.scheduler(ctx)
+  local step = scheduler(t, ctx)
   local what = names_of(t.handlers)
   if t.el then what = string.format("elastic, its share of %d shards (token %s)", #t.all, t.token) end
   log.info((reloading and "thread reloaded: " or "thread started: ") .. what)
@@ -514,7 +553,7 @@ function M.run()
       if t.replan then
         t.replan = false
         ctx.handlers = t.handlers
-        current.step = t.cfg.scheduler(ctx)
+        current.step = scheduler(t, ctx)
       end
       if ok then ok, err = nil, nil end
     end
@@ -527,7 +566,7 @@ function M.run()
         -- in flight of a kept shard reports to it; of a dropped one, to none)
         t.el.changed = false
         ctx.handlers = t.handlers
-        current.step = t.cfg.scheduler(ctx)
+        current.step = scheduler(t, ctx)
       end
     end
     if ok == false then
@@ -604,7 +643,7 @@ function M.run()
     for _, h in ipairs(all) do
       if t.pending[h] then
         local path, why = unacked.save(t.cfg, { prefix = h.prefix, token = t.token, batch = h.batch,
-          lease_ms = t.lease_ms, worker = h.worker, shard = h.shard })
+          lease_ms = t.lease_ms, worker = h.worker, shard = h.shard, fin = h.fin })
         log.error("stopping with the ack of batch " .. tostring(h.batch) .. " unsent; the lease is kept: a start of " ..
                   "luakiq on this machine within lease_ttl (" .. t.cfg.lease_ttl .. " s) sends it (" ..
                   (path or "cannot write: " .. tostring(why)) .. "), else its performed jobs run again when the " ..

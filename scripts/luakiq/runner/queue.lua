@@ -15,10 +15,34 @@ local M = {}
 -- number; 0 only acks and renews the lease); ack: the id of the batch in
 -- flight to ack (nil or "": none); at_most_once: the worker's delivery is
 -- "at_most_once" (a new holder sends a dead holder's jobs to the morgue);
--- now: the time (default core.now()). parse_fetch reads the reply.
-function M.fetch_cmd(prefix, token, lease_ms, limit, ack, at_most_once, now)
-  return { script = "fetch", prefix, token, lease_ms, now or core.now(), limit, ack or "", limit > 0 and "1" or "0",
-           at_most_once and "1" or "0" }
+-- now: the time (default core.now()); fin: nil, or a worker's finished-jobs
+-- options (M.finishing). parse_fetch reads the reply.
+function M.fetch_cmd(prefix, token, lease_ms, limit, ack, at_most_once, now, fin)
+  local cmd = { script = "fetch", prefix, token, lease_ms, now or core.now(), limit, ack or "", limit > 0 and "1" or "0",
+                at_most_once and "1" or "0" }
+  if fin then
+    -- fetch.lua's optional sections: "mono", ttl; "done", keep_s, keep_max,
+    -- then the ack's id/result pairs (last)
+    if fin.mono_ttl then cmd[#cmd + 1], cmd[#cmd + 2] = "mono", fin.mono_ttl end
+    if fin.keep then
+      local n = #cmd
+      cmd[n + 1], cmd[n + 2], cmd[n + 3] = "done", fin.keep, fin.keep_max
+      local res = ack and ack ~= "" and fin.results
+      if res then for i = 1, #res do cmd[n + 3 + i] = res[i] end end
+    end
+  end
+  return cmd
+end
+
+-- Worker w's finished-jobs options for fetch_cmd, or nil when it keeps no
+-- finished jobs and is not monotonic (its fetches send nothing more):
+-- {keep =, keep_max =, mono_ttl =, results = nil} (results: the id/result
+-- JSON pairs of the batch in flight, call:result, set by the runner).
+function M.finishing(w)
+  local keep = w.keep_done or 0
+  if not (keep > 0 or w.monotonic) then return nil end
+  return { keep = keep > 0 and keep or nil, keep_max = w.keep_done_max,
+           mono_ttl = w.monotonic and w.monotonic_ttl or nil }
 end
 
 -- The values of a busy record, decoded by core.unpack (host/record.c) into
@@ -34,6 +58,10 @@ local vals = {}
 -- conversion cost ~1.2k instructions a job: the last one's number is kept;
 -- retry counts are few and small: each string's number is kept)
 local last_pin_s, last_pin = nil, nil
+-- A payload's score when the record names one (it differs from the job's
+-- perform_in: given by the producer, or kept through a retry), by the
+-- payload's table; weak, so it goes with the fetch (M.score).
+local SCORES = setmetatable({}, { __mode = "k" })
 local RC_NUM = {}
 local function busy_job(id, err, rec, from)
   if type(rec) ~= "string" then return nil end
@@ -54,7 +82,9 @@ local function busy_job(id, err, rec, from)
   for k = 5, n, 2 do
     if type(vals[k]) ~= "string" then return nil end
     np = np + 1
-    pls[np] = { vals[k] } -- (perform sees no scores)
+    local p = { vals[k] } -- (perform sees no scores)
+    if k < n and vals[k + 1] ~= nil then SCORES[p] = vals[k + 1] end
+    pls[np] = p
   end
   local job = { id = id, perform_in = pin or core.now(), retry_count = rc,
                 error = err ~= "" and err or nil, payloads = pls }
@@ -80,7 +110,9 @@ local function member_job(e, err)
   for k = 2, n, 2 do
     if type(vals[k]) ~= "string" then return nil, id end
     np = np + 1
-    pls[np] = { vals[k] } -- (perform sees no scores)
+    local p = { vals[k] } -- (perform sees no scores)
+    if k < n and vals[k + 1] ~= nil then SCORES[p] = vals[k + 1] end
+    pls[np] = p
   end
   return { id = id, perform_in = vals[1], retry_count = -1, error = err ~= "" and err or nil, payloads = pls }, id
 end
@@ -97,14 +129,17 @@ end
 -- "reply" | "timeout" | "heartbeat", attempt = number, value = the reply's
 -- JSON or the seconds that lapsed}: a reply or deadline of a job that
 -- waited, not a job to perform (docs/redis.md, "Waits")}, or
--- {leased = true, pttl = ms left of its lease, reshard = true when a reshard
--- froze the shard} when another holder has the shard's lease. Raises on an
+-- {leased = true, pttl = ms left of its lease, holder = its token (nil
+-- after a reshard froze the shard), reshard = true when a reshard froze the
+-- shard} when another holder has the shard's lease. Raises on an
 -- error reply. The caller keeps the batch id (the runner: h.batch).
 function M.parse_fetch(r, h)
   if type(r) ~= "table" or r.err then
     error("fetch failed on " .. h.prefix .. ": " .. tostring(r and r.err or r), 0)
   end
-  if r[1] == "LEASE" then return { leased = true, pttl = tonumber(r[2]), reshard = r[3] == "reshard" } end
+  if r[1] == "LEASE" then
+    return { leased = true, pttl = tonumber(r[2]), reshard = r[3] == "reshard", holder = r[3] == "holder" and r[4] or nil }
+  end
   local batch, head, restored = r[2], r[3], tonumber(r[4])
   if restored and restored > 0 then
     log.warn("restored " .. restored .. " in-flight jobs of a previous holder", { worker = h.worker, shard = h.shard })
@@ -165,6 +200,12 @@ function M.ids(jobs)
   return ids
 end
 
+-- The score of p, one of job.payloads of a fetch parse_fetch read (a record
+-- leaves out a score equal to the job's perform_in).
+function M.score(job, p)
+  return SCORES[p] or job.perform_in
+end
+
 -- A shard's batch in flight as the scripts that end it (fail.lua, bury.lua)
 -- take it: the connection, the shard's prefix, the holder's lease token and
 -- lease_ms, the batch id (nil: none in flight), and the worker's name and
@@ -184,7 +225,11 @@ end
 -- forgets its id).
 -- later: {{id, at}...}, ids of the batch not performed that go back with
 -- perform_in = at (a throttle's or a window's "later"; not a failure).
-function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later)
+-- own: {{id, value}...}, ids with an outcome of their own (fail.lua's
+-- "done", M.snoozed, M.failed_own).
+-- b.fin (M.finishing's, set by the runner): the done ids are kept as
+-- finished (keep_done) and their scores remembered (monotonic).
+function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later, own)
   local cmd = { script = "fail", b.prefix, b.token, b.lease_ms, now, b.batch or "", max_retry_count, err }
   for i, job in ipairs(jobs) do
     cmd[#cmd + 1] = job.id
@@ -197,6 +242,22 @@ function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later)
   for _, l in ipairs(later or {}) do
     cmd[#cmd + 1] = l[1]
     cmd[#cmd + 1] = string.format("at:%.17g", l[2])
+  end
+  for _, o in ipairs(own or {}) do
+    cmd[#cmd + 1] = o[1]
+    cmd[#cmd + 1] = o[2]
+  end
+  local fin = b.fin
+  if fin then -- (the done ids are recorded: pairs whose id is "", fail.lua)
+    if fin.mono_ttl then cmd[#cmd + 1], cmd[#cmd + 2] = "", "mono:" .. fin.mono_ttl end
+    if fin.keep then
+      cmd[#cmd + 1], cmd[#cmd + 2] = "", "done:" .. fin.keep .. ":" .. fin.keep_max
+      local res = fin.results or {}
+      for i = 1, #res, 2 do
+        local n = #cmd
+        cmd[n + 1], cmd[n + 2], cmd[n + 3], cmd[n + 4] = "", "result", res[i], res[i + 1]
+      end
+    end
   end
   local r = b.conn:pipeline({ cmd })[1]
   if type(r) ~= "table" or r.err then error("fail.lua failed: " .. tostring(r and r.err), 0) end
@@ -211,6 +272,14 @@ function M.fail(b, now, max_retry_count, err, jobs, retry_at, done, later)
     morgued[#morgued + 1] = { id = r[5 + 3 * j], payload = r[6 + 3 * j], score = tonumber(r[7 + 3 * j]) }
   end
   return morgued
+end
+
+-- fail.lua's value for an id snoozed until at (not a failure), and for an
+-- id failed with an error of its own (err, already dumped) under
+-- max_retry_count, retried at retry_at.
+function M.snoozed(at) return string.format("snooze:%.17g", at) end
+function M.failed_own(retry_at, max_retry_count, err)
+  return string.format("fail:%.17g:%d:", retry_at, max_retry_count) .. err
 end
 
 -- Partial ack (fail.lua with only "done" ids): acks the done ids of b's

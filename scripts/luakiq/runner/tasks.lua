@@ -10,7 +10,6 @@
 -- windows, flow control's back-off, concurrent_shards) is decided here too.
 -- (luakiq.runner: init -> tasks -> fetch -> call.)
 local core = require "luakiq.core"
-local keys = require "luakiq.lib.keys"
 local log = require "luakiq.lib.log"
 local wait = require "luakiq.lib.wait"
 local luakiq = require "luakiq"
@@ -20,28 +19,12 @@ local call = require "luakiq.runner.call"
 -- The worker thread's states, named once (host/runner.c) and exported as numbers.
 local STATE = core.states
 
-local process, flush, traceback = fetch.process, fetch.flush, call.traceback
+local process, flush, take_dead, paused, traceback = fetch.process, fetch.flush, fetch.take_dead, fetch.paused,
+  call.traceback
 
 local M = {}
 
 local POLL_EVERY = 0.002 -- seconds between mailbox checks of a busy thread (ctx.poll)
-
--- Paused queues (NS:paused), read at most every PAUSE_CHECK seconds: a
--- pause stops new calls on every host within that (plus one call's end).
-local PAUSE_CHECK = 0.5
-local function paused(t)
-  local now = core.mono()
-  if now - t.paused_at >= PAUSE_CHECK then
-    t.paused_at = now
-    local ok, flat = pcall(t.conn.call, t.conn, "HGETALL", keys.paused(t.cfg.namespace))
-    if ok then
-      local set = {}
-      for i = 1, #flat, 2 do set[flat[i]] = true end
-      t.paused = set
-    end -- Redis away: keep the last known state (the fetch will fail anyway)
-  end
-  return t.paused
-end
 
 -- Time windows (worker keys windows, timezone): whether h's worker is
 -- outside them now. Cached per worker: while open, looked at again at the
@@ -233,7 +216,9 @@ local function scheduler_ctx(t)
   function ctx.busy(h) return busy(t, h) end
   -- Earliest perform_in per handler; a shard with orphaned in-flight jobs
   -- (a dead holder's, or our own whose ack/failure never reached Redis)
-  -- counts as long overdue, so its fetch restores or redelivers them (heads.lua).
+  -- counts as long overdue, so its fetch restores or redelivers them
+  -- (heads.lua); so does one whose jobs are in flight under the lease of a
+  -- process of this machine that is gone (fetch.take_dead gave it back).
   -- only: the indexes of the handlers to read (nil: all); the others' entries
   -- are nil.
   function ctx.heads(only)
@@ -248,7 +233,9 @@ local function scheduler_ctx(t)
     for k, r in ipairs(replies) do
       if type(r) ~= "table" or r.err then error("heads.lua failed: " .. tostring(r and r.err), 0) end
       local i = idx[k]
-      heads[i] = r[2] == "1" and 0 or tonumber(r[1]) or false
+      local o = r[2]
+      local orphaned = o == "1" or (o ~= "0" and take_dead(t, t.handlers[i], o))
+      heads[i] = orphaned and 0 or tonumber(r[1]) or false
       t.handlers[i].best_due = tonumber(r[3]) -- (priorities: the scheduler prefers the lowest)
     end
     return heads

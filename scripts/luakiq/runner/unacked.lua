@@ -41,12 +41,14 @@ function M.save(cfg, entry)
   return path
 end
 
--- Sends the ack e ({prefix, token, batch, lease_ms}: fetch.lua, limit 0,
--- under e's token) and gives the shard's lease back. Returns fetch.lua's
+-- Sends the ack e ({prefix, token, batch, lease_ms, fin}: fetch.lua, limit
+-- 0, under e's token; fin: the worker's keep_done / monotonic options and
+-- the batch's results, queue.finishing) and gives the shard's lease back. Returns fetch.lua's
 -- parsed reply (leased: another holder has the shard, nothing was acked);
 -- raises when Redis fails.
 local function send(conn, e)
-  local cmd = queue.fetch_cmd(e.prefix, e.token, e.lease_ms or 30000, 0, e.batch)
+  local cmd = queue.fetch_cmd(e.prefix, e.token, e.lease_ms or 30000, 0, e.batch, nil, nil,
+                              type(e.fin) == "table" and e.fin or nil)
   local r = queue.parse_fetch(conn:pipeline({ cmd })[1], e)
   if not r.leased then pcall(conn.script, conn, "release", e.prefix, e.token) end
   return r

@@ -93,12 +93,13 @@ function M.dashboard(w)
   local by = admin.worker_stats(conn, cfg)
   local queues = json.array()
   local total = { lag = 0, processed = 0, failed = 0, busy = 0, enqueued = 0, fresh = 0, retries = 0, dead = 0,
-                  waiting = 0 }
+                  waiting = 0, snoozed = 0, stale = 0 }
   for _, wk in ipairs(cfg.workers) do
     local s = by[wk.name]
     local q = { name = wk.name, lag = s.lag, processed = s.processed, failed = s.failed, busy = s.busy,
                 enqueued = s.length, fresh = s.fresh, retries = s.retries, dead = s.morgue_length,
-                waiting = s.waiting, shards_count = wk.shards_count, paused = s.paused }
+                waiting = s.waiting, stale = s.stale, shards_count = wk.shards_count, paused = s.paused,
+                snoozed = s.snoozed }
     queues[#queues + 1] = q
     for k in pairs(total) do
       if k == "lag" then total.lag = math.max(total.lag, q.lag) else total[k] = total[k] + q[k] end
@@ -142,18 +143,18 @@ function M.jobs(w, req)
     table.sort(list, function(a, b) return a.id < b.id end)
     offset, limit, more = 0, #list, false
   elseif ORDERS[what] then
-    local order = q.order or (what == "queue" and "perform_in" or "updated_at")
-    if order == "" then order = what == "queue" and "perform_in" or "updated_at" end
+    -- a cursor names its listing: what the query does not say comes from there
+    local cursor = q.cursor ~= "" and q.cursor or nil
+    local c = cursor and admin.cursor_listing(cursor) or {}
+    local order = q.order ~= "" and q.order or c.order or (what == "queue" and "perform_in" or "updated_at")
     if not ORDERS[what][order] then errors.input("order must be one of the " .. what .. " fields, not '" .. order .. "'") end
-    local dir = q.dir or "asc"
-    if dir == "" then dir = "asc" end
+    local dir = q.dir ~= "" and q.dir or c.dir or "asc"
     if dir ~= "asc" and dir ~= "desc" then errors.input("dir must be asc or desc") end
     local lex = order == "id"
-    local min = request.bound(q.min, lex, lex and "-" or "-inf")
-    local max = request.bound(q.max, lex, lex and "+" or "+inf")
+    local min = request.bound(q.min, lex, c.min or (lex and "-" or "-inf"))
+    local max = request.bound(q.max, lex, c.max or (lex and "+" or "+inf"))
     offset = int_param(q, "offset", 0, 0, 1e9)
     limit = int_param(q, "limit", PAGE, 1, MAX_PAGE)
-    local cursor = q.cursor ~= "" and q.cursor or nil
     local after
     list, after, offset = admin.list(w.conn(), cfg, worker, what, order, dir, min, max, limit + 1, offset, cursor)
     more = #list > limit
@@ -221,8 +222,17 @@ end)
 M.perform_now = on_worker(function(conn, cfg, wk) return admin.perform_all_now(conn, cfg, wk) end)
 M.kill_failed = on_worker(function(conn, cfg, wk) return admin.kill_failed(conn, cfg, wk) end)
 M.delete_failed = on_worker(function(conn, cfg, wk) return admin.delete_failed(conn, cfg, wk) end)
--- (also POST /api/v1/workers/W/pause and /resume)
-M.pause = on_worker(function(conn, cfg, wk) return admin.pause(conn, cfg, wk, true) end)
+-- (also POST /api/v1/workers/W/pause and /resume). A pause answers once
+-- every live host acknowledged it; one that some did not within 2 s
+-- answers 504 with the same body, their tokens in "missing" and an "error".
+function M.pause(w, req)
+  local r = admin.pause(w.conn(), w.cfg, req.params.worker, true)
+  if not r.missing then return reply(200, r) end
+  r.missing = json.array(r.missing)
+  r.error = string.format("paused, but not acknowledged within %g s by: %s", admin.PAUSE_WAIT,
+    table.concat(r.missing, ", "))
+  return reply(504, r)
+end
 M.resume = on_worker(function(conn, cfg, wk) return admin.pause(conn, cfg, wk, false) end)
 
 -- Failure groups (luakiq.ops.failures; docs/operations.md, "Failures").

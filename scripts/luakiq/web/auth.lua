@@ -16,13 +16,18 @@ function M.is_loopback(host)
   return host == "localhost" or host == "::1" or host:match("^127%.%d+%.%d+%.%d+$") ~= nil
 end
 
--- Compares two strings in time that depends on their lengths only.
-local function same(a, b)
-  if #a ~= #b then return false end
+-- Compares a given secret with the expected one in time that tells neither
+-- the expected one's length nor how much of it matched: the HMAC-SHA256 of
+-- each under a random key of this VM's own (no digest can be precomputed),
+-- of fixed size, compared whole.
+local KEY = core.token()
+function M.same(given, want)
+  local x, y = core.hmac_sha256(KEY, given), core.hmac_sha256(KEY, want)
   local diff = 0
-  for i = 1, #a do diff = bit.bor(diff, bit.bxor(a:byte(i), b:byte(i))) end
+  for i = 1, #x do diff = bit.bor(diff, bit.bxor(x:byte(i), y:byte(i))) end
   return diff == 0
 end
+local same = M.same
 
 -- The dashboard's session: the token itself, in an HttpOnly, SameSite=Strict
 -- cookie (no script of the page can read it; no other site's request carries

@@ -74,8 +74,12 @@ function M.scrape(w)
     metric("luakiq_busy_jobs", "gauge", "Jobs in flight.", per("busy"))
     metric("luakiq_processed_total", "counter", "Jobs performed successfully (all hosts).", per("processed"))
     metric("luakiq_failed_total", "counter", "Job failures (all hosts).", per("failed"))
+    metric("luakiq_snoozed_total", "counter", "Jobs put back by a snooze, not failures (all hosts).", per("snoozed"))
     metric("luakiq_expired_total", "counter", "Payloads that expired before they ran (moved to the morgue).",
       per("expired"))
+    metric("luakiq_stale_payloads_total", "counter",
+      "Payloads dropped at fetch as stale: not above the highest score performed for their id (monotonic = true).",
+      per("stale"))
     metric("luakiq_jobs_waiting", "gauge", "Jobs that wait for a reply (luakiq.await).", per("waiting"))
     local replies = {}
     for _, wk in ipairs(cfg.workers) do

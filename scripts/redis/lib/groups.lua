@@ -7,6 +7,10 @@
 --
 -- What it does to the (dumped) error text:
 --   * keeps the first line, at most 1000 bytes of it;
+--   * the job's own id (id: the hash field the error is stored under), as a
+--     word of its own (a trailing "." or ":" aside) -> <id>, unless it is
+--     all digits (a number: <n> below), so "boom for id X1" and "boom for
+--     id X2" are one group;
 --   * UUIDs -> <uuid>;  IPv4 addresses, with a port -> <ip>;  IPv6 addresses
 --     ("[::1]:8080", "fe80::1", "2001:db8:0:0:0:0:0:1") -> <ip>;
 --   * in every word: 0x1f and hex runs of 8 or more with digits and letters
@@ -15,8 +19,9 @@
 --     name things rather than count them ("utf8", "Orders2", "t0", "md5");
 --   * runs of white space -> one space, trimmed; at most 200 bytes kept.
 -- Quoted text is kept: "attempt to index field 'x'" names code, not data.
-local function error_group(err)
+local function error_group(err, id)
   local s = string.sub(string.match(err, "^[^\r\n]*"), 1, 1000)
+  if id == "" or (id and string.match(id, "^%d+$")) then id = nil end
   local x = "%x%x%x%x"
   s = string.gsub(s, x .. x .. "%-" .. x .. "%-" .. x .. "%-" .. x .. "%-" .. x .. x .. x, "<uuid>")
   s = string.gsub(s, "%[[%x:%.]*:[%x:%.]*%]:%d+", "<ip>")           -- [v6]:port
@@ -26,6 +31,9 @@ local function error_group(err)
   -- word by word: a word is a run of letters, digits and . : - + _ / (so
   -- "lua:12:" and "id-9f2c" are words, "=" and "(" are not)
   s = string.gsub(s, "[%w%.:%-+_/]+", function(word)
+    if id and string.sub(word, 1, #id) == id and string.match(string.sub(word, #id + 1), "^[%.:]*$") then
+      return "<id>" .. string.sub(word, #id + 1)
+    end
     -- a bare IPv6 address: hex and colons only, with "::" or 7 colons
     if string.match(word, "^[%x:]+$") and string.find(word, "%x") then
       local _, colons = string.gsub(word, ":", "")

@@ -98,6 +98,10 @@ local QUEUE_SECRET = "secret"     -- STRING 64 hex digits, set once
 -- must not pay for them.
 local WAITS_WANTED = false
 local W
+-- lib/done.lua's functions (finished jobs, stale payloads) are made where
+-- its include line is only while DONE_WANTED is true: fetch.lua sets it
+-- false for a worker that uses neither (~1.2k instructions a function).
+local DONE_WANTED = true
 
 -- The layout version of a namespace: "NS:{NS:queues}:layout", in the slot
 -- of the registry NS:queues (a namespace has no braces, so the tag is the

@@ -209,8 +209,10 @@ if WAITS_WANTED then
   -- A timeout's wait keeps its kind: it stays over for replies and
   -- heartbeats (reply.lua: STALE, as while its call ran), so a reply
   -- answered STALE is never followed by one accepted for that attempt.
-  -- Returns true when id was one (the caller does not requeue it).
-  function W.settle_back(K, id, run)
+  -- Returns true when id was one (the caller does not requeue it). at: a
+  -- snoozed reply call's time (fail.lua "snooze:T"): its reply is delivered
+  -- again then, not at once.
+  function W.settle_back(K, id, run, at)
     if not run[id] then return false end
     local w = W.get(K, id)
     redis.call("SREM", K.waits_run, id)
@@ -218,7 +220,7 @@ if WAITS_WANTED then
     w.batch = nil
     if w.kind == "reply" then
       w.state = "replied"
-      redis.call("ZADD", K.waits_due, score_str(w.replied_at or 0), id)
+      redis.call("ZADD", K.waits_due, at or score_str(w.replied_at or 0), id)
       w.kind = nil
     else
       w.state = "waiting" -- (its deadline passed: the next fetch takes it again)

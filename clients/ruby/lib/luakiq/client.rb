@@ -20,7 +20,11 @@ module Luakiq
   # by its queue (the worker's name unless its file sets queue_name).
   class Client
     SCRIPTS = File.join(__dir__, 'scripts')
-    USED = %w[push register layout stats job].freeze
+    USED = %w[push register layout stats job reply waitkey].freeze
+    # reply.lua's and waitkey.lua's answers that are outcomes (the others raise)
+    OUTCOMES = { 'CONFLICT' => :conflict, 'STALE' => :stale, 'UNKNOWN' => :unknown }.freeze
+    RESHARD_TRIES = 10 # a frozen shard is asked again every 0.1 s, 1 s in all
+    RESHARD_PAUSE = 0.1
     C = Contract
 
     attr_reader :redis, :namespace, :url
@@ -118,7 +122,78 @@ module Luakiq
       { 'total' => total, 'by_worker' => by }
     end
 
+    # Replies to a job of the queue `worker` that waits for one
+    # (luakiq.await), by its reply token or by the correlation key its await
+    # named, as `luakiq reply` does (docs/redis.md, "Jobs that wait for a
+    # reply"). body: JSON text (a String, sent as given but for white space
+    # around it) or a value (sent as its canonical JSON). Returns :accepted,
+    # :duplicate (the same bytes again), :conflict (another reply was
+    # accepted), :stale (the wait is over) or :unknown (no such token, key or
+    # queue). Bad input raises InputError with the CLI's message.
+    def reply(worker, token: nil, key: nil, body: nil)
+      raise InputError, 'reply: give a token or a key (one of them)' if token.nil? == key.nil?
+
+      data = C.reply_body(body)
+      kb = key.nil? ? nil : C.reply_key(key)
+      check_layout
+      unless kb
+        queue, id = C.split_token(token)
+        return :unknown if queue.nil? || queue != worker.to_s.b
+
+        return reply_call(worker, id, ['token', token], data)
+      end
+      qkey = "#{@namespace}:{#{worker}}:"
+      begin
+        id, attempt = script('waitkey', qkey, 'lookup', kb)
+      rescue Redis::CommandError => e
+        return :unknown if error_code(e)[0] == 'UNKNOWN'
+
+        raise
+      end
+      outcome = reply_call(worker, id, ['key', kb, id, attempt], data)
+      script('waitkey', qkey, 'drop', kb, attempt, id) if outcome == :stale # (cleanup)
+      outcome
+    end
+
     private
+
+    # An error reply's code word and its message without "luakiq NAME: ".
+    def error_code(e)
+      m = /\A(?:ERR )?([A-Z]+) (?:[^:]*?luakiq \w+: )?(.*)\z/m.match(e.message.sub(/ script: \w+, on @user_script:\d+\.\z/, ''))
+      m ? [m[1], m[2]] : [nil, e.message]
+    end
+
+    # reply.lua on the id's shard (routed as a push): a shard resharded since
+    # the registry was read is asked again with the new count, a frozen one
+    # again after a pause.
+    def reply_call(queue, id, refs, data)
+      fresh = false
+      frozen = 0
+      loop do
+        count = (!fresh && @counts[queue]) || registry(queue)
+        return :unknown if count.nil?
+
+        @counts[queue] = count
+        args = C.reply_args(Time.now.to_f, wake_channel, count, refs, data)
+        begin
+          return script('reply', C.prefix(@namespace, queue, C.shard(id, count)), *args).to_sym
+        rescue Redis::CommandError => e
+          code, msg = error_code(e)
+          if code == 'RESHARDED' && !fresh
+            fresh = true
+          elsif code == 'RESHARD' && frozen < RESHARD_TRIES
+            frozen += 1
+            sleep RESHARD_PAUSE
+          elsif OUTCOMES.key?(code)
+            return OUTCOMES[code]
+          elsif %w[BADREPLY BADJSON TOOBIG].include?(code)
+            raise InputError, "#{code}: #{msg}"
+          else
+            raise
+          end
+        end
+      end
+    end
 
     def load_scripts
       manifest = JSON.parse(File.read(File.join(SCRIPTS, 'manifest.json')))
@@ -191,11 +266,15 @@ module Luakiq
     # (NOSCRIPT) is sent again once the script is loaded.
     def run(calls)
       replies = if @cluster
-                  calls.map { |c| call_one(*c) }
+                  (calls = calls.to_a).map { |c| call_one(*c) }
                 else
-                  commands = calls.map { |c| evalsha_command(*c) }
+                  # each command written as soon as calls yields it (an
+                  # Enumerator that makes them: push), so Redis runs the first
+                  # while the next are made; then every reply read
+                  sent = []
+                  commands = Enumerator.new { |y| calls.each { |c| sent << c; y << evalsha_command(*c) } }
                   client = @redis._client
-                  client.process(commands) { commands.map { client.read } }
+                  client.process(commands) { sent.map { client.read } }.tap { calls = sent }
                 end
       missing = replies.each_index.select { |i| replies[i].is_a?(Redis::CommandError) && replies[i].message.start_with?('NOSCRIPT') }
       missing.map { |i| calls[i][0] }.uniq.each { |name| load(name) }
@@ -273,8 +352,11 @@ module Luakiq
     end
 
     def push(queue, count, checked, now)
-      calls = C.push_calls(@namespace, queue, count, checked, now, wake_channel)
-      replies = run(calls.map { |_, key, args, _| ['push', key, args] })
+      calls = []
+      made = Enumerator.new do |y|
+        C.push_calls(@namespace, queue, count, checked, now, wake_channel) { |c| calls << c; y << ['push', c[1], c[2]] }
+      end
+      replies = run(made)
       stored = 0
       failed = nil
       refused = nil

@@ -32,6 +32,7 @@ module Luakiq
     CHUNK = 1000 # jobs per push.lua call
     ALLOWED = %w[id payload score perform_in retry_count expires_at priority windows timezone tags].freeze
     ALLOWED_TEXT = ALLOWED.join(', ')
+    ALLOWED_KEYS = ALLOWED.to_h { |k| [k, true] }.freeze
     TWO_53 = 2**53
     CONTROL = /[\x00-\x1f\x7f]/n.freeze
 
@@ -199,6 +200,7 @@ module Luakiq
 
     # The id's string form (an integer: its digits), or InputError.
     def id_string(v, at = 'id', given = true)
+      return v.to_s if v.is_a?(Integer) && v > -TWO_53 && v < TWO_53 # (the common case: what follows gives the same)
       if text?(v)
         b = bytes(v)
         raise InputError, "#{label(at)}: id must not be empty" if b.empty?
@@ -212,7 +214,7 @@ module Luakiq
     end
 
     # crc32 of the id's bytes modulo shards_count (docs/redis.md)
-    def shard(id, shards_count) = Zlib.crc32(bytes(id)) % shards_count
+    def shard(id, shards_count) = Zlib.crc32(id.is_a?(String) ? id : bytes(id)) % shards_count # (the bytes, whatever the encoding)
 
     def prefix(namespace, queue, n) = "#{namespace}:{#{queue}:#{n}}:"
 
@@ -352,11 +354,41 @@ module Luakiq
     end
 
     # A job's fields by their names as strings (a Hash with Symbol keys too).
-    def fields(job) = job.each_key.all? { |k| k.is_a?(String) } ? job : job.transform_keys { |k| text?(k) ? k.to_s : k }
+    def fields(job) = job.each_key { |k| break nil unless k.is_a?(String) } ? job : job.transform_keys { |k| text?(k) ? k.to_s : k }
+
+    EMPTY_PAYLOAD = '""'.b.freeze
+
+    # A payload's bytes (canonical JSON; "" as the empty string), or InputError.
+    # where: the job's label, or its number.
+    def payload_data(payload, where, id, max_payload_bytes)
+      return EMPTY_PAYLOAD if payload == '' || (text?(payload) && payload.to_s.empty?)
+
+      where = label(where)
+      showable(payload, where, id, 0)
+      begin
+        data = canonical(payload)
+      rescue JSONError => err
+        raise InputError, "#{where} (id #{esc(id)}): cannot dump payload: #{esc(err.message)}"
+      end
+      if data.bytesize > max_payload_bytes
+        raise InputError, "#{where} (id #{esc(id)}): payload is #{data.bytesize} bytes, over max_payload_bytes (#{max_payload_bytes})"
+      end
+      data
+    end
 
     # Checks one job (number at, 1-based) as luakiq.client does, in its
     # order; returns a Job or raises InputError.
     def check_job(job, at, now, memo, max_payload_bytes = MAX_PAYLOAD_BYTES)
+      # (the usual bulk job, an id and maybe a payload: read in place, every
+      # other field's default; anything else takes the whole way below)
+      if job.is_a?(Hash) && job.size <= 2
+        idk = job.key?('id') ? 'id' : (:id if job.key?(:id))
+        pk = job.key?('payload') ? 'payload' : (:payload if job.key?(:payload))
+        if idk && job.size == (pk ? 2 : 1)
+          id = id_string(job[idk], at, true)
+          return Job.new(id, now, -1, now, payload_data(pk ? job[pk] : '', at, id, max_payload_bytes), nil, nil, nil, nil)
+        end
+      end
       where = label(at)
       raise InputError, "#{where}: unknown field '1' (allowed: #{ALLOWED_TEXT})" if job.is_a?(Array) && !job.empty?
 
@@ -365,39 +397,24 @@ module Luakiq
 
       job = fields(job)
       job.each_key do |k|
-        raise InputError, "#{where}: unknown field '#{esc(k)}' (allowed: #{ALLOWED_TEXT})" unless ALLOWED.include?(k)
+        raise InputError, "#{where}: unknown field '#{esc(k)}' (allowed: #{ALLOWED_TEXT})" unless ALLOWED_KEYS[k]
       end
       id = id_string(job['id'], at, job.key?('id'))
-      e = "#{where} (id #{esc(id)}): "
       wtext = nil
       due = now
       wtext, due = job_windows(job, where, id, now, memo) if job.key?('windows') || job.key?('timezone')
       perform_in = num(job, 'perform_in', due, where, id)
       score = num(job, 'score', now, where, id)
       retry_count = num(job, 'retry_count', -1, where, id)
-      raise InputError, "#{e}retry_count must be an integer >= -1" if !integral?(retry_count) || retry_count < -1
+      raise InputError, "#{where} (id #{esc(id)}): retry_count must be an integer >= -1" if !integral?(retry_count) || retry_count < -1
 
-      payload = job.key?('payload') ? job['payload'] : ''
-      if text?(payload) && bytes(payload).empty?
-        data = '""'.b
-      else
-        showable(payload, where, id, 0)
-        begin
-          data = canonical(payload)
-        rescue JSONError => err
-          raise InputError, "#{e}cannot dump payload: #{esc(err.message)}"
-        end
-      end
-      if data.bytesize > max_payload_bytes
-        raise InputError, "#{e}payload is #{data.bytesize} bytes, over max_payload_bytes (#{max_payload_bytes})"
-      end
-
+      data = payload_data(job.key?('payload') ? job['payload'] : '', where, id, max_payload_bytes)
       expires_at = num(job, 'expires_at', nil, where, id)
       priority = nil
       if job.key?('priority')
         p = job['priority']
         unless finite?(p) && integral?(p.to_f) && p.to_f.abs <= 1e9
-          raise InputError, "#{e}priority must be an integer from -1000000000 to 1000000000"
+          raise InputError, "#{where} (id #{esc(id)}): priority must be an integer from -1000000000 to 1000000000"
         end
 
         priority = p.to_f == 100 ? nil : format('%d', p.to_f)
@@ -412,7 +429,7 @@ module Luakiq
       raise InputError, 'jobs must be an array' unless jobs.is_a?(Array)
 
       memo = {}
-      jobs.each_with_index.map { |j, i| check_job(j, i + 1, now, memo, max_payload_bytes) }
+      jobs.map.with_index(1) { |j, i| check_job(j, i, now, memo, max_payload_bytes) }
     end
 
     # push.lua calls -----------------------------------------------------------
@@ -421,11 +438,20 @@ module Luakiq
 
     def arg(x) = x.is_a?(String) ? x : redis_arg(x)
 
+    # jobs sorted by their ids' bytes (String#<=> compares bytes), stably
+    def by_id(jobs)
+      sorted = jobs.sort_by(&:id)
+      return sorted if sorted.each_cons(2).none? { |a, b| a.id == b.id } # (no id twice: stable anyway)
+
+      jobs.each_with_index.sort_by { |j, i| [j.id, i] }.map(&:first)
+    end
+
     # The push.lua calls of checked jobs, as luakiq.client sends them: jobs
     # grouped by shard (shards in the order their first job came), at most
     # CHUNK a call; the short forms "ids" (one perform_in, retry_count, score
     # and payload) and "pairs" (payloads differ), else groups of 5; the
-    # sections; "shards". Returns [[shard, key, args, jobs]].
+    # sections; "shards". Returns [[shard, key, args, jobs]], and yields each
+    # as it is made when given a block.
     def push_calls(namespace, queue, shards_count, jobs, now, channel)
       by_shard = {}
       jobs.each { |j| (by_shard[shard(j.id, shards_count)] ||= []) << j }
@@ -443,7 +469,7 @@ module Luakiq
           if same
             args.push('', one_payload ? 'ids' : 'pairs', t.call(f.perform_in),
                       f.retry_count == -1 ? '-1' : arg(f.retry_count), t.call(f.score))
-            rows = extras ? chunk : chunk.each_with_index.sort_by { |j, i| [bytes(j.id), i] }.map(&:first)
+            rows = extras ? chunk : by_id(chunk)
             if one_payload
               args << f.payload
               rows.each { |j| args << j.id }
@@ -471,9 +497,73 @@ module Luakiq
           end
           args.push('', 'shards', shards_count.to_s)
           calls << [s, key, args, chunk]
+          yield calls[-1] if block_given?
         end
       end
       calls
     end
+
+    # replies ------------------------------------------------------------------
+
+    MAX_REPLY_BYTES = 262_144 # reply.lua's limit (TOOBIG)
+    MAX_KEY_BYTES = 1024 # waitkey.lua's
+    TOKEN = /\A1\.([A-Za-z0-9_-]*)\.([A-Za-z0-9_-]+)\.[0-9]+\.[0-9A-Fa-f]+\z/n
+    SPACE = " \t\n\v\f\r"
+
+    def b64url(t) = (t.size % 4 == 1 ? nil : (t + '=' * (-t.size % 4)).tr('-_', '+/').unpack1('m').b)
+
+    # A reply token's queue and id (binary Strings), or nil when it is not of
+    # the form "1." b64url(queue) "." b64url(id) "." attempt "." mac (luakiq's
+    # lib/replies.lua; whether it is genuine only reply.lua can tell).
+    def split_token(token)
+      return nil unless token.is_a?(String)
+
+      m = TOKEN.match(token.b)
+      queue = m && b64url(m[1])
+      id = m && b64url(m[2])
+      return nil if queue.nil? || id.nil? || queue.empty? || id.empty?
+
+      [queue, id]
+    end
+
+    # The bytes a reply sends: JSON text (a String) as `luakiq reply` reads it
+    # (ASCII white space around it dropped, then checked), or any other value
+    # as its canonical JSON. InputError with the CLI's message.
+    def reply_body(body)
+      none = "give the reply's JSON as an argument or on stdin"
+      raise InputError, none if body.nil?
+
+      if body.is_a?(String)
+        b = body.b.sub(/\A[#{SPACE}]+/n, '').sub(/[#{SPACE}]+\z/n, '')
+        raise InputError, none if b.empty?
+
+        begin
+          JSON.parse(utf8(b), quirks_mode: true, max_nesting: false)
+        rescue JSON::ParserError, EncodingError => e
+          raise InputError, "invalid JSON: #{e.message}"
+        end
+      else
+        begin
+          b = canonical(body)
+        rescue JSONError => e
+          raise InputError, "invalid JSON: #{e.message}"
+        end
+      end
+      raise InputError, "TOOBIG: the reply is #{b.bytesize} bytes, at most #{MAX_REPLY_BYTES}" if b.bytesize > MAX_REPLY_BYTES
+
+      b
+    end
+
+    # A correlation key's bytes, or InputError (`luakiq reply --key`'s message).
+    def reply_key(key)
+      b = key.is_a?(String) ? key.b : ''.b
+      raise InputError, "BADREPLY: key must be a string of 1 to #{MAX_KEY_BYTES} bytes" if b.empty? || b.bytesize > MAX_KEY_BYTES
+
+      b
+    end
+
+    # reply.lua's ARGV for a reply: refs are the "how" words ('token', T |
+    # 'key', KEY, ID, ATTEMPT), body the JSON bytes (docs/redis.md, 'reply.lua').
+    def reply_args(now, channel, shards_count, refs, body) = ['reply', redis_arg(now), channel, shards_count.to_s, *refs, body]
   end
 end
