@@ -29,17 +29,15 @@
 #include "runner.h"
 #include "vm.h"
 
-/* The web thread's VM and its handler (luakiq.web.open's). */
-struct hostlua_web { lua_State *L; int ref; const struct hostlua_entry *entry; };
+/* The web thread's VM and its handlers (luakiq.web.open's: one request;
+ * a batch of them, LUA_NOREF when it returned none). */
+struct hostlua_web { lua_State *L; int ref, batch_ref; const struct hostlua_entry *entry; };
 struct hostlua_webboot { const struct hostlua_entry *entry; const char *boot; };
 
-static int hostlua_push_boot(lua_State *L, void *ud) {
-    lua_pushstring(L, ud);
-    return 1;
-}
 
 /* Web thread, once (web.c's app.open): a VM of its own, and in it
- * luakiq.web.open(boot) -> the request handler, kept in the registry. */
+ * luakiq.web.open(boot) -> the request handler and the batch handler (or
+ * nil), kept in the registry. */
 static void *hostlua_web_open(void *arg, char *err, size_t errlen) {
     const struct hostlua_webboot *b = arg;
     struct hostlua_web *w = calloc(1, sizeof *w);
@@ -49,15 +47,24 @@ static void *hostlua_web_open(void *arg, char *err, size_t errlen) {
         snprintf(err, errlen, "cannot create a Lua state");
         return NULL;
     }
-    if (vm_call_module(L, "luakiq.web", "open", hostlua_push_boot, (void *)b->boot) != 0 ||
-        !lua_isfunction(L, -1)) {
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "luakiq.web");
+    int rc = vm_pcall(L, 1, 1);                /* [web] or [err] */
+    if (rc == 0) {
+        lua_getfield(L, -1, "open");
+        lua_remove(L, -2);
+        lua_pushstring(L, b->boot);
+        rc = vm_pcall(L, 1, 2);                /* [handler, batch] or [err] */
+    }
+    if (rc != 0 || !lua_isfunction(L, -2)) {
         const char *msg = lua_tostring(L, -1);
-        snprintf(err, errlen, "%s", msg ? msg : "luakiq.web.open returned no handler");
+        snprintf(err, errlen, "%s", rc != 0 && msg ? msg : "luakiq.web.open returned no handler");
         b->entry->vm_close(L);
         free(w);
         return NULL;
     }
     w->L = L;
+    w->batch_ref = lua_isfunction(L, -1) ? luaL_ref(L, LUA_REGISTRYINDEX) : (lua_pop(L, 1), LUA_NOREF);
     w->ref = luaL_ref(L, LUA_REGISTRYINDEX);
     w->entry = b->entry;
     return w;
@@ -75,12 +82,8 @@ static void hostlua_web_close(void *ud) {
  * body, auth, origin, host, cookie, forwarded_proto} and expects status,
  * content_type, body, set_cookie back. A Lua error is logged and becomes a
  * 500; the stack is restored either way. */
-static int hostlua_web_handle(void *ud, const struct web_request *req, struct web_response *out) {
-    struct hostlua_web *w = ud;
-    lua_State *L = w->L;
-    int top = lua_gettop(L);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref); /* [handler] */
-    lua_createtable(L, 0, 8);                  /* [handler, req] */
+static void hostlua_push_request(lua_State *L, const struct web_request *req) {
+    lua_createtable(L, 0, 8);
     lua_pushstring(L, req->method);
     lua_setfield(L, -2, "method");
     lua_pushstring(L, req->uri);
@@ -97,34 +100,89 @@ static int hostlua_web_handle(void *ud, const struct web_request *req, struct we
     lua_setfield(L, -2, "cookie");
     lua_pushstring(L, req->forwarded_proto);
     lua_setfield(L, -2, "forwarded_proto");
-    if (vm_pcall(L, 1, 4) != 0) {              /* [err] */
-        const char *msg = lua_tostring(L, -1);
-        log_fmt(LOG_ERROR, "web: %s %s: %s", req->method, req->uri, msg ? msg : "(error object is not a string)");
-        lua_settop(L, top);
-        return -1;
-    }
-    int rc = -1;                               /* [status, content_type, body, set_cookie] */
+}
+
+/* The answer at stack index at..at+3 (status, content_type, body,
+ * set_cookie) into out: 0, or -1 (logged) when it is not one. */
+static int hostlua_read_answer(lua_State *L, int at, const struct web_request *req, struct web_response *out) {
+    int rc = -1;
     size_t len;
-    const char *body = lua_tolstring(L, top + 3, &len);
-    if (lua_isnumber(L, top + 1) && body) {
-        out->status = (int)lua_tointeger(L, top + 1);
+    const char *body = lua_tolstring(L, at + 2, &len);
+    if (lua_isnumber(L, at) && body) {
+        out->status = (int)lua_tointeger(L, at);
         snprintf(out->content_type, sizeof out->content_type, "%s",
-                 lua_isstring(L, top + 2) ? lua_tostring(L, top + 2) : "");
+                 lua_isstring(L, at + 1) ? lua_tostring(L, at + 1) : "");
         out->body = malloc(len ? len : 1);
         if (out->body) {
             memcpy(out->body, body, len);
             out->len = len;
             rc = 0;
         }
-        if (rc == 0 && lua_isstring(L, top + 4)) {
-            out->set_cookie = strdup(lua_tostring(L, top + 4));
+        if (rc == 0 && lua_isstring(L, at + 3)) {
+            out->set_cookie = strdup(lua_tostring(L, at + 3));
             if (!out->set_cookie) rc = -1;
         }
     } else {
         log_fmt(LOG_ERROR, "web: %s %s: the handler returned no status and body", req->method, req->uri);
     }
+    return rc;
+}
+
+static int hostlua_web_handle(void *ud, const struct web_request *req, struct web_response *out) {
+    struct hostlua_web *w = ud;
+    lua_State *L = w->L;
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->ref); /* [handler] */
+    hostlua_push_request(L, req);              /* [handler, req] */
+    if (vm_pcall(L, 1, 4) != 0) {              /* [err] */
+        const char *msg = lua_tostring(L, -1);
+        log_fmt(LOG_ERROR, "web: %s %s: %s", req->method, req->uri, msg ? msg : "(error object is not a string)");
+        lua_settop(L, top);
+        return -1;
+    }
+    int rc = hostlua_read_answer(L, top + 1, req, out); /* [status, content_type, body, set_cookie] */
     lua_settop(L, top);
     return rc;
+}
+
+/* web.c's batch handler (the replies listener): the batch function
+ * luakiq.web.open made, with an array of request tables, returns an array
+ * of answers {status, content_type, body, set_cookie}; without one, the
+ * request handler for each. An answer that is not one is a 500 (its status
+ * left 0); a Lua error, a 500 for all. */
+static int hostlua_web_handle_batch(void *ud, const struct web_request *reqs, int n, struct web_response *outs) {
+    struct hostlua_web *w = ud;
+    lua_State *L = w->L;
+    if (w->batch_ref == LUA_NOREF) {
+        for (int i = 0; i < n; i++)
+            if (hostlua_web_handle(ud, &reqs[i], &outs[i]) != 0) outs[i].status = 0;
+        return 0;
+    }
+    int top = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, w->batch_ref); /* [batch] */
+    lua_createtable(L, n, 0);                        /* [batch, reqs] */
+    for (int i = 0; i < n; i++) {
+        hostlua_push_request(L, &reqs[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    if (vm_pcall(L, 1, 1) != 0 || !lua_istable(L, -1)) { /* [answers] or [err] */
+        const char *msg = lua_tostring(L, -1);
+        log_fmt(LOG_ERROR, "web: a batch of %d requests: %s", n, msg ? msg : "the handler returned no answers");
+        lua_settop(L, top);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, top + 1, i + 1);              /* [answers, answer] */
+        int ok = lua_istable(L, -1);
+        for (int k = 1; k <= 4; k++) {
+            if (ok) lua_rawgeti(L, top + 2, k);
+            else lua_pushnil(L);
+        }                                            /* [answers, answer, status, ctype, body, cookie] */
+        if (hostlua_read_answer(L, top + 3, &reqs[i], &outs[i]) != 0) outs[i].status = 0;
+        lua_settop(L, top + 1);
+    }
+    lua_settop(L, top);
+    return 0;
 }
 
 /* The periodic Lua function of the plan (tick = {fn = f, ms = n}): called on
@@ -221,7 +279,7 @@ static double hostlua_field_num(lua_State *L, const char *k, double dflt) {
 
 /* A listener of the plan, field k of the argument table (index 1): "web"
  * or "replies", each {addr, boot (luakiq.web.open's), max_body,
- * max_connections, header_timeout, idle_timeout}, into opts and app (a web
+ * max_connections, header_timeout, idle_timeout, batch}, into opts and app (a web
  * thread's app opened with boot). Absent, or without boot: opts->addr
  * stays NULL (no listener). The strings stay anchored in the argument
  * table while host_run blocks. */
@@ -235,8 +293,10 @@ static void hostlua_web_plan(lua_State *L, const char *k, struct web_opts *opts,
         opts->max_connections = (int)hostlua_field_num(L, "max_connections", 256);
         opts->header_timeout = hostlua_field_num(L, "header_timeout", 10);
         opts->idle_timeout = hostlua_field_num(L, "idle_timeout", 60);
+        opts->batch = (int)hostlua_field_num(L, "batch", 0);
         if (!boot->boot) opts->addr = NULL;
-        *app = (struct web_app){hostlua_web_open, hostlua_web_handle, hostlua_web_close, boot};
+        *app = (struct web_app){hostlua_web_open, hostlua_web_handle, hostlua_web_close, boot,
+                                hostlua_web_handle_batch};
     }
     lua_pop(L, 1);                   /* [...] */
 }

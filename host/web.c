@@ -30,6 +30,16 @@
  *  - lines that can repeat per connection or per accept go through a
  *    log_limit (one line per 10 s with a count).
  *
+ * Batches (opts.batch > 1, the replies listener): a request is not answered
+ * in evhttp's callback but held; the requests of one pass of the event loop
+ * (every connection that had a whole request ready: evhttp calls back for
+ * each before an event activated meanwhile runs) go to app.handle_batch
+ * together, up to opts.batch at a time, so that their Redis calls share one
+ * round trip. A held request's connection is skipped by the sweep (its
+ * deadline is 0, as while any request is answered); a client that hangs up
+ * meanwhile leaves evhttp's request detached (no connection), and sending
+ * its answer frees it. Held requests are answered before the server closes.
+ *
  * Connections: libevent 2.1 has no per-connection hooks on the server side
  * (2.2's evhttp_set_newreqcb and max connections are missing), so each one is
  * followed through public calls: the bufferevent callback (evhttp_set_bevcb)
@@ -98,6 +108,11 @@ struct web {
     struct event *adopt_ev, *sweep_ev, *backoff_ev, *stop_ev;
     struct web_conn *pending;          /* accepted, not adopted yet */
     struct web_conn *conns;            /* adopted */
+    struct event *batch_ev;            /* runs the held requests (opts.batch > 1) */
+    struct evhttp_request **held;      /* opts.batch slots; NULL: no batches */
+    struct web_request *held_r;        /* held[i]'s request as the handler sees it */
+    struct web_response *held_out;
+    int nheld;
     int nconns;                        /* accepted and not closed (pending + adopted) */
     int cap;                           /* the connection cap in force */
     int listening;                     /* the listener is enabled */
@@ -375,6 +390,46 @@ static void web_answering(struct web *w, struct evhttp_request *req) {
     evhttp_request_set_on_complete_cb(req, web_on_sent, c);
 }
 
+/* Sends the handler's answer out (taking its body), or a 500 when it made
+ * none. */
+static void web_answer(struct web *w, struct evhttp_request *req, int rc, struct web_response *out) {
+    if (rc != 0 || out->status < 100 || out->status > 599) {
+        free(out->body);
+        free(out->set_cookie);
+        web_send_static(w, req, 500, "{\"error\":\"internal error (see the host's log)\"}");
+        return;
+    }
+    web_send(w, req, out->status, out->content_type, out->body, out->len, out->set_cookie);
+    free(out->set_cookie);
+}
+
+/* Answers every held request through one app.handle_batch call. Called by
+ * the batch event (after the pass that held them), when the batch is full,
+ * and before the server closes. */
+static void web_run_batch(struct web *w) {
+    int n = w->nheld;
+    if (n == 0) return;
+    w->nheld = 0;
+    memset(w->held_out, 0, (size_t)n * sizeof *w->held_out);
+    int rc = w->app.handle_batch(w->ud, w->held_r, n, w->held_out);
+    for (int i = 0; i < n; i++) web_answer(w, w->held[i], rc, &w->held_out[i]);
+}
+
+static void web_on_batch(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    web_run_batch(arg);
+}
+
+/* Holds req (r: its fields) for the batch of this pass of the loop. */
+static void web_hold(struct web *w, struct evhttp_request *req, const struct web_request *r) {
+    struct web_conn *c = web_find(w, evhttp_request_get_connection(req));
+    if (c) c->deadline = 0; /* being answered: not the sweep's */
+    w->held[w->nheld] = req;
+    w->held_r[w->nheld] = *r;
+    if (++w->nheld == w->opts.batch) web_run_batch(w);
+    else if (w->nheld == 1) event_active(w->batch_ev, EV_TIMEOUT, 0);
+}
+
 /* evhttp's generic callback: every path lands here, one request at a time,
  * on the web thread. */
 static void web_on_request(struct evhttp_request *req, void *arg) {
@@ -407,15 +462,12 @@ static void web_on_request(struct evhttp_request *req, void *arg) {
         .cookie = web_header(in, "Cookie"),
         .forwarded_proto = web_header(in, "X-Forwarded-Proto"),
     };
-    struct web_response out = {0};
-    if (w->app.handle(w->ud, &r, &out) != 0 || out.status < 100 || out.status > 599) {
-        free(out.body);
-        free(out.set_cookie);
-        web_send_static(w, req, 500, "{\"error\":\"internal error (see the host's log)\"}");
+    if (w->held) {
+        web_hold(w, req, &r);
         return;
     }
-    web_send(w, req, out.status, out.content_type, out.body, out.len, out.set_cookie);
-    free(out.set_cookie);
+    struct web_response out = {0};
+    web_answer(w, req, w->app.handle(w->ud, &r, &out), &out);
 }
 
 /* Splits "ADDR:PORT" / "[V6]:PORT" into host (copied into buf) and port. */
@@ -496,6 +548,16 @@ static int web_open(struct web *w) {
     w->adopt_ev = event_new(w->base, -1, 0, web_adopt, w);
     w->sweep_ev = event_new(w->base, -1, EV_PERSIST, web_sweep, w);
     w->backoff_ev = evtimer_new(w->base, web_on_backoff, w);
+    if (w->opts.batch > 1 && w->app.handle_batch) {
+        w->batch_ev = event_new(w->base, -1, 0, web_on_batch, w);
+        w->held = calloc((size_t)w->opts.batch, sizeof *w->held);
+        w->held_r = calloc((size_t)w->opts.batch, sizeof *w->held_r);
+        w->held_out = calloc((size_t)w->opts.batch, sizeof *w->held_out);
+        if (!w->batch_ev || !w->held || !w->held_r || !w->held_out) {
+            snprintf(w->err, sizeof w->err, "--%s: out of memory", w->opts.name);
+            return -1;
+        }
+    }
     if (!w->adopt_ev || !w->sweep_ev || !w->backoff_ev) {
         snprintf(w->err, sizeof w->err, "--%s: out of memory", w->opts.name);
         return -1;
@@ -534,11 +596,16 @@ static int web_open(struct web *w) {
 static void web_close(struct web *w) {
     w->lev = NULL; /* evhttp_free frees it */
     w->cap = 1 << 30;
+    if (w->held) web_run_batch(w); /* before evhttp_free frees their requests */
     if (w->http) evhttp_free(w->http);
     web_adopt(-1, 0, w); /* none pending after evhttp_free; frees them if any */
     if (w->adopt_ev) event_free(w->adopt_ev);
     if (w->sweep_ev) event_free(w->sweep_ev);
     if (w->backoff_ev) event_free(w->backoff_ev);
+    if (w->batch_ev) event_free(w->batch_ev);
+    free(w->held);
+    free(w->held_r);
+    free(w->held_out);
     if (w->stop_ev) event_free(w->stop_ev);
     if (w->ud) w->app.close(w->ud);
     if (w->base) event_base_free(w->base);

@@ -36,6 +36,10 @@ struct web_response {
 
 /* Returns 0, or -1 when it could not produce an answer (web.c answers 500). */
 typedef int (*web_handler)(void *ud, const struct web_request *req, struct web_response *out);
+/* n requests at once (opts.batch): fills outs[0..n-1] (zeroed by web.c).
+ * Returns 0, or -1 when it could produce none of them (web.c answers 500 to
+ * each; an out left with status 0 gets a 500 too). */
+typedef int (*web_batch_handler)(void *ud, const struct web_request *reqs, int n, struct web_response *outs);
 
 /* What answers the requests, made and ended on the web thread: open(arg)
  * returns the handler's ud (NULL with err filled on failure), close(ud)
@@ -45,6 +49,7 @@ struct web_app {
     web_handler handle;
     void (*close)(void *ud);
     void *arg;
+    web_batch_handler handle_batch;  /* used when opts.batch > 1; NULL: handle, one at a time */
 };
 
 /* The listener and its limits (docs/operations.md, "HTTP limits"). */
@@ -57,6 +62,9 @@ struct web_opts {
     int fd_reserve;               /* descriptors kept free for the rest of the host */
     double header_timeout;        /* a request must arrive whole within this */
     double idle_timeout;          /* a kept-alive connection between requests; an answer being sent */
+    int batch;                    /* > 1: the requests that arrive together (one pass of the event
+                                   * loop), up to this many, go to app.handle_batch at once (the
+                                   * replies listener: their Redis calls share one round trip) */
 };
 
 /* Main thread: starts the web thread, which makes the app (its VM), binds

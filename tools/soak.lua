@@ -56,9 +56,12 @@
 -- luakiq.await, on_reply). The ids whose number % 100 < SHARE * 100 are
 -- awaited by every call that gets them (a re-run awaits the same ids, so a
 -- kill before the ack must give the same token); each await appends its
--- token to soak:await, and this process replies to it by token through
+-- token to soak:await, and this process replies to it through
 -- luakiq.lib.replies (the code behind POST /api/v1/replies/TOKEN and
--- `luakiq reply`) with random delays: some twice, some late (after the
+-- `luakiq reply`): by token, or for odd ids by correlation key (their calls
+-- await again with the key "k" .. id .. "@" .. attempt, one per attempt,
+-- as a service quotes a request's key; POST /api/v1/workers/NAME/replies),
+-- with random delays: some twice, some late (after the
 -- wait's reply_timeout, default 3 s), some never (the timeout's retry
 -- path), some again after the wait ended. on_reply records "id:payloads@
 -- attempt=v" (v: the reply's body) before 0..--work ms more of work, so kills
@@ -68,7 +71,8 @@
 -- its lease lost in a Redis outage: both at-least-once by design), no reply
 -- call without an accepted reply or with another body, no accepted reply
 -- dropped (unless the awaiting call failed), no STALE token accepted later,
--- no answer but accepted, duplicate and STALE.
+-- no answer but accepted, duplicate and STALE (a reply by a key whose wait
+-- is over and whose entry is gone answers UNKNOWN: counted as STALE).
 local root = (arg and arg[0] or ""):match("^(.*)/tools/[^/]*$") or "."
 package.path = root .. "/spec/?.lua;" .. package.path
 
@@ -184,7 +188,12 @@ return {
         -- the wait is in Redis when await returns: its token goes to the
         -- replier at once, so a reply may come before this call's ack
         local w = luakiq.await(id)
-        luakiq.redis.call("RPUSH", "soak:await", id .. "|" .. w.token .. "|" .. w.attempt)
+        local key = ""
+        if tonumber(id) %% 2 == 1 then -- (the same wait: its key set now that its attempt is known)
+          key = "k" .. id .. "@" .. w.attempt
+          luakiq.await(id, { key = key })
+        end
+        luakiq.redis.call("RPUSH", "soak:await", id .. "|" .. w.token .. "|" .. w.attempt .. "|" .. key)
         parts[#parts + 1] = id .. ":" .. list(ps) .. "@" .. w.attempt
         waits = waits + #ps
       else
@@ -291,13 +300,14 @@ if opt.await > 0 then
     if n > rp.seen then
       local now = core.now()
       for _, line in ipairs(c:call("LRANGE", "soak:await", rp.seen, n - 1)) do
-        local id, token, attempt = line:match("^([^|]+)|([^|]+)|(%d+)$")
+        local id, token, attempt, key = line:match("^([^|]+)|([^|]+)|(%d+)|(.*)$")
         local t = rp.by_token[token]
         if t then
           rp.again = rp.again + 1 -- the same token from a re-run (a kill before the ack)
         else
           rp.tokens = rp.tokens + 1
-          t = { id = id, attempt = tonumber(attempt), answers = {}, body_v = tostring(rp.tokens) }
+          t = { id = id, attempt = tonumber(attempt), answers = {}, body_v = tostring(rp.tokens),
+                key = key ~= "" and key or nil }
           rp.by_token[token] = t
           local body = json.encode { v = rp.tokens }
           local r = math.random()
@@ -320,9 +330,16 @@ if opt.await > 0 then
     local now, keep = core.now(), {}
     for _, d in ipairs(rp.due) do
       if d.at <= now then
-        local ok, outcome = pcall(replies.by_token, c, cfg, d.token, d.body, "Soak")
+        local t = rp.by_token[d.token]
+        local ok, outcome
+        if t.key then
+          ok, outcome = pcall(replies.by_key, c, cfg, "Soak", t.key, d.body)
+          if ok then rp.n["by key " .. outcome] = (rp.n["by key " .. outcome] or 0) + 1 end
+          if outcome == "UNKNOWN" then outcome = "STALE" end -- (the key's entry dropped: its wait is over)
+        else
+          ok, outcome = pcall(replies.by_token, c, cfg, d.token, d.body, "Soak")
+        end
         if ok then
-          local t = rp.by_token[d.token]
           t.answers[#t.answers + 1] = { at = core.now(), outcome = outcome, why = d.why }
           rp.n[outcome] = (rp.n[outcome] or 0) + 1
         else
@@ -956,6 +973,9 @@ if rp then
     "late: %d stale, %d accepted (timeout not taken yet); again after the wait ended: %d stale, %d other\n"):format(
     rp.n.accepted or 0, rp.n.duplicate or 0, rp.n.STALE or 0, c.bad_answers, rp.n.retried or 0,
     rstats.late_stale, rstats.late_accepted, rstats.after_stale, rstats.after_other))
+  out:write(("  of them by correlation key (odd ids): accepted %d, duplicate %d, stale %d, unknown key %d (counted stale)\n")
+    :format(rp.n["by key accepted"] or 0, rp.n["by key duplicate"] or 0, rp.n["by key STALE"] or 0,
+      rp.n["by key UNKNOWN"] or 0))
   out:write(("  payloads pushed while their id waited: %d, each succeeded after the reply's call began\n"):format(c.held))
   out:write(("  double completions %d, reply calls without an accepted reply %d, wrong replies %d, " ..
     "accepted replies dropped %d, stale tokens revived %d\n"):format(c.double, c.unreplied, c.wrong_reply,

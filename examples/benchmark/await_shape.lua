@@ -272,7 +272,7 @@ local function main_host(B, n, res)
     local starts, ends, sent, accepted = math.huge, 0, 0, 0
     local deadline = go + 120
     for k = 1, CLIENTS do
-      while not io.open(outs[k]) do
+      while not lines(outs[k])[1] do -- (the file is made before its line is written)
         if core.now() > deadline then error("await_client.lua did not finish; see " .. outs[k] .. ".log", 0) end
         core.sleep(0.02)
       end
@@ -310,6 +310,7 @@ local function main_host(B, n, res)
     for i = 1, n do if not seen["w" .. i] then lost = lost + 1 end end
     res.handled.lost, res.handled.dup = lost, dup
     res.handled.accepted = res.script.accepted + res.http.accepted + res.live.accepted
+    if B.INTAKE then return end -- (--intake: the replies alone)
 
     -- 5. latency: L jobs awaited, replied to one at a time
     local L = res.latency_n
@@ -487,6 +488,7 @@ function M.run(B, n, rounds)
                 io_n = math.max(100, math.floor(n / 20)), drain_n = n, rounds = rounds }
   io.stderr:write(("  await: %d jobs waiting on one host, replies by script and by HTTP, latency ...\n"):format(n))
   main_host(B, n, res)
+  if B.INTAKE then return res end
   res.pairs = {}
   for r = 1, rounds do
     io.stderr:write(("  await: round %d, one shard, %d jobs with %d ids waiting / with none ...\n"):format(
@@ -533,8 +535,9 @@ function M.print(B, res)
   print("row: the host's listener and worker threads, Redis's fetches). handled/s: on_reply calls run per second.")
   print(("While the HTTP replies came the machine's CPUs were %.0f %% and %.0f %% busy, %.0f %% and %.0f %% of them by"
     .. " other work than this benchmark's"):format(h.busy * 100, live.busy * 100, h.others * 100, live.others * 100))
-  print("(a shared machine: the listener is one thread making one Redis call per request, so others' load slows it).")
+  print("(a shared machine: others' load slows the listener and the handling).")
   print(("accepted %d of %d; on_reply: lost %d, duplicated %d"):format(d.accepted, res.n, d.lost, d.dup))
+  if B.INTAKE then return end
   print()
   local l = res.latency
   B.print_table({ ("idle reply -> on_reply start (%d shards, %d threads)"):format(SHARDS, B.THREADS), "replies", "p50",

@@ -56,6 +56,9 @@ usage: luakiq lua examples/benchmark/bench.lua [options]
                       /api/v1/replies/TOKEN (wrk), idle reply -> on_reply latency, one shard's drain with 1,000
                       ids waiting against none (--rounds pairs), and the I/O-bound shape with a 1 s callback
                       against Sidekiq blocked on the same 1 s; needs wrk and python3; alone it runs nothing else
+  --intake            with --await: only the waits and the replies (reply.lua; HTTP to a host that only takes
+                      them; their on_reply calls; HTTP to the worker's host while it handles them), for comparing
+                      two builds of the --replies listener and of the handling
   --clients           the clients in clients/ (clients_shape.lua): each one's enqueue of --jobs blank jobs beside
                       its peer in the same process (Python: redis-py pipelined LPUSH of Sidekiq-format jobs;
                       Node.js: ioredis's; Ruby: Sidekiq's push_bulk) and `luakiq enqueue` of the same, --rounds
@@ -134,6 +137,7 @@ do
       if opt.big_ids ~= "padded" then io.stderr:write("--big-ids: only padded\n", USAGE, "\n") os.exit(2) end
     elseif a == "--merge" then opt.merge = assert(tonumber(val()), "--merge: a number")
     elseif a == "--await" then opt.await = assert(tonumber(val()), "--await: a number")
+    elseif a == "--intake" then opt.intake = true
     elseif a == "--clients" then opt.clients = true
     else io.stderr:write(USAGE, "\n") os.exit(a == "--help" and 0 or 2) end
     given[a] = true
@@ -755,7 +759,7 @@ local main_ok, main_err = xpcall(function()
                       cpu_secs = cpu_secs, redis_cpu = redis_cpu, fresh_db = fresh_db, TMP = TMP,
                       BENCH_DIR = BENCH_DIR, ROOT = BENCH_DIR .. "/../..", LUAKIQ = LUAKIQ, THREADS = THREADS,
                       REDIS_URL = REDIS_URL, SIDEKIQ_VERSION = SIDEKIQ_VERSION, ENQUEUE_CALL = ENQUEUE_CALL,
-                      print_table = print_table, fmt_int = fmt_int, mb = mb }
+                      print_table = print_table, fmt_int = fmt_int, mb = mb, INTAKE = opt.intake }
     await_res = await_shape.run(await_shape.B, opt.await, opt.rounds)
   end
   local clients_shape, clients_res

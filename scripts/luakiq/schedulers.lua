@@ -9,8 +9,9 @@
 --                  and succeeded. head: the lowest perform_in left in h's
 --                  queue afterwards; nil means empty after a success, and
 --                  empty or unknown after a false result
---   heads()        -> array, one entry per handler: its lowest perform_in, or
---                  false when empty (one Redis round trip for all)
+--   heads([only])  -> array, one entry per handler: its lowest perform_in, or
+--                  false when empty (one Redis round trip for all); only: an
+--                  array of handler indexes, the ones read (the others nil)
 --   wait([secs])   sleep up to poll_interval (or secs, a hint, when given) or
 --                  until a push wakes the thread; -> array of woken handler
 --                  indexes (possibly empty)
@@ -65,11 +66,15 @@ end
 -- without Lowkiq's probe round trip before every batch.
 --
 -- * Heads (lowest perform_in per handler) are cached. ctx.heads() refreshes
---   the cache at the first step, after every wait(), at least once per
---   poll_interval as a safety net (pushes that do not wake the thread, e.g.
---   jobs scheduled in the future, are found by it), when poll() reports a
---   wake-up, and when a process() leaves its shard's head unknown. Between
---   refreshes, process()'s returned head keeps the cache exact for that shard.
+--   the cache at the first step, after every wait() that was not ended by a
+--   wake-up, at least once per poll_interval as a safety net (pushes that do
+--   not wake the thread, e.g. jobs scheduled in the future, are found by
+--   it), and when a process() leaves its shard's head unknown. A wake-up
+--   (from poll() or ending a wait()) refreshes only the woken handlers' heads
+--   (a push or a reply wakes its own shard; the others' cached heads still
+--   hold): a reply to a job that waits costs one heads.lua, not one per
+--   shard of the thread. Between refreshes, process()'s returned head keeps
+--   the cache exact for that shard.
 -- * Due means head <= now (lag >= 0). Lowkiq keeps only lag > 0, so a job due
 --   exactly now would wait a whole poll_interval; here it runs.
 -- * Priorities first: the shard whose best due job has the lowest priority
@@ -80,7 +85,8 @@ end
 --   elsewhere) is a strike for its handler. The first strike only re-reads
 --   the head (so the jobs behind a failed batch run at once, as in Lowkiq);
 --   the second makes the handler ineligible until the next refresh by time or
---   wait (or a wake-up for that shard). A success clears the strikes.
+--   wait not ended by a wake-up (or a wake-up for that shard). A success
+--   clears the strikes.
 -- * Nothing due: wait(hint), hint = seconds until the earliest future head,
 --   capped by poll_interval, so that scheduled jobs start on time.
 -- * Calls in flight: a busy handler (ctx.busy) is not eligible; its result
@@ -95,6 +101,7 @@ function M.lag(ctx)
   local strikes = {}      -- i -> false results since the last success/reset
   local stale = true      -- probe and forget strikes (start, after wait)
   local reprobe = false   -- probe only
+  local woke = {}         -- handler indexes a wake-up named: probe those only
   local reset_at = -math.huge
   local busy = ctx.busy or function() return false end
   local seen_busy = {}    -- i -> head a probe saw while i was in flight
@@ -119,14 +126,22 @@ function M.lag(ctx)
     if type(p) == "number" and (heads[i] == false or heads[i] == nil or p < heads[i]) then heads[i] = p end
   end
 
-  local function probe()
-    local h = ctx.heads()
-    for i = 1, n do
+  local function probe(only)
+    local h = ctx.heads(only)
+    for k = 1, only and #only or n do
+      local i = only and only[k] or k
       local v = h[i]
       heads[i] = type(v) == "number" and v or false
       if busy(handlers[i]) then seen_busy[i] = heads[i] end
     end
     reprobe = false
+  end
+  -- The woken indexes w (strikes forgotten) join the next partial probe.
+  local function woken_by(w)
+    for _, i in ipairs(w) do
+      strikes[i] = nil
+      woke[#woke + 1] = i
+    end
   end
 
   return function()
@@ -134,16 +149,17 @@ function M.lag(ctx)
     local now = ctx.now()
     if ctx.poll then
       local woken = ctx.poll()
-      if woken and #woken > 0 then
-        for _, i in ipairs(woken) do strikes[i] = nil end
-        reprobe = true
-      end
+      if woken and #woken > 0 then woken_by(woken) end
     end
     if stale or now - reset_at >= interval then
       probe()
-      strikes, stale, reset_at = {}, false, now
+      strikes, stale, reset_at, woke = {}, false, now, {}
     elseif reprobe then
       probe()
+      woke = {}
+    elseif #woke > 0 then
+      probe(woke)
+      woke = {}
     end
 
     local best, best_lag, best_prio, next_at = nil, -1, math.huge, math.huge
@@ -169,8 +185,11 @@ function M.lag(ctx)
     local hint = interval
     if next_at - now < hint then hint = next_at - now end
     local woken, resumed = ctx.wait(hint)
-    if resumed and #woken == 0 then return end -- parked calls went on; the heads still hold
-    stale = true -- time passed and pushes may have arrived
+    if woken and #woken > 0 then
+      woken_by(woken) -- (pushes and replies wake their shards: the others' heads hold)
+    elseif not resumed then
+      stale = true -- time passed and pushes may have arrived
+    end -- (parked calls went on: the heads still hold)
   end
 end
 

@@ -11,7 +11,9 @@
 -- time), [2] cost (>= 0), [3] concurrency ("" = no cap), [4] ttl_ms
 -- (renewed by the host while the call runs: units_renew.lua; a killed
 -- host's units lapse); with KEYS[3]: [5] the version the host's throttle
--- decided on (running_read.lua), [6] the call's JSON.
+-- decided on (running_read.lua; "*": none, the hold of a job that waits
+-- for a reply, taken whatever the running set: the job ran already), [6]
+-- the call's JSON.
 -- Entries past their expiry are dropped first. A cost of 0 always runs and
 -- holds nothing (but is registered with throttle). Returns {1, used} when
 -- taken, {0, used} when the units in use (used, this member's own old entry
@@ -43,7 +45,7 @@ end
 if calls then
   redis.call("HDEL", calls, member)
   local v = redis.call("GET", version) or "0"
-  if v ~= ARGV[5] then return with_set({ 2, v }) end
+  if v ~= ARGV[5] and ARGV[5] ~= "*" then return with_set({ 2, v }) end
 end
 local used = 0
 for _, v in ipairs(redis.call("HVALS", KEYS[2])) do used = used + (tonumber(v) or 0) end

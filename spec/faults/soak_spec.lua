@@ -45,7 +45,8 @@ describe("soak", function()
   end)
 
   it("jobs that wait for a reply: duplicate, late and missing replies through kills and a Redis restart", function()
-    -- 3 of 4 ids await; replies by token (luakiq.lib.replies) after 0-0.5 s,
+    -- 3 of 4 ids await; replies by token (luakiq.lib.replies; odd ids by
+    -- correlation key, one per attempt) after 0-0.5 s,
     -- 20% twice, 7% late (after the 2 s reply_timeout), 5% never (the retry
     -- path), 10% again after the wait ended; perform and on_reply work 0-20 ms
     -- after their records, so kills land between await and the ack and inside
@@ -59,6 +60,8 @@ describe("soak", function()
     -- every kind of reply was sent and answered as designed
     local acc, dup, stale = out:match("replies: accepted (%d+), duplicate (%d+), stale (%d+), other 0")
     assert.is_true(tonumber(acc) > 500 and tonumber(dup) > 0 and tonumber(stale) > 0, out)
+    local kacc, kdup = out:match("by correlation key %(odd ids%): accepted (%d+), duplicate (%d+)")
+    assert.is_true(tonumber(kacc) > 100 and tonumber(kdup) > 0, out)
     local late = tonumber(out:match("late: (%d+) stale"))
     local after = tonumber(out:match("again after the wait ended: (%d+) stale"))
     assert.is_true(late > 0 and after > 0, out)

@@ -80,8 +80,15 @@ local FILES = {
   ["workers/U.lua"] = [[return require("lib.body")({ shards_count = 4, concurrency = 1 }, true)]],
   ["workers/UR.lua"] = [[return require("lib.body")({ shards_count = 4, concurrency = 1,
                            await_releases_units = true }, true)]],
+  -- one running job per label, as the throttle sees them
+  ["workers/TH.lua"] = [[return require("lib.body")({ shards_count = 4,
+    label = function(id, pls) return pls[1].tag end,
+    throttle = function(ctx)
+      for _, r in ipairs(ctx.running) do if r.label == ctx.label then return false end end
+      return true
+    end }, true)]],
 }
-local SHARDS = { W = 2, R = 2, T = 2, U = 4, UR = 4 }
+local SHARDS = { W = 2, R = 2, T = 2, U = 4, UR = 4, TH = 4 }
 
 -- The log's lines (without their times) and their times.
 local function log()
@@ -319,6 +326,39 @@ describe("luakiq.await", function()
     assert.is_true(index_of(lines, "reply u1 1 x " .. attempt("u1")) <
       index_of(lines, "perform u2 y"))
     host.eventually(function() return not srv.conn:call("HGET", "luakiq:{U}:units", "wait:u1") end, 5, "hold given back")
+  end)
+
+  it("gives a waiting job's units back when an operator kills it (admin kill): the next job starts", function()
+    start()
+    enqueue("U", { { id = "u1", payload = { tag = "x", await = true } } })
+    awaited("u1")
+    enqueue("U", { { id = "u2", payload = { tag = "y" } } })
+    core.sleep(1)
+    assert.is_nil(index_of((log()), "perform u2 y"))
+    local rc, out, err = cli(box.dir, "admin DIR U kill u1")
+    assert.are.same({ 0, { killed = 1 } }, { rc, out }, err)
+    assert.is_falsy(srv.conn:call("HGET", "luakiq:{U}:units", "wait:u1"))
+    host.eventually(logged("perform u2 y"), 5, "u2 once u1 was killed", explain)
+    assert.are.equal("STALE", reply("U", "u1", tokens("u1")[1], { answer = 1 }))
+  end)
+
+  it("shows a waiting job in the throttle's running list (ctx.running) until its reply was handled", function()
+    start()
+    enqueue("TH", { { id = "t1", payload = { tag = "x", await = true } } })
+    awaited("t1")
+    local calls = srv.conn:call("HGET", "luakiq:{TH}:calls", "wait:t1")
+    assert.truthy(calls, "the wait's registration")
+    assert.are.same({ { "t1", 1, "x" } }, json.decode(calls).jobs)
+    enqueue("TH", { { id = "t2", payload = { tag = "x" } }, { id = "t3", payload = { tag = "y" } } })
+    host.eventually(logged("perform t3 y"), 10, "t3: another label", explain)
+    core.sleep(1)
+    assert.is_nil(index_of((log()), "perform t2 x")) -- t1 runs for the throttle while it waits
+    assert.are.equal("accepted", reply("TH", "t1", tokens("t1")[1], { answer = 1 }))
+    host.eventually(logged("perform t2 x"), 10, "t2 after t1's reply", explain)
+    local lines = log()
+    assert.is_true(index_of(lines, "reply t1 1 x " .. attempt("t1")) < index_of(lines, "perform t2 x"))
+    host.eventually(function() return not srv.conn:call("HGET", "luakiq:{TH}:calls", "wait:t1") end, 5,
+      "registration given back")
   end)
 
   it("gives the units back while the job waits with await_releases_units = true", function()

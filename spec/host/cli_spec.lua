@@ -386,6 +386,24 @@ describe("luakiq reply and luakiq waiting", function()
     assert.are.equal('{"n":1}', W:handle("k").value)
   end)
 
+  it("deletes and kills waiting jobs (admin delete|kill ID...): the waits end, their tokens answer stale", function()
+    local a, b = W:wait("a"), W:wait("b")
+    local rc, out, err = host.exec("admin " .. q(dir) .. " R delete a", nil, env())
+    assert.are.same({ 0, { deleted = 1 } }, { rc, json.decode(out) }, err)
+    rc, out, err = host.exec("admin " .. q(dir) .. " R kill b", nil, env())
+    assert.are.same({ 0, { killed = 1 } }, { rc, json.decode(out) }, err)
+    for _, w in ipairs { a, b } do
+      rc, out, err = reply("R " .. q(w.token) .. " {}")
+      assert.are.equal(1, rc)
+      assert.truthy(err:find("STALE", 1, true), err)
+    end
+    rc, out = host.exec("waiting " .. q(dir) .. " R", nil, env())
+    assert.are.same({ 0, "" }, { rc, out })
+    rc, out = host.exec("morgue " .. q(dir) .. " R list", nil, env())
+    assert.truthy(out:find('"id":"b"', 1, true) and out:find("killed while waiting for a reply", 1, true), out)
+    assert.is_nil(out:find('"id":"a"', 1, true), out)
+  end)
+
   it("lists the waiting jobs of every shard as JSON lines, and the late replies (--late)", function()
     -- ids w1, w2, ... until every shard has two
     local ids, per, made = {}, { [0] = 0, 0, 0 }, {}

@@ -395,6 +395,52 @@ describe("waits", function()
     assert.are.equal("STALE", by_token(w.token, "{}"))
   end)
 
+  -- An operator's delete and kill (delete.lua, kill.lua: `luakiq admin ...
+  -- delete|kill ID`, the API's queue/delete and queue/kill) end the wait and
+  -- take the payloads held behind it; a wait whose on_reply call runs is in
+  -- flight, and stays.
+  it("deletes a waiting job and its held payloads: the wait ends, its token is STALE", function()
+    local w = waiting("a")
+    fetch { ack = w.batch }
+    push("a", "p2") -- held behind the wait
+    local v = waiting("v")
+    fetch { ack = v.batch }
+    assert.are.equal(2, env.conn:script("delete", P, "a", "nope"))
+    assert.are.equal("STALE", by_token(w.token, "{}"))
+    assert.are.equal(0, env.conn:call("HEXISTS", P .. "waits", "a"))
+    assert.are.equal(0, env.conn:call("ZCARD", P .. "held"))
+    assert.are.equal("1", env.conn:script("stats", P)[9]) -- v waits on
+    push("a", "p3") -- a new job of the id is queued, not held
+    local f = fetch()
+    assert.are.same({ "a" }, f.ids)
+    assert.are.same({ { '"p3"' } }, f.jobs[1].payloads)
+    -- a reply call running: in flight, not deleted
+    assert.are.equal("accepted", by_token(v.token, "{}"))
+    local g = fetch { ack = f.batch }
+    assert.are.same({ "v" }, g.ids)
+    assert.are.equal(0, env.conn:script("delete", P, "v"))
+    assert.are.equal(1, env.conn:call("HEXISTS", P .. "waits", "v"))
+    fetch { ack = g.batch }
+  end)
+
+  it("kills a waiting job: it and its held payloads go to the morgue, the wait ends", function()
+    local w = waiting("a")
+    fetch { ack = w.batch }
+    push("a", "p2")
+    push("q", "pq")
+    env.conn:call("HSET", P .. "errors", "q", "boom") -- (as a failed queued job's)
+    assert.are.equal(2, env.conn:script("kill", P, now(), "a", "q", "nope"))
+    assert.are.equal("STALE", by_token(w.token, "{}"))
+    assert.are.equal("killed while waiting for a reply (attempt " .. w.attempt .. ")",
+      env.conn:call("HGET", P .. "morgue:errors", "a"))
+    assert.are.equal("boom", env.conn:call("HGET", P .. "morgue:errors", "q"))
+    local dead = env.conn:call("ZRANGE", P .. "morgue:jobs", 0, -1)
+    assert.are.equal(2, #dead)
+    assert.truthy(dead[1]:find('"p1"', 1, true) and dead[1]:find('"p2"', 1, true), dead[1])
+    assert.are.equal("0", env.conn:script("stats", P)[9])
+    assert.are.same({}, fetch().ids)
+  end)
+
   -- (one server only: on a cluster INFO answers from any node, not the one
   -- that holds the shard)
   local it_single = os.getenv("LUAKIQ_TEST_CLUSTER") and pending or it

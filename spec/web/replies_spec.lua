@@ -201,6 +201,20 @@ describe("rickover's form (POST /api/v1/workers/NAME/jobs/ID, bearer token)", fu
   end)
 end)
 
+describe("an operator's delete and kill of waiting jobs (POST /api/web/workers/NAME/queue/delete|kill)", function()
+  it("end the waits: the delete drops the job, the kill moves it to the morgue; the tokens answer 410", function()
+    local a, b = W:wait("del"), W:wait("kil")
+    local st, v = post("/api/web/workers/Parked/queue/delete", { ids = { "del" } }, { headers = BEARER })
+    assert.are.same({ 200, { deleted = 1 } }, { st, v })
+    st, v = post("/api/web/workers/Parked/queue/kill", { ids = { "kil" } }, { headers = BEARER })
+    assert.are.same({ 200, { killed = 1 } }, { st, v })
+    assert.are.equal(410, (reply(a.token, "{}")))
+    assert.are.equal(410, (reply(b.token, "{}")))
+    assert.are.equal(1, srv.conn:call("ZCARD", b.prefix .. "morgue"))
+    assert.are.equal(400, (post("/api/web/workers/Parked/queue/kill", { all = true }, { headers = BEARER })))
+  end)
+end)
+
 describe("the --replies listener", function()
   it("serves the reply routes to anyone, from any Host, and nothing else", function()
     local w = W:wait("x")
@@ -215,6 +229,66 @@ describe("the --replies listener", function()
       assert.are.equal(404, code, r[1] .. " " .. r[2])
     end
     assert.are.equal(405, (web.request(rbase, "GET", "/api/v1/replies/" .. w.token)))
+  end)
+
+  -- web.c hands the requests that arrive together to one batch, whose
+  -- reply.lua calls go to Redis as one pipeline (luakiq.web's batcher):
+  -- each must still get its own answer, in any mix, and a client that
+  -- hangs up meanwhile must cost nobody else theirs.
+  it("answers requests that arrive together each by its own outcome, one pipeline for all", function()
+    local port = rbase:match(":(%d+)$")
+    local lines, want = {}, {}
+    local function add(path, body, status, answer)
+      lines[#lines + 1] = path .. " " .. body
+      want[#want + 1] = { status, answer }
+    end
+    local tokens, attempts = {}, {}
+    for i = 1, 40 do
+      local w = W:wait("burst" .. i)
+      tokens[i], attempts[i] = w.token, w.attempt
+      add("/api/v1/replies/" .. w.token, '{"n":' .. i .. '}', 200, { accepted = true })
+    end
+    add("/api/v1/replies/" .. tokens[1], '{"n":1}', 200, { accepted = true, duplicate = true }) -- after its first
+    add("/api/v1/replies/" .. tokens[2], '{"n":0}', 409)
+    add("/api/v1/replies/" .. tokens[3]:sub(1, -2) .. (tokens[3]:sub(-1) == "0" and "1" or "0"), "{}", 404)
+    add("/api/v1/replies/junk", "{}", 404)
+    add("/api/v1/replies/" .. W:wait("beat", { heartbeat = 5 }).token .. "/heartbeat", "", 200, { ok = true })
+    add("/api/v1/stats", "{}", 404)
+    local h = W:wait("hungup")
+    attempts.h = h.attempt
+    lines[#lines + 1] = "hangup /api/v1/replies/" .. h.token .. ' {"n":"h"}'
+    local b = W:wait("badjson")
+    add("/api/v1/replies/" .. b.token, "{nope", 400)
+    local file = host.tmpdir() .. "/burst"
+    host.write(file, table.concat(lines, "\n") .. "\n")
+    local out = host.capture("python3 spec/helpers/clients.py burst " .. port .. " " .. q(file))
+    local got = {}
+    for l in out:gmatch("[^\n]+") do got[#got + 1] = l end
+    assert.are.equal(#lines, #got, out)
+    local k = 0
+    for i, l in ipairs(got) do
+      if l ~= "hangup" then
+        k = k + 1
+        local st, body = l:match("^(%d+) (.*)$")
+        assert.are.equal(want[k][1], tonumber(st), lines[i] .. " -> " .. l)
+        if want[k][2] then assert.are.same(want[k][2], json.decode(body), lines[i] .. " -> " .. l) end
+      end
+    end
+    -- every reply reached its own job, the hung-up client's too: the
+    -- fetches of the worker's shards hand back exactly these reply calls
+    local replied, n = {}, 0
+    for shard = 0, W.worker.shards_count - 1 do
+      local f = W:fetch_prefix(keys.prefix(cfg.namespace, W.worker.queue_name, shard), 100)
+      for k, r in pairs(f.waits) do replied[f.ids[k]], n = r, n + 1 end
+    end
+    assert.are.equal(41, n)
+    for i = 1, 40 do
+      assert.are.same({ kind = "reply", attempt = attempts[i], value = '{"n":' .. i .. '}' }, replied["burst" .. i])
+    end
+    assert.are.same({ kind = "reply", attempt = attempts.h, value = '{"n":"h"}' }, replied["hungup"])
+    -- and the listener still answers
+    local w = W:wait("after")
+    assert.are.equal(200, (reply(w.token, "{}", { base = rbase })))
   end)
 
   it("cuts off a slow client at the header timeout, and a kept-alive idle one", function()

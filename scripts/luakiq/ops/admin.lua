@@ -652,11 +652,47 @@ function M.morgue_delete(conn, cfg, worker_name, ids)
   end) }
 end
 
+-- The units holds and throttle registrations (member "wait:ID",
+-- luakiq.runner.await) of the ids whose waits delete.lua or kill.lua
+-- removed, given back now rather than at the wait's deadline: every id of
+-- ids that has no wait left (one whose on_reply call runs, or whose
+-- awaiting call has not ended, keeps its hold).
+local function release_holds(conn, cfg, w, ids)
+  if not require("luakiq.runner.await").holds_units(w) then return end
+  local cmds, list = {}, {}
+  for i, id in ipairs(ids) do
+    list[i] = client.id_string(id, "id " .. i)
+    local P = keys.prefix(cfg.namespace, w.queue_name, keys.shard(list[i], w.shards_count))
+    cmds[#cmds + 1] = { "HEXISTS", P .. "waits", list[i] }
+    cmds[#cmds + 1] = { "HEXISTS", P .. "waits:new", list[i] }
+  end
+  local r = conn:pipeline(cmds)
+  local ns, q = cfg.namespace, w.queue_name
+  local release = { script = "units_release", numkeys = 3, keys.running(ns, q), keys.units(ns, q), keys.calls(ns, q) }
+  for i, id in ipairs(list) do
+    if check(r[2 * i - 1], "HEXISTS") == 0 and check(r[2 * i], "HEXISTS") == 0 then release[#release + 1] = "wait:" .. id end
+  end
+  if #release > 3 then check(conn:pipeline({ release })[1], "units_release") end
+end
+
 function M.delete_queued(conn, cfg, worker_name, ids)
   local w = worker_of(cfg, worker_name)
-  return { deleted = per_shard(conn, cfg, w, ids, function(p, list)
+  local n = per_shard(conn, cfg, w, ids, function(p, list)
     return with_ids({ script = "delete", p }, list)
-  end) }
+  end)
+  release_holds(conn, cfg, w, ids)
+  return { deleted = n }
+end
+
+-- The given ids' jobs to the morgue: queued ones and those that wait for a
+-- reply (kill.lua), not those in flight.
+function M.kill(conn, cfg, worker_name, ids)
+  local w, now = worker_of(cfg, worker_name), core.now()
+  local n = per_shard(conn, cfg, w, ids, function(p, list)
+    return with_ids({ script = "kill", p, now }, list)
+  end)
+  release_holds(conn, cfg, w, ids)
+  return { killed = n }
 end
 
 -- Cancels jobs by id (cancel.lua, one call per shard of the ids): a

@@ -32,7 +32,7 @@ usage: luakiq COMMAND ...
   schedules DIR                        the recurring jobs of config.lua: last and next runs (JSON lines)
   hosts DIR                            the running hosts: threads, shards, calls (JSON lines)
   timing DIR WORKER [--day YYYY-MM-DD] wait and run times of one UTC day: count, mean, std, histogram (JSON)
-  admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...
+  admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...|kill ID...
                                        bulk actions on queued jobs
   cancel DIR WORKER ID...              cancel jobs: queued and waiting ones are removed, running ones stopped
   failures DIR [jobs|requeue|delete GROUP] [--worker W]
@@ -113,10 +113,12 @@ keep_done answers {"id","state":"done"|"cancelled","finished_at","attempts","res
 for a finished job it keeps. An id that is nowhere: exit 1.
 The job's own fields when it has them: "priority", "tags", "windows", "timezone"; "state":"waiting"
 (it awaits a reply) adds "attempt", "since", "deadline" (docs/cli.md, "job").]],
-  admin = [[usage: luakiq admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID... [--redis URL]
+  admin = [[usage: luakiq admin DIR WORKER perform-now|kill-failed|delete-failed|delete ID...|kill ID... [--redis URL]
 perform-now: every queued job becomes due now; kill-failed: queued jobs that
 failed at least once go to the morgue; delete-failed: they are deleted;
-delete: the given queued ids are deleted. Prints what was done as JSON.]],
+delete: the given ids' queued jobs and jobs that wait for a reply are
+deleted; kill: they go to the morgue (jobs in flight are not touched).
+Prints what was done as JSON.]],
   cancel = [[usage: luakiq cancel DIR WORKER ID... [--redis URL]
 Cancels each id: a queued job is removed with all its payloads, a job that
 waits for a reply loses its wait (its token answers STALE), a running one is
@@ -563,8 +565,9 @@ end
 function commands.admin(argv)
   local pos, opt = parse(argv, 2, { redis = true })
   local dir, worker, action = pos[1], pos[2], pos[3]
-  local actions = { ["perform-now"] = true, ["kill-failed"] = true, ["delete-failed"] = true, delete = true }
-  if not actions[action or ""] then usage("say perform-now, kill-failed, delete-failed or delete ID...") end
+  local actions = { ["perform-now"] = true, ["kill-failed"] = true, ["delete-failed"] = true, delete = true,
+                    kill = true }
+  if not actions[action or ""] then usage("say perform-now, kill-failed, delete-failed, delete ID... or kill ID...") end
   local cfg, conn = open(dir, opt, true)
   local admin = require "luakiq.ops.admin"
   local ids = {}
@@ -575,6 +578,9 @@ function commands.admin(argv)
   elseif action == "delete" then
     if #ids == 0 then usage("delete needs ids") end
     print_json(admin.delete_queued(conn, cfg, worker, ids))
+  elseif action == "kill" then
+    if #ids == 0 then usage("kill needs ids") end
+    print_json(admin.kill(conn, cfg, worker, ids))
   else usage("unknown admin action '" .. tostring(action) .. "'") end
   return 0
 end
@@ -805,6 +811,7 @@ function commands.run(argv)
     -- VM of their own (the same limits, the reply's body limit)
     replies = opt.replies and {
       addr = opt.replies, max_body = require("luakiq.lib.replies").MAX_BODY,
+      batch = require("luakiq.web").BATCH,
       boot = json.encode { dir = pos[1], overrides = overrides(opt), only = "replies" },
       max_connections = cfg.web_max_connections, header_timeout = cfg.web_header_timeout,
       idle_timeout = cfg.web_idle_timeout,

@@ -19,6 +19,7 @@
 local core = require "luakiq.core"
 local keys = require "luakiq.lib.keys"
 local errors = require "luakiq.lib.errors"
+local json = require "luakiq.json"
 local wait = require "luakiq.lib.wait"
 local flow = require "luakiq.runner.flow"
 
@@ -43,19 +44,33 @@ local function secret(t, Q)
   return r
 end
 
--- Whether the job of concurrency worker w keeps its units while it waits.
-function M.holds_units(w) return w.concurrency ~= nil and not w.await_releases_units end
+-- Whether the job of worker w keeps its units (concurrency) and its place
+-- in the throttle's running list (throttle) while it waits.
+function M.holds_units(w)
+  return (w.concurrency ~= nil or w.throttle ~= nil) and not w.await_releases_units
+end
 
 -- The units hold of waiting id (NS:{QUEUE}:running and :units, member
 -- "wait:" .. id: ids are unique in a queue, whatever its shards_count):
 -- cost units until the wait's deadline and lease_ttl more (the timeout call
 -- gives it back before; a hold a host never gave back lapses then). Taken
--- whatever the units in use (the job ran with them already).
-local function hold_cmd(t, w, id, cost, deadline)
-  local ns = t.cfg.namespace
+-- whatever the units in use (the job ran with them already). With throttle
+-- the hold is registered too (NS:{QUEUE}:calls, as a call of that one job,
+-- since now; version "*": whatever the running set), so every throttle's
+-- ctx.running has the waiting job for as long as it holds its units.
+local function hold_cmd(t, w, id, cost, deadline, payloads)
+  local ns, q = t.cfg.namespace, w.queue_name
   local ttl = math.max(1, math.floor((deadline - core.now() + t.cfg.lease_ttl) * 1000))
-  return { script = "units_acquire", numkeys = 2, keys.running(ns, w.queue_name), keys.units(ns, w.queue_name),
-           "wait:" .. id, string.format("%.17g", math.min(cost, w.concurrency)), "", ttl }
+  local cmd = { script = "units_acquire", numkeys = w.throttle and 4 or 2, keys.running(ns, q), keys.units(ns, q) }
+  if w.throttle then cmd[#cmd + 1], cmd[#cmd + 2] = keys.calls(ns, q), keys.calls_version(ns, q) end
+  for _, v in ipairs { "wait:" .. id, string.format("%.17g", w.concurrency and math.min(cost, w.concurrency) or cost),
+                       "", ttl } do cmd[#cmd + 1] = v end
+  if w.throttle then
+    cmd[#cmd + 1] = "*"
+    cmd[#cmd + 1] = json.encode { host = t.host, since = core.now(),
+                                  jobs = { { id, cost, flow.label_of(w, id, payloads) or json.null } } }
+  end
+  return cmd
 end
 
 -- Gives back the units hold of id (worker w) with the thread's next Redis
@@ -135,7 +150,8 @@ local function write(h, id, timeout, hb, key)
   h.awaited = h.awaited or {}
   h.awaited[id] = { attempt = tonumber(attempt), deadline = tonumber(deadline) }
   if M.holds_units(w) then
-    local hr = t.conn:pipeline({ hold_cmd(t, w, id, flow.cost_of(w, id, h.call_batch[id]), tonumber(deadline)) })[1]
+    local pl = h.call_batch[id]
+    local hr = t.conn:pipeline({ hold_cmd(t, w, id, flow.cost_of(w, id, pl), tonumber(deadline), pl) })[1]
     if type(hr) == "table" and hr.err then error("units_acquire.lua failed: " .. errors.redis_text(hr.err), 0) end
   end
   if key then

@@ -41,9 +41,9 @@ local ACK_WAIT_PART = 10
 -- Pending unit releases (concurrency) ride after the acks, one
 -- units_release.lua call per queue: their replies come after the acks'.
 -- The thread's timing observations (luakiq.ops.timing) ride last, at most once a
--- second (force: now, when there are any); the third result is the index of
--- the first of them (nil: none).
-local function pending_acks(t, except, force)
+-- second (force, unless timing_due: now, when there are any); the third
+-- result is the index of the first of them (nil: none).
+local function pending_acks(t, except, force, timing_due)
   local cmds, hs = {}, {}
   local now = not force and next(t.pending) and core.mono()
   for h, due in pairs(t.pending) do
@@ -55,7 +55,7 @@ local function pending_acks(t, except, force)
   end
   for q, members in pairs(t.releases) do cmds[#cmds + 1] = flow.release_cmd(t, q, members) end
   t.releases = {}
-  local tcmds, tfrom = timing.cmds(t.timing, t.cfg.namespace, force), nil
+  local tcmds, tfrom = timing.cmds(t.timing, t.cfg.namespace, force and not timing_due), nil
   if tcmds then
     tfrom = #cmds + 1
     for _, c in ipairs(tcmds) do cmds[#cmds + 1] = c end
@@ -126,10 +126,16 @@ end
 -- Sends the pending acks (if any) alone; used before sleeping and at stop.
 -- An ack Redis refused (an error reply: out of memory, say) stays pending,
 -- to be sent again; the first such error is raised after the others were
--- taken in.
-local function flush(t)
+-- taken in. The timing observations go too, but before sleeping
+-- (sleeping) only once their second is up: a thread woken for every reply
+-- to a job that waits sleeps after each, and a timing.lua and history.lua
+-- call per sleep cost Redis as much as a fetch (docs/benchmarks.md, "What a
+-- reply costs"); an idle thread wakes at least every poll_interval, so
+-- they wait at most that much more.
+local function flush(t, sleeping)
   if not next(t.pending) and not next(t.releases) and not t.timing.any then return end
-  local cmds, hs, tfrom = pending_acks(t, nil, true)
+  local cmds, hs, tfrom = pending_acks(t, nil, true, sleeping)
+  if #cmds == 0 then return end
   local r = t.conn:pipeline(cmds)
   local failed
   for i, h in ipairs(hs) do

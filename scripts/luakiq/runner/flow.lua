@@ -88,17 +88,43 @@ end
 
 M.cost_of = cost_of
 
+-- A waiting job's label for the throttle (label(id, payloads), a hook
+-- luakiq.await calls inside the call: luakiq.lib.hooks), or nil; an error is
+-- logged and counts as none (the call is not failed by it).
+function M.label_of(w, id, payloads)
+  if not w.label then return nil end
+  local ok, v, timed_out = hooks.call("label", nil, w.label, id, payloads)
+  if not ok then
+    if not timed_out then log.error("label failed", { worker = w.name, id = id, error = tostring(v) }) end
+    return nil
+  end
+  if v ~= nil then return tostring(v) end
+end
+
 -- The running list the throttle sees: every registered call's jobs but
--- this shard's own (its previous call is over: one call per shard).
+-- this shard's own (its previous call is over: one call per shard), and
+-- the jobs that wait for a reply and hold their units (member "wait:ID",
+-- luakiq.runner.await), each once: a job whose call awaited it is in both
+-- until the call's registration goes.
 local function running_list(calls, own)
-  local list = {}
+  local list, seen, waits = {}, {}, {}
+  local function add(c, j)
+    list[#list + 1] = { id = j[1], cost = j[2], label = j[3] ~= json.null and j[3] or nil,
+                        host = c.host, since = c.since }
+  end
   for member, c in pairs(calls) do
-    if member ~= own then
+    if member:sub(1, 5) == "wait:" then
+      waits[#waits + 1] = c
+    elseif member ~= own then
       for _, j in ipairs(c.jobs or {}) do
-        list[#list + 1] = { id = j[1], cost = j[2], label = j[3] ~= json.null and j[3] or nil,
-                            host = c.host, since = c.since }
+        seen[j[1]] = true
+        add(c, j)
       end
     end
+  end
+  for _, c in ipairs(waits) do
+    local j = (c.jobs or {})[1]
+    if j and not seen[j[1]] then add(c, j) end
   end
   table.sort(list, function(a, b) return a.since < b.since end)
   return list

@@ -225,14 +225,20 @@ local function scheduler_ctx(t)
   -- counts as long overdue, so its fetch restores or redelivers them
   -- (heads.lua); so does one whose jobs are in flight under the lease of a
   -- process of this machine that is gone (fetch.take_dead gave it back).
-  function ctx.heads()
-    local cmds = {}
+  -- only: the indexes of the handlers to read (nil: all); the others' entries
+  -- are nil.
+  function ctx.heads(only)
+    local cmds, idx = {}, {}
     local now = core.now()
-    for i, h in ipairs(t.handlers) do cmds[i] = { script = "heads", h.prefix, t.token, now } end
+    for k = 1, only and #only or #t.handlers do
+      local i = only and only[k] or k
+      idx[k], cmds[k] = i, { script = "heads", t.handlers[i].prefix, t.token, now }
+    end
     local replies = t.conn:pipeline(cmds)
     local heads = {}
-    for i, r in ipairs(replies) do
+    for k, r in ipairs(replies) do
       if type(r) ~= "table" or r.err then error("heads.lua failed: " .. tostring(r and r.err), 0) end
+      local i = idx[k]
       local o = r[2]
       local orphaned = o == "1" or (o ~= "0" and take_dead(t, t.handlers[i], o))
       heads[i] = orphaned and 0 or tonumber(r[1]) or false
@@ -254,7 +260,7 @@ local function scheduler_ctx(t)
   -- until a parked task's wait is over (then it is resumed). Returns the
   -- woken handler indexes and whether parked tasks were resumed.
   function ctx.wait(hint)
-    flush(t)
+    flush(t, true)
     if core.stopping() and t.ntasks == 0 then return {} end
     core.set_state(t.ntasks > 0 and STATE.waiting or STATE.idle)
     collectgarbage("step")

@@ -138,6 +138,32 @@ if WAITS_WANTED then
     W.release_held(P, K, id)
   end
 
+  -- An operator removes the wait of id (delete.lua, kill.lua): only one no
+  -- call holds (state "waiting" or "replied", not in P waits:run; a job in
+  -- flight is never touched, as in P busy), with the job held behind it (P
+  -- held). Its token is then STALE (reply.lua: an attempt that was issued
+  -- and has no wait), as for a finished wait. Returns the waiting job's
+  -- payloads and the held job's (flat, scores numbers; {} for none), or nil
+  -- when id has no such wait. The caller called W.keys.
+  function W.remove(P, K, id)
+    if not W.active(K, P) or redis.call("SISMEMBER", K.waits_run, id) == 1 then return nil end
+    local w = W.get(K, id)
+    if not w and redis.call("HEXISTS", K.waits, id) == 0 then return nil end
+    redis.call("HDEL", K.waits, id)
+    redis.call("ZREM", K.waits_due, id)
+    local pl, held = {}, {}
+    if w and w.job then pl = select(5, busy_decode(w.job)) or {} end
+    local E = esc(id)
+    local h = find_member(K.held, E)
+    if h then
+      redis.call("ZREM", K.held, h)
+      local place, _, hpl = job_decode(h, E)
+      if place == "p" then redis.call("HDEL", K.prio, id) end
+      held = hpl or {}
+    end
+    return pl, held
+  end
+
   -- A pending wait dropped (the call failed, or its re-run did not await):
   -- with it go the payloads held behind it (they join the queue).
   function W.drop_pending(P, K, id)
