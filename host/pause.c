@@ -7,16 +7,14 @@
  * reads the paused queues (luakiq.ops.hosts.sync_pause), stores them here
  * (core.set_paused), and only then acknowledges in Redis. A worker thread
  * checks them after each fetch and before each call (luakiq.runner.fetch's
- * paused: luakiq_pause_generation, then core.paused if it changed): a check
+ * paused: core.paused with the generation it knows): a check
  * that follows the store sees it, so once the acknowledgement is written no
  * call of a paused queue starts on this host (a call that passed its check
  * before the store had already started).
  *
- * Threads: core.set_paused on the main thread only; core.paused and
- * luakiq_pause_generation on any. A mutex guards the text; the generation
- * is an atomic bumped under it, so a check while nothing changed is one
- * atomic load, no lock (luakiq_pause_generation, called through LuaJIT's
- * FFI: a JIT-compiled call, where a Lua C function would stop the trace). */
+ * Threads: core.set_paused on the main thread only; core.paused on any. A
+ * mutex guards the text; the generation is an atomic bumped under it, so a
+ * check while nothing changed is one atomic load, no lock and no string. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -46,10 +44,6 @@ static int pause_set(lua_State *L) {
     pthread_mutex_unlock(&pause_mu);
     return 0;
 }
-
-/* The generation of the paused queues (any thread; exported for the FFI:
- * luakiq.runner.fetch's paused). */
-unsigned luakiq_pause_generation(void) { return atomic_load(&pause_gen); }
 
 /* core.paused(known) -> generation[, text]: the text only when the
  * generation is not `known` (the caller's last one; 0 at first). */

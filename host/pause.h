@@ -7,8 +7,5 @@ struct lua_State;
 
 /* Adds core.set_paused and core.paused to the table on top of the stack. */
 void pause_register(struct lua_State *L);
-/* The paused queues' generation, bumped at each change (any thread; called
- * by Lua through the FFI). */
-unsigned luakiq_pause_generation(void);
 
 #endif

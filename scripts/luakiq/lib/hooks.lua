@@ -129,4 +129,7 @@ end
 -- fn needs no bound (luakiq's own default hooks: M.call is a plain pcall).
 function M.trust(fn) TRUSTED[fn] = true end
 
+-- Whether M.call(_, _, fn, ...) is a plain pcall (no record needed).
+function M.trusted(fn) return not M.bounded or TRUSTED[fn] == true end
+
 return M

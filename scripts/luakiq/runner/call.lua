@@ -180,7 +180,9 @@ end
 -- that does not load.
 local function load_batch(t, h, jobs, done)
   local cfg, w = t.cfg, h.def
-  local rec = flow.hook_rec(t, h, done)
+  local load = cfg.load_payload
+  -- (luakiq's own load_payload needs no bound: a plain pcall, and no record)
+  local rec = not hooks.trusted(load) and flow.hook_rec(t, h, done) or nil
   -- (the usual fetch loads every payload: then no table but the batch and
   -- each job's list is made, and the jobs come back as they are)
   -- (sized at once: a table that grows allocates again as it grows)
@@ -189,10 +191,11 @@ local function load_batch(t, h, jobs, done)
     local job = jobs[i]
     local pls = job.payloads
     local list, good = new_table(#pls, 0), nil
-    rec.id, rec.retry_count = job.id, job.retry_count
+    if rec then rec.id, rec.retry_count = job.id, job.retry_count end
     for k = 1, #pls do
       local p = pls[k]
-      local ok, v = hooks.call("load_payload", rec, cfg.load_payload, p[1])
+      local ok, v
+      if rec then ok, v = hooks.call("load_payload", rec, load, p[1]) else ok, v = pcall(load, p[1]) end
       if ok then
         list[#list + 1] = v
         if good then good[#good + 1] = p end

@@ -10,7 +10,6 @@
 -- (docs/guarantees.md) fence every shard. The size of an adapting worker's
 -- fetch (fetch_auto) is worked out here too.
 -- (luakiq.runner: init -> tasks -> fetch -> call.)
-local ffi = require "ffi"
 local core = require "luakiq.core"
 local log = require "luakiq.lib.log"
 local queue = require "luakiq.runner.queue"
@@ -149,13 +148,12 @@ end
 -- The queues paused on this host (docs/operations.md, "Pause"): a set
 -- queue -> true, as the main thread last handed them over (host/pause.c,
 -- luakiq.ops.hosts.sync_pause); read again only when their generation
--- changed (else one atomic load, through the FFI: the check stays in the
--- JIT's trace). Checked after each fetch, before each call: once the host
--- acknowledged a pause, no call of the queue starts here.
-ffi.cdef "unsigned luakiq_pause_generation(void);"
-local pause_generation = ffi.C.luakiq_pause_generation
+-- changed (else core.paused is one atomic load and no string). Checked
+-- after each fetch, before each call: once the host acknowledged a pause,
+-- no call of the queue starts here. (A Lua C function, not an FFI call: the
+-- runner's loop runs in the interpreter, where an FFI call costs more than
+-- the C function; measured in examples/benchmark, docs/benchmarks.md.)
 local function paused(t)
-  if pause_generation() == t.paused_gen then return t.paused end
   local gen, text = core.paused(t.paused_gen)
   if text then
     local set = {}
