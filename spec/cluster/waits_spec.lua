@@ -1,9 +1,9 @@
 -- Jobs that wait for a reply (luakiq.await; docs/redis.md, "Jobs that wait
 -- for a reply") on a real Redis Cluster (3 masters with a replica each,
 -- helpers.redis): a host's waiting jobs go through a slot migration of
--- their shard (replies by token and by key before, during and after it) and
--- a manual failover of their shard's master (replies after it, a short
--- reply_timeout that still fires). Each reply is accepted once, on_reply
+-- their shard's and the queue's slots (replies by token and by key during
+-- and after it) and a failover of their shard's master, manual or by
+-- kill -9 (replies after it, a short wait timeout that still fires). Each reply is accepted once, on_reply
 -- runs once per reply, the payloads pushed while an id waits run after its
 -- reply (per-id order), nothing is lost.
 local core = require "luakiq.core"
@@ -58,7 +58,7 @@ describe("jobs that wait for a reply on a Redis Cluster", function()
   local function events(dir, id)
     local out = {}
     for line in (host.read(dir .. "/log") or ""):gmatch("[^\n]+") do
-      local i, rest = line:match("^%a+ (%S+) ")
+      local i = line:match("^%a+ (%S+) ")
       if i == id then out[#out + 1] = line:match("^(%a+) ") .. " " .. line:match("(%S+)$") end
     end
     return out
@@ -80,13 +80,13 @@ describe("jobs that wait for a reply on a Redis Cluster", function()
     return in0, out0
   end
   -- `luakiq reply` by token, or by key (key given): its exit code and output.
-  local function reply_args(dir, id, n, key, token)
+  local function reply_args(dir, n, key, token)
     local body = json.encode { n = n }
     if key then return "reply " .. q(dir) .. " A --key " .. q(key) .. " " .. q(body) end
     return "reply " .. q(dir) .. " A " .. q(token) .. " " .. q(body)
   end
   local function reply(dir, id, n, key)
-    local rc, out, err = host.exec(reply_args(dir, id, n, key, tokens(dir, id)[1]), nil, "REDIS_URL=" .. cl.seeds)
+    local rc, out, err = host.exec(reply_args(dir, n, key, tokens(dir, id)[1]), nil, "REDIS_URL=" .. cl.seeds)
     return rc, out .. err
   end
   -- Every id waits: its await returned, and stats count them all waiting.
@@ -152,7 +152,7 @@ describe("jobs that wait for a reply on a Redis Cluster", function()
     local bg = {}
     for i = 1, 3 do
       local id = in0[i]
-      bg[id] = host.spawn(reply_args(dir, id, 1, keyed[id], tokens(dir, id)[1]), "REDIS_URL=" .. cl.seeds)
+      bg[id] = host.spawn(reply_args(dir, 1, keyed[id], tokens(dir, id)[1]), "REDIS_URL=" .. cl.seeds)
     end
     local moved = 0
     while true do
