@@ -81,14 +81,17 @@ static void host_pause(void) {
 }
 
 /* Wake channel message: a shard prefix, or plan->pause_msg; NULL after a
- * (re)subscribe (messages may have been missed: every thread is woken, the
- * pause read again). A prefix, a NUL and a job id is a cancel
+ * (re)subscribe (messages may have been missed: every thread is woken; a
+ * missed pause is read at the next heartbeat, within 2 s, not here: after a
+ * failover every sharded subscriber resubscribes, and a Redis call per
+ * resubscribe on this loop, to a node that may be gone, would hold the
+ * wake-ups behind it). A prefix, a NUL and a job id is a cancel
  * (scripts/redis/cancel.lua): the calls in flight with that job are marked
  * (calls_cancel) and the shard's thread is woken like for a push, so that a
  * parked call is stopped at once. */
 static void host_on_wake(const char *msg, size_t len, void *arg) {
     (void)arg;
-    if (!msg) { runner_wake(-1, NULL); host_pause(); return; }
+    if (!msg) { runner_wake(-1, NULL); return; }
     const char *pm = host.plan->pause_msg;
     if (pm && len == strlen(pm) && memcmp(msg, pm, len) == 0) { host_pause(); return; }
     char buf[512];
