@@ -80,6 +80,11 @@ local function off_thread(what, fn, a, b)
   if on then jit.on() end
   if why == "timeout" then return past(what, OFF_THREAD) end
   if why then return false, what .. " was stopped: the host is stopping", true end
+  if not ok and type(v) == "string" then
+    -- (the error as pcall gives it: without the traceback vm_pcall adds)
+    local at = v:find("\nstack traceback:", 1, true)
+    if at then v = v:sub(1, at - 1) end
+  end
   return ok, v, false
 end
 
