@@ -39,6 +39,7 @@
 #include "core.h"
 #include "log.h"
 #include "runner.h"
+#include "vm.h"
 
 void core_safe_point(lua_State *L) {
     struct runner *r = runner_self();
@@ -366,6 +367,65 @@ static int core_lease_check(lua_State *L) {
     return core_fence(L);
 }
 
+/* --- hooks bounded off a worker thread ----------------------------------- */
+
+/* How many VM instructions core_bound_hook lets pass between two looks at
+ * the clock (the reload's check VM looks as often: entry.c). */
+#define CORE_BOUND_COUNT 1000
+
+static _Thread_local double core_bound_until;     /* monotonic; 0: no bounded call runs */
+static _Thread_local const char *core_bound_why;  /* NULL until it ran out: "timeout" or "stopped" */
+
+/* core.bounded's count hook: past the deadline, or once the host is
+ * stopping (a TERM or INT), raises in the hook where it runs, and from then
+ * on at every instruction, so that a pcall in the hook cannot keep it
+ * going (as entry.c's check hook does). */
+static void core_bound_hook(lua_State *L, lua_Debug *ar) {
+    (void)ar;
+    if (!core_bound_why) {
+        if (runner_stopping()) core_bound_why = "stopped";
+        else if (runner_monotonic() >= core_bound_until) core_bound_why = "timeout";
+        else return;
+        lua_sethook(L, core_bound_hook, LUA_MASKCOUNT, 1);
+    }
+    lua_pushstring(L, core_bound_why);
+    lua_error(L);
+}
+
+/* core.bounded(timeout_s, fn, a, b) -> ok, value, why: fn(a, b) protected
+ * (vm_pcall), stopped timeout_s seconds on, or when the host stops (why:
+ * "timeout" or "stopped"; nil: it ended on its own). For the VMs that have
+ * no watch (the main VM, the web thread's, the CLI's: luakiq.lib.hooks off
+ * a worker thread): a count hook looks at the clock every CORE_BOUND_COUNT
+ * instructions. LuaJIT checks no hook inside compiled traces: the caller
+ * runs fn with the JIT off and its traces flushed. Code the hook cannot
+ * reach (a blocking foreign call) is not bounded. Under a hook already set
+ * (the reload's check VM, a worker's call) or inside another bounded call,
+ * a plain protected call: that bound is the one that counts. */
+static int core_bounded(lua_State *L) {
+    double timeout = luaL_checknumber(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lua_settop(L, 4);
+    int outer = lua_gethook(L) == NULL && core_bound_until <= 0;
+    if (outer) {
+        core_bound_until = runner_monotonic() + timeout;
+        core_bound_why = NULL;
+        lua_sethook(L, core_bound_hook, LUA_MASKCOUNT, CORE_BOUND_COUNT);
+    }
+    int rc = vm_pcall(L, 2, 1);
+    const char *why = NULL;
+    if (outer) {
+        lua_sethook(L, NULL, 0, 0);
+        why = core_bound_why;
+        core_bound_until = 0;
+        core_bound_why = NULL;
+    }
+    lua_pushboolean(L, rc == 0);
+    lua_insert(L, -2);
+    if (why) lua_pushstring(L, why); else lua_pushnil(L);
+    return 3;
+}
+
 /* core.mono() -> seconds of CLOCK_MONOTONIC (deadlines, timers). */
 static int core_mono(lua_State *L) {
     lua_pushnumber(L, runner_monotonic());
@@ -631,7 +691,7 @@ static const luaL_Reg core_funcs[] = {
     {"mono", core_mono},               {"raise_timeout", core_raise_timeout_l},
     {"deadline", core_deadline},       {"count_timeout", core_count_timeout},
     {"timeouts", core_timeouts},       {"isatty", core_isatty},
-    {"reload_wanted", core_reload_wanted},
+    {"reload_wanted", core_reload_wanted}, {"bounded", core_bounded},
     {NULL, NULL}};
 
 /* Fills the luakiq.core table on top of the stack. core.states = {name = n}

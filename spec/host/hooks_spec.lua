@@ -130,6 +130,70 @@ describe("a hook past hook_timeout", function()
     assert.is_true(core.now() - t0 < 6)
   end)
 
+  it("a splitter (a loop the JIT compiled before): `luakiq run` and `luakiq plan` refuse to start, one line", function()
+    local d = host.scriptdir {
+      ["config.lua"] = "local function spin(n) local i = 0 while i < n do i = i + 1 end end\nspin(1e6)\n" ..
+        "return { hook_timeout = 1, splitter = function(handlers, n) spin(math.huge) end }",
+      ["workers/W.lua"] = OTHER,
+    }
+    for _, cmd in ipairs { "run " .. q(d), "plan " .. q(d) } do
+      local t0 = core.now()
+      local rc, _, err = host.exec(cmd, nil, env() .. " timeout -k 2 20") -- (a hang fails, not hangs, the spec)
+      assert.is_true(core.now() - t0 < 4, ("%s took %.1f s"):format(cmd, core.now() - t0))
+      assert.are.equal(2, rc, err)
+      assert.truthy(host.one_line(err), err)
+      assert.truthy(err:find("splitter ran past hook_timeout (1 s): the host does not start", 1, true), err)
+    end
+  end)
+
+  it("a splitter: TERM ends `luakiq run` meanwhile, having taken nothing", function()
+    local d = host.scriptdir {
+      ["config.lua"] = "return { hook_timeout = 60, splitter = function(handlers, n) while true do end end }",
+      ["workers/W.lua"] = OTHER,
+    }
+    proc = host.spawn("run " .. q(d), env())
+    core.sleep(1)
+    local t0 = core.now()
+    assert.is_true(proc:signal("TERM"))
+    assert.are.equal(0, proc:wait(5), proc:log())
+    assert.is_true(core.now() - t0 < 4, ("TERM took %.1f s"):format(core.now() - t0))
+    assert.truthy(proc:log():find("stopped before the start", 1, true), proc:log())
+  end)
+
+  it("load_payload in listings: the web thread, `luakiq jobs` and `luakiq job` show the stored text", function()
+    local port = core.free_port()
+    -- (a job due in an hour: it stays in the queue, and only listings load it)
+    dir = scriptdir([[, load_payload = function(s) if s:find("loop", 1, true) then spin() end
+      return require("luakiq.json").decode(s) end]], "return { shards_count = 1, perform = function() end }")
+    host.enqueue(dir, "W", { { id = "l", payload = "loop", perform_in = core.now() + 3600 } }, env())
+    proc = host.spawn("run " .. q(dir) .. " --web 127.0.0.1:" .. port, env())
+    local base = "http://127.0.0.1:" .. port
+    local function get(path)
+      local t0 = core.now()
+      local out = host.capture("curl -s -m 20 -w ' %{http_code}' " .. q(base .. path))
+      assert.is_true(core.now() - t0 < 4, ("GET %s took %.1f s"):format(path, core.now() - t0))
+      return out
+    end
+    host.eventually(function() return host.capture("curl -s -o /dev/null -w '%{http_code}' " .. base .. "/metrics") == "200" end,
+      10, "the listener")
+    local listing = get("/api/web/workers/W/jobs?what=queue")
+    assert.truthy(listing:find(' 200$'), listing)
+    assert.truthy(listing:find('"\\"loop\\""', 1, true), listing) -- (the stored text, a JSON string)
+    assert.truthy(get("/api/v1/workers/W/jobs/l"):find(' 200$'))
+    assert.truthy(get("/metrics"):find(' 200$'))
+    assert.truthy(proc:log():find("load_payload ran past hook_timeout (1 s): the payload is shown as stored", 1, true),
+      proc:log())
+    for _, cmd in ipairs { "jobs " .. q(dir) .. " W queue", "job " .. q(dir) .. " W l" } do
+      local t0 = core.now()
+      local rc, out, err = host.exec(cmd, nil, env() .. " timeout -k 2 20")
+      assert.is_true(core.now() - t0 < 4, ("%s took %.1f s"):format(cmd, core.now() - t0))
+      assert.are.equal(0, rc, err)
+      assert.truthy(out:find('"\\"loop\\""', 1, true), out)
+      assert.truthy(err:find("load_payload ran past hook_timeout (1 s)", 1, true), err)
+    end
+    other_runs_and_term_ends()
+  end)
+
   it("is validated", function()
     local d = host.scriptdir { ["config.lua"] = "return { hook_timeout = 0 }", ["workers/W.lua"] = OTHER }
     local rc, _, err = host.exec("plan " .. q(d))

@@ -145,6 +145,8 @@ local function format_error(err) return tostring(err) end
 -- (luakiq's own defaults need no hook_timeout: luakiq.lib.hooks calls them plainly)
 hooks.trust(identity)
 hooks.trust(format_error)
+hooks.trust(splitters.default)
+hooks.trust(splitters.elastic)
 
 -- LUAKIQ_PUBLIC_URL, public_url's default; nil when unset or empty (a bad
 -- value is refused by M.load as config.lua's would be).

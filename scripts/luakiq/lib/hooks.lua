@@ -13,9 +13,13 @@
 -- fail_stuck). Each caller applies its hook's fallback when the call fails
 -- or times out (docs/configuration.md, hook_timeout).
 --
--- Inside a perform call (a hook luakiq.await calls), outside a worker thread
--- (the main VM, the web thread, `luakiq lua`), a hook is a plain pcall:
--- perform's deadline bounds the first, and no watch serves the others.
+-- Off a worker thread (the main VM's splitter, the listings of the web
+-- thread and the CLI: load_payload, load_error), no watch serves the VM: the
+-- hook runs with the JIT off and its traces flushed, under a count hook that
+-- looks at the clock (core.bounded), and ends past hook_timeout or when the
+-- host stops; its caller applies the fallback of OFF_THREAD. Inside a
+-- perform call (a hook luakiq.await calls) a hook is a plain pcall:
+-- perform's deadline bounds it.
 local core = require "luakiq.core"
 local log = require "luakiq.lib.log"
 local json = require "luakiq.json"
@@ -39,15 +43,49 @@ local FALLBACK = {
   retries_exhausted = "the host goes on",
   scheduler = "this step is skipped",
 }
+-- The same, for the hooks run off a worker thread (false: no line, the
+-- caller's error says it).
+local OFF_THREAD = {
+  splitter = false,
+  load_payload = "the payload is shown as stored",
+  load_error = "the error is shown as stored",
+}
 
 local NONE = {}
 local DONE = {}
 local TRUSTED = { [json.encode] = true, [json.decode] = true, [tostring] = true }
 
--- Sets hook_timeout (seconds) for this VM's hooks; bounded only on a worker thread.
+-- Sets hook_timeout (seconds) for this VM's hooks; bounded by the watch on
+-- a worker thread (M.bounded), by core.bounded elsewhere.
 function M.setup(timeout)
   M.timeout = timeout
   M.bounded = core.thread_index() ~= nil
+end
+
+-- The line logged when a hook ran past hook_timeout, and the error it gives.
+local function past(what, fallback, fields)
+  local msg = ("%s ran past hook_timeout (%g s)"):format(what, M.timeout)
+  if fallback[what] ~= false then log.error(msg .. ": " .. (fallback[what] or "its fallback is used"), fields) end
+  return false, msg, true
+end
+
+-- M.call off a worker thread: fn(a, b) under core.bounded, with the JIT off
+-- (its traces flushed: LuaJIT checks no hook in them) and back as it was.
+-- A stop (TERM, INT) ends it as a timeout does, with no line.
+local function off_thread(what, fn, a, b)
+  local on = jit.status()
+  jit.off()
+  jit.flush()
+  local ok, v, why = core.bounded(M.timeout, fn, a, b)
+  if on then jit.on() end
+  if why == "timeout" then return past(what, OFF_THREAD) end
+  if why then return false, what .. " was stopped: the host is stopping", true end
+  if not ok and type(v) == "string" then
+    -- (the error as pcall gives it: without the traceback vm_pcall adds)
+    local at = v:find("\nstack traceback:", 1, true)
+    if at then v = v:sub(1, at - 1) end
+  end
+  return ok, v, false
 end
 
 -- The hooks' coroutine runs one hook after another (yields DONE, ok, value
@@ -86,7 +124,8 @@ end
 -- fetch, and its jobs: jobs = {{id =, retry_count =}...}, or one job's id =,
 -- retry_count =}; nil: none). A hook that yields fails.
 function M.call(what, rec, fn, a, b)
-  if not M.bounded or TRUSTED[fn] or core.deadline() then
+  if not M.bounded and not TRUSTED[fn] then return off_thread(what, fn, a, b) end
+  if TRUSTED[fn] or core.deadline() then
     local ok, v = pcall(fn, a, b)
     return ok, v, false
   end
@@ -117,19 +156,15 @@ function M.call(what, rec, fn, a, b)
   else
     ok, v = false, r[2]
   end
-  if expired then
-    local msg = ("%s ran past hook_timeout (%g s)"):format(what, M.timeout)
-    log.error(msg .. ": " .. (FALLBACK[what] or "its fallback is used"),
-      { worker = rec.worker, shard = rec.shard, id = rec.id })
-    return false, msg, true
-  end
+  if expired then return past(what, FALLBACK, { worker = rec.worker, shard = rec.shard, id = rec.id }) end
   return ok, v, false
 end
 
 -- fn needs no bound (luakiq's own default hooks: M.call is a plain pcall).
 function M.trust(fn) TRUSTED[fn] = true end
 
--- Whether M.call(_, _, fn, ...) is a plain pcall (no record needed).
+-- Whether M.call(_, _, fn, ...) needs no record (a plain pcall, or off a
+-- worker thread, where the record is not used).
 function M.trusted(fn) return not M.bounded or TRUSTED[fn] == true end
 
 return M

@@ -7,6 +7,7 @@ local config = require "luakiq.lib.config"
 local keys = require "luakiq.lib.keys"
 local log = require "luakiq.lib.log"
 local errors = require "luakiq.lib.errors"
+local hooks = require "luakiq.lib.hooks"
 
 local M = {}
 
@@ -25,6 +26,7 @@ function M.load(dir, overrides, settings_only)
   end
   cfg.by_name = cfg.by_name or {}
   for _, w in ipairs(cfg.workers) do cfg.by_name[w.name] = w end
+  hooks.setup(cfg.hook_timeout)
   M.ctx.cfg = cfg
   return cfg
 end
@@ -254,10 +256,14 @@ function M.check_groups(cfg, groups)
 end
 
 -- The splitter's groups for cfg (arrays of {worker=, shard=}), checked:
--- a usage error on a malformed or duplicated shard. `luakiq run` and plan,
--- and a reload's check (luakiq.lib.reload).
+-- a usage error on a malformed or duplicated shard, and on a splitter that
+-- ran past hook_timeout (luakiq.lib.hooks: the host does not start; the
+-- default plan could take shards meant for other hosts). `luakiq run` and
+-- plan, and a reload's check (luakiq.lib.reload).
 function M.plan(cfg)
-  local groups = cfg.splitter(M.handlers(cfg), cfg.threads_per_node)
+  local ok, groups, timed_out = hooks.call("splitter", nil, cfg.splitter, M.handlers(cfg), cfg.threads_per_node)
+  if timed_out and not core.stopping() then errors.input(groups .. ": the host does not start (a loop in the splitter?)") end
+  if not ok or timed_out then error(groups, 0) end
   return M.check_groups(cfg, groups)
 end
 

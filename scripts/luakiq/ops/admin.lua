@@ -9,6 +9,7 @@ local errors = require "luakiq.lib.errors"
 local client = require "luakiq.client"
 local hosts = require "luakiq.ops.hosts"
 local json = require "luakiq.json"
+local hooks = require "luakiq.lib.hooks"
 
 local M = {}
 
@@ -127,10 +128,27 @@ local function too_deep(v, left)
   return false
 end
 
--- Decodes one flat jobs.lua/busy.lua record list into tables.
+-- A reader of one listing's stored values through cfg's hooks: read(what,
+-- raw) -> ok, value, with what "load_payload" or "load_error". Each call is
+-- bounded by hook_timeout (luakiq.lib.hooks: past it, one line); after one
+-- ran past it, the listing's other values are shown as stored without a
+-- call, so a hook that loops costs a listing one hook_timeout.
+local function reader(cfg)
+  local cut = false
+  return function(what, raw)
+    if cut then return false, raw end
+    local ok, v, timed_out = hooks.call(what, nil, cfg[what], raw)
+    cut = timed_out
+    return ok, v
+  end
+end
+
+-- Decodes one flat jobs.lua/busy.lua record list into tables (read: the
+-- listing's reader; nil: one of its own).
 -- kind "queue": id, perform_in, retry_count, error, n, payload, score...
 -- kind "morgue": id, updated_at, error, n, payload, score...
-local function load_records(cfg, r, kind, start)
+local function load_records(cfg, r, kind, start, read)
+  read = read or reader(cfg)
   local out, i = {}, start
   local n = tonumber(r[i - 1])
   for _ = 1, n do
@@ -144,14 +162,14 @@ local function load_records(cfg, r, kind, start)
     end
     local err = r[i]
     if err ~= "" then
-      local ok, e = pcall(cfg.load_error, err)
+      local ok, e = read("load_error", err)
       rec.error = ok and e or err
     end
     local np = tonumber(r[i + 1])
     i = i + 2
     rec.payloads = {}
     for k = 1, np do
-      local ok, v = pcall(cfg.load_payload, r[i])
+      local ok, v = read("load_payload", r[i])
       if ok and too_deep(v, client.MAX_PAYLOAD_DEPTH) then ok = false end -- (written by another client)
       rec.payloads[k] = { ok and v or r[i], tonumber(r[i + 1]) }
       i = i + 2
@@ -218,7 +236,7 @@ local function shard_parts(conn, cfg, prefs, what, order, dir, min, max, offs, l
   for s, p in ipairs(prefs) do
     cmds[s] = { script = "jobs", p, what, order, dir, min, max, offs[s], limit, keys_only and "keys" or nil }
   end
-  local per = {}
+  local per, read = {}, reader(cfg)
   for s, r in ipairs(conn:pipeline(cmds)) do
     -- a bad range or order is the caller's mistake (exit 2 / HTTP 400), not a failure
     if type(r) == "table" and r.err then
@@ -234,7 +252,7 @@ local function shard_parts(conn, cfg, prefs, what, order, dir, min, max, offs, l
         list[#list + 1] = rec
       end
     else
-      list = load_records(cfg, r, what, 2)
+      list = load_records(cfg, r, what, 2, read)
     end
     per[s] = list
   end
@@ -332,11 +350,11 @@ function M.busy(conn, cfg, worker_name, now)
   local w = worker_of(cfg, worker_name)
   local cmds = {}
   for i, p in ipairs(prefixes(cfg, w)) do cmds[i] = { script = "busy", p, now and "fetched_at" or nil } end
-  local all = {}
+  local all, read = {}, reader(cfg)
   for _, r in ipairs(conn:pipeline(cmds)) do
     check(r, "busy")
     local fetched_at = now and tonumber(r[#r])
-    for _, rec in ipairs(load_records(cfg, r, "queue", 2)) do
+    for _, rec in ipairs(load_records(cfg, r, "queue", 2, read)) do
       if fetched_at then
         rec.fetched_at, rec.running = fetched_at, math.max(0, math.floor(now - fetched_at))
       end
@@ -379,22 +397,23 @@ local function job_cmds(cfg, w, id, cmds)
 end
 
 -- The record of id from the replies of job_cmds (r: job.lua's, tags: the
--- HGET's), or nil when it is nowhere.
-local function job_record(cfg, id, r, tags, now)
+-- HGET's), or nil when it is nowhere (read: as load_records's).
+local function job_record(cfg, id, r, tags, now, read)
+  read = read or reader(cfg)
   check(r, "job")
   check(tags, "tags")
   local state = r[1]
   if state == "" then return nil end
   local function err_of(e)
     if e == "" then return nil end
-    local ok, v = pcall(cfg.load_error, e)
+    local ok, v = read("load_error", e)
     return ok and v or e
   end
   local function payloads(i)
     local list, n = {}, tonumber(r[i])
     for k = 1, n do
       local raw = r[i + 2 * k - 1]
-      local ok, v = pcall(cfg.load_payload, raw)
+      local ok, v = read("load_payload", raw)
       list[k] = { ok and v or raw, tonumber(r[i + 2 * k]) }
     end
     return list, i + 2 * n + 1
@@ -475,9 +494,9 @@ function M.find(conn, cfg, id, now)
       names[#names + 1] = w.name
     end
   end
-  local replies, out = #cmds > 0 and conn:pipeline(cmds) or {}, {}
+  local replies, out, read = #cmds > 0 and conn:pipeline(cmds) or {}, {}, reader(cfg)
   for i, name in ipairs(names) do
-    local rec = job_record(cfg, id, replies[2 * i - 1], replies[2 * i], now)
+    local rec = job_record(cfg, id, replies[2 * i - 1], replies[2 * i], now, read)
     if rec then
       rec.worker = name
       out[#out + 1] = rec
@@ -536,14 +555,14 @@ function M.tagged(conn, cfg, tag, limit, now)
     if a.worker ~= b.worker then return a.worker < b.worker end
     return a.id < b.id
   end)
-  local out, n = {}, math.min(#found, limit)
+  local out, n, read = {}, math.min(#found, limit), reader(cfg)
   for from = 1, n, PAGE / 2 do
     local cmds, to = {}, math.min(from + PAGE / 2 - 1, n)
     for i = from, to do job_cmds(cfg, cfg.by_name[found[i].worker], found[i].id, cmds) end
     local replies = conn:pipeline(cmds)
     for i = from, to do
       local k = 2 * (i - from) + 1
-      local rec = job_record(cfg, found[i].id, replies[k], replies[k + 1], now)
+      local rec = job_record(cfg, found[i].id, replies[k], replies[k + 1], now, read)
       if rec then -- (else gone between the two reads: left out)
         rec.worker = found[i].worker
         out[#out + 1] = rec

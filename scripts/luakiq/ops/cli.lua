@@ -670,7 +670,13 @@ function commands.run(argv)
   if web_token == "" then web_token = nil end
   if cfg.web then require("luakiq.web").check_listen(cfg.web, web_token) end
   if opt.replies then require("luakiq.web").parse_addr(opt.replies, "--replies") end
-  local groups = plan(cfg)
+  -- (a TERM or INT stops a splitter that loops: luakiq.lib.hooks)
+  local okp, groups = pcall(plan, cfg)
+  if not okp and core.stopping() then
+    log.info("stopped before the start (while the splitter ran); nothing was taken")
+    return 0
+  end
+  if not okp then error(groups, 0) end
   if #groups == 0 then usage("nothing to run: the splitter gave no shards to this node") end
   local conn, cerr = runtime.connect(cfg, cfg.redis_retry or 30)
   if not conn and core.stopping() then
