@@ -38,6 +38,7 @@
 #include "calls.h"
 #include "core.h"
 #include "log.h"
+#include "pause.h"
 #include "runner.h"
 #include "vm.h"
 
@@ -489,6 +490,20 @@ static int core_reload_wanted(lua_State *L) {
     return 1;
 }
 
+/* core.between_calls() -> stop, pause_generation: what a worker thread asks
+ * before each call of a fetch but the first (luakiq.runner.fetch): stop is
+ * true when the host stops or the thread should switch to new code
+ * (core.stopping, core.reload_wanted), and the paused queues' generation
+ * (pause.c) says whether they changed. One C call where three were: the
+ * runner's loop runs in the interpreter, where each call costs (measured
+ * on the Lowkiq shape, docs/benchmarks.md). */
+static int core_between_calls(lua_State *L) {
+    struct runner *r = runner_self();
+    lua_pushboolean(L, runner_stopping() || (r && runner_reload_wanted(r)));
+    lua_pushnumber(L, (lua_Number)pause_generation());
+    return 2;
+}
+
 static int core_request_stop(lua_State *L) { (void)L; runner_request_stop(); return 0; }
 
 /* core.wait(timeout_s) -> {prefix...}, all  (worker threads only) */
@@ -692,6 +707,7 @@ static const luaL_Reg core_funcs[] = {
     {"deadline", core_deadline},       {"count_timeout", core_count_timeout},
     {"timeouts", core_timeouts},       {"isatty", core_isatty},
     {"reload_wanted", core_reload_wanted}, {"bounded", core_bounded},
+    {"between_calls", core_between_calls},
     {NULL, NULL}};
 
 /* Fills the luakiq.core table on top of the stack. core.states = {name = n}

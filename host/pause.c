@@ -45,6 +45,8 @@ static int pause_set(lua_State *L) {
     return 0;
 }
 
+unsigned pause_generation(void) { return atomic_load(&pause_gen); }
+
 /* core.paused(known) -> generation[, text]: the text only when the
  * generation is not `known` (the caller's last one; 0 at first). */
 static int pause_get(lua_State *L) {

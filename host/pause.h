@@ -7,5 +7,8 @@ struct lua_State;
 
 /* Adds core.set_paused and core.paused to the table on top of the stack. */
 void pause_register(struct lua_State *L);
+/* The paused queues' generation, bumped at each change (any thread: one
+ * atomic load). */
+unsigned pause_generation(void);
 
 #endif

@@ -150,9 +150,11 @@ end
 -- luakiq.ops.hosts.sync_pause); read again only when their generation
 -- changed (else core.paused is one atomic load and no string). Checked
 -- after each fetch, before each call: once the host acknowledged a pause,
--- no call of the queue starts here. (A Lua C function, not an FFI call: the
--- runner's loop runs in the interpreter, where an FFI call costs more than
--- the C function; measured in examples/benchmark, docs/benchmarks.md.)
+-- no call of the queue starts here. Before each call, the generation comes
+-- with core.between_calls (one C call for the stop, the reload and the
+-- pause: the runner's loop runs in the interpreter, where each C call, and
+-- an FFI call more, costs; docs/benchmarks.md), and this is called only
+-- when it changed.
 local function paused(t)
   local gen, text = core.paused(t.paused_gen)
   if text then
@@ -220,8 +222,9 @@ end
 local function wait_calls(t, h, wjobs, ran, done, fetched)
   local later_failed
   for k, job in ipairs(wjobs) do
-    if (k > 1 and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval))
-        or paused(t)[h.def.queue_name] then
+    local stop, pgen = core.between_calls()
+    if (k > 1 and (stop or core.now() - fetched >= t.cfg.poll_interval))
+        or (pgen == t.paused_gen and t.paused or paused(t))[h.def.queue_name] then
       queue.settle(in_flight(t, h), done, h.later)
       h.batch, h.done, h.later, h.held = nil, nil, nil, nil
       return true, true, fetched -- (a reply put back is due at once)
@@ -343,8 +346,9 @@ local function process(t, h)
   end
   for first = 1, #jobs, size do
     -- (and a pause that came after the fetch: its jobs go back unchanged)
-    if ((first > 1 or wjobs) and (core.stopping() or core.reload_wanted() or core.now() - fetched >= t.cfg.poll_interval))
-        or paused(t)[h.def.queue_name] then
+    local stop, pgen = core.between_calls()
+    if ((first > 1 or wjobs) and (stop or core.now() - fetched >= t.cfg.poll_interval))
+        or (pgen == t.paused_gen and t.paused or paused(t))[h.def.queue_name] then
       fetch_adapt(h, first - 1, core.mono() - started)
       queue.settle(in_flight(t, h), done, h.later)
       h.batch, h.done, h.later, h.held = nil, nil, nil, nil
