@@ -16,13 +16,22 @@ local DONE, DONE_AT = "done", "done:at"
 local MONO, MONO_AT = "mono", "mono:at" -- (Stale payloads, below)
 -- (made only while DONE_WANTED, lib/keys.lua: a fetch of a worker that uses
 -- none of this defines no function)
-local expire_in, done_keep, done_trim, done_get, mono_get, mono_drop, done_jobs, done_batch
+local expire_in, put_indexed, done_keep, done_trim, done_get, mono_get, mono_drop, done_jobs, done_batch
 if DONE_WANTED then
   -- Keys that vanish ttl seconds after their last write (a shard whose jobs
   -- stopped: the trims of acks no longer come).
   function expire_in(ttl, ...)
     local ms = string.format("%d", math.ceil(ttl * 1000))
     for _, k in ipairs({ ... }) do redis.call("PEXPIRE", k, ms) end
+  end
+
+  -- HSET hash fields (id, value, ...) and ZADD zset at (score, id, ...), in
+  -- commands of at most 500 pairs (Lua's unpack has a limit).
+  function put_indexed(hash, fields, zset, at)
+    for i = 1, #fields, 1000 do
+      redis.call("HSET", hash, unpack(fields, i, math.min(i + 999, #fields)))
+      redis.call("ZADD", zset, unpack(at, i, math.min(i + 999, #at)))
+    end
   end
 
   -- Records job `id` as finished in state `state` ("done" or "cancelled") at
@@ -117,10 +126,7 @@ if DONE_WANTED then
           (res and (',"result":' .. res) or "") .. "}"
         at[#at + 1], at[#at + 2] = now_s, id
       end
-      for i = 1, #recs, 1000 do
-        redis.call("HSET", P .. DONE, unpack(recs, i, math.min(i + 999, #recs)))
-        redis.call("ZADD", P .. DONE_AT, unpack(at, i, math.min(i + 999, #at)))
-      end
+      put_indexed(P .. DONE, recs, P .. DONE_AT, at)
       done_trim(P, now, keep_s, keep_max)
     end
     if not mono_ttl then return end
@@ -139,10 +145,7 @@ if DONE_WANTED then
       fields[#fields + 1], fields[#fields + 2] = id, score_str(top)
       at[#at + 1], at[#at + 2] = now_s, id
     end
-    for i = 1, #fields, 1000 do
-      redis.call("HSET", P .. MONO, unpack(fields, i, math.min(i + 999, #fields)))
-      redis.call("ZADD", P .. MONO_AT, unpack(at, i, math.min(i + 999, #at)))
-    end
+    put_indexed(P .. MONO, fields, P .. MONO_AT, at)
     local gone = redis.call("ZRANGEBYSCORE", P .. MONO_AT, "-inf", "(" .. score_str(now - mono_ttl), "LIMIT", 0, 1000)
     if #gone > 0 then
       redis.call("HDEL", P .. MONO, unpack(gone))
